@@ -1,0 +1,3 @@
+from pcie_tui.cli import main
+
+raise SystemExit(main())
