@@ -48,7 +48,10 @@ def convert(probe: dict, out: str) -> int:
         tool_version="probe-2026-12-02",
         gpus=(gpu,),
         interval_s=0.05,
-        extra={"source": "converted from ../shared/data/h200-nvml-probe-2026-12-02.json", "ground_truth": probe["results"]},
+        extra={
+            "source": "converted from ../shared/data/h200-nvml-probe-2026-12-02.json",
+            "ground_truth": probe["results"],
+        },
     )
     n = 0
     with RecordingWriter(out, header) as w:

@@ -161,7 +161,9 @@ class SessionAnalyzer:
                     "link_util": _stats(ser.link),
                     "link_Bps": _stats(ser.link_Bps),
                     "dram_util": _stats(ser.memory),
-                    "dram_basis": "proxy (NVML memory busy %, a duty cycle)" if ser.memory_proxy else "GPM DRAM_BW_UTIL",
+                    "dram_basis": "proxy (NVML memory busy %, a duty cycle)"
+                    if ser.memory_proxy
+                    else "GPM DRAM_BW_UTIL",
                     "sm_util": _stats(ser.compute),
                     "phases": self.phase_summary(index),
                 }
@@ -229,7 +231,9 @@ def quantile(sorted_values: list[float], q: float) -> float:
     return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)
 
 
-def analyze(header: SessionHeader, samples: Iterable[Sample], thresholds: Thresholds = DEFAULT_THRESHOLDS) -> SessionAnalyzer:
+def analyze(
+    header: SessionHeader, samples: Iterable[Sample], thresholds: Thresholds = DEFAULT_THRESHOLDS
+) -> SessionAnalyzer:
     an = SessionAnalyzer(header, thresholds)
     an.feed_all(samples)
     an.finish()

@@ -108,7 +108,9 @@ def utilisation(info: GpuInfo | None, s: GpuSample) -> Utilisation:
         for d, v in (("rx", s.nvlink_rx_Bps), ("tx", s.nvlink_tx_Bps)):
             if v is not None and (link is None or v / nc > link):
                 link, link_Bps, ceiling, bus, direction = v / nc, v, nc, "nvlink", d
-    if s.dram_bw_util is not None:
+    # A GPU with GPM never mixes in the duty-cycle proxy: a missing GPM window
+    # stays unknown rather than switching meaning from tick to tick.
+    if s.dram_bw_util is not None or (info is not None and info.metrics_source == "gpm"):
         mem, proxy = s.dram_bw_util, False
     else:
         mem, proxy = s.mem_busy, s.mem_busy is not None
@@ -209,7 +211,7 @@ class GpuVerdictTracker:
                     tr.pending.append((t, val, u, phase))
                     if t - tr.above_since >= th.hold_s:
                         ev = Event(self.index, r, start=tr.above_since, proxy=proxy)
-                        for pt, pv, pu, pp in tr.pending:
+                        for _pt, pv, pu, pp in tr.pending:
                             _fold(ev, pv, pu, pp)
                         tr.pending.clear()
                         tr.active, tr.event, tr.below_since = True, ev, None

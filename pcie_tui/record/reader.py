@@ -66,7 +66,7 @@ class Recording:
 
 def parse_header(obj: object, path: Path) -> SessionHeader:
     if not isinstance(obj, dict) or obj.get("format") != FORMAT:
-        raise UserError(f"{path} is not a pcie-tui recording (first line has no \"format\": \"{FORMAT}\")")
+        raise UserError(f'{path} is not a pcie-tui recording (first line has no "format": "{FORMAT}")')
     if obj.get("version") not in SUPPORTED_VERSIONS:
         raise UserError(f"{path}: recording version {obj.get('version')!r} is not supported (this build reads 1)")
     return SessionHeader.from_json(obj)

@@ -1,0 +1,315 @@
+"""Command line: builds a source and hands it to an output (TUI, recorder, report)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, NoReturn
+
+from pcie_tui import __version__
+from pcie_tui.errors import UserError
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        # One line, not argparse's usage block.
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def _positive(kind: type = float) -> Callable[[str], Any]:
+    def conv(s: str) -> Any:
+        try:
+            v = kind(s)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a number: {s!r}") from None
+        if v <= 0:
+            raise argparse.ArgumentTypeError(f"must be > 0: {s!r}")
+        return v
+
+    return conv
+
+
+def _gpu_list(s: str) -> list[int]:
+    try:
+        return [int(x) for x in s.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected GPU indices like 0,1: {s!r}") from None
+
+
+def _add_live_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--interval", type=_positive(), default=0.1, metavar="S", help="seconds between ticks (default 0.1 = 10 Hz)"
+    )
+    p.add_argument(
+        "--gpus", type=_gpu_list, default=None, metavar="LIST", help="GPU indices to watch, e.g. 0,1 (default all)"
+    )
+    p.add_argument(
+        "--pid", type=_positive(int), default=None, help="attach to this engine process (vLLM or llama-server)"
+    )
+    p.add_argument("--url", default=None, help="attach to the engine serving at this URL, e.g. http://127.0.0.1:8000")
+    p.add_argument(
+        "--log", default=None, metavar="FILE", help="llama-server log file to parse per-request timings from"
+    )
+    p.add_argument("--no-engine", action="store_true", help="do not look for an inference engine; GPU only")
+    p.add_argument(
+        "--stacks", action="store_true", help="sample the engine's Python stacks with py-spy (needs ptrace rights)"
+    )
+
+
+# ---- sources -----------------------------------------------------------------
+
+
+def open_gpus(indices: list[int] | None) -> Any:
+    from pcie_tui.collect.nvml import NvmlCollector
+
+    return NvmlCollector(indices)
+
+
+def open_engine(args: argparse.Namespace, gpus: Any, interactive: bool) -> tuple[Any, str]:
+    """Attach to an engine per --pid/--url or discovery. Returns (poller or None, a status line)."""
+    if args.no_engine:
+        return None, "engine: not looked for (--no-engine)"
+    from pcie_tui.collect import process
+    from pcie_tui.collect.engine import EnginePoller
+
+    running = gpus.running_pids() if gpus is not None else {}
+    if args.pid is not None or args.url is not None:
+        client = process.attach(pid=args.pid, url=args.url, log_path=args.log, running_pids=running)
+    else:
+        found = process.discover()
+        if not found:
+            return None, "engine: no vLLM or llama-server process found; showing GPUs only"
+        cand = found[0] if len(found) == 1 else _pick(found, interactive)
+        client = process.attach(pid=cand.pid, url=cand.url, log_path=args.log, running_pids=running)
+    poller = EnginePoller(client, stacks=args.stacks)
+    poller.start()
+    d = poller.describe()
+    return poller, f"engine: attached to {d.get('kind')} pid {d.get('pid')} at {d.get('url')}"
+
+
+def _pick(found: Sequence[Any], interactive: bool) -> Any:
+    lines = [f"  [{i}] {c.kind} pid {c.pid} {c.url or '(no port yet)'}" for i, c in enumerate(found)]
+    if not interactive or not sys.stdin.isatty():
+        raise UserError(
+            "several engines are running; pick one with --pid or --url: " + "; ".join(x.strip() for x in lines)
+        )
+    print("Several inference engines are running:", file=sys.stderr)
+    print("\n".join(lines), file=sys.stderr)
+    while True:
+        ans = input(f"attach to which [0-{len(found) - 1}]? ").strip()
+        if ans.isdigit() and int(ans) < len(found):
+            return found[int(ans)]
+        print("  type one of the numbers in brackets", file=sys.stderr)
+
+
+def open_live(args: argparse.Namespace, interactive: bool) -> tuple[Any, str]:
+    from pcie_tui.collect.live import LiveSource
+
+    gpus = open_gpus(args.gpus)
+    try:
+        engine, status = open_engine(args, gpus, interactive)
+    except BaseException:
+        gpus.close()
+        raise
+    return LiveSource(gpus, engine, interval_s=args.interval), status
+
+
+class TeeSource:
+    """Wraps a source and writes every tick it yields to a recording."""
+
+    def __init__(self, source: Any, writer: Any) -> None:
+        self.source, self.writer = source, writer
+        self.header, self.live = source.header, source.live
+
+    def read(self) -> Any:
+        s = self.source.read()
+        if s is not None:
+            self.writer.write(s)
+            for ev in getattr(self.source, "drain_events", list)():
+                self.writer.write_event(ev.pop("event", "event"), ev.pop("t", s.t), **ev)
+        return s
+
+    def close(self) -> None:
+        try:
+            self.source.close()
+        finally:
+            self.writer.close()
+
+
+# ---- commands ----------------------------------------------------------------
+
+
+def _run_tui(source: Any, recorder_factory: Callable[[], Any] | None = None, status: str | None = None) -> int:
+    from pcie_tui.tui.app import make_app
+
+    app = make_app(source, recorder_factory=recorder_factory, status=status)
+    try:
+        app.run()
+    finally:
+        source.close()
+    return 0
+
+
+def cmd_watch(args: argparse.Namespace) -> int:
+    from pcie_tui.record.writer import RecordingWriter
+
+    source, status = open_live(args, interactive=True)
+    out_dir = Path(args.record_dir)
+
+    def recorder() -> RecordingWriter:
+        path = out_dir / time.strftime("pcie-tui-%Y%m%d-%H%M%S.jsonl.gz")
+        return RecordingWriter(path, source.header)
+
+    return _run_tui(source, recorder, status)
+
+
+def cmd_record(args: argparse.Namespace) -> int:
+    from pcie_tui.record.writer import RecordingWriter
+
+    if Path(args.out).is_dir():
+        raise UserError(f"--out {args.out} is a directory; give a file name such as session.jsonl.gz")
+    source, status = open_live(args, interactive=not args.headless)
+    try:
+        writer = RecordingWriter(args.out, source.header)
+    except BaseException:
+        source.close()
+        raise
+    tee = TeeSource(source, writer)
+    if not args.headless:
+        return _run_tui(tee, None, f"{status}; recording to {args.out}")
+    print(f"pcie-tui: {status}", file=sys.stderr)
+    print(f"pcie-tui: recording to {args.out} every {args.interval:g} s; Ctrl-C to stop", file=sys.stderr)
+    # SIGTERM ends the loop like Ctrl-C so the file is closed cleanly; every line is flushed anyway.
+    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+    end = time.monotonic() + args.duration if args.duration else None
+    n = 0
+    try:
+        while end is None or time.monotonic() < end:
+            if tee.read() is None:
+                break
+            n += 1
+    except KeyboardInterrupt:
+        pass
+    finally:
+        tee.close()
+    print(f"pcie-tui: wrote {n} ticks to {args.out}", file=sys.stderr)
+    return 0
+
+
+def _replay(path: str | Path, speed: float, loop: bool = False) -> int:
+    from pcie_tui.record.reader import read_recording
+    from pcie_tui.record.replay import ReplaySource
+
+    rec = read_recording(path)
+    source = ReplaySource(rec, speed=speed, loop=loop)
+    return _run_tui(source, None, f"replay of {path}")
+
+
+def cmd_replay(args: argparse.Namespace) -> int:
+    return _replay(args.file, args.speed, args.loop)
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from pcie_tui.record.reader import read_recording
+    from pcie_tui.report import build_report, render_text
+
+    rec = read_recording(args.file)
+    if not rec.samples:
+        raise UserError(f"{args.file} holds a header but no ticks")
+    report, _ = build_report(rec)
+    if args.json:
+        json.dump(report, sys.stdout, indent=1, allow_nan=False)
+        sys.stdout.write("\n")
+    else:
+        render_text(report, rec, Console())
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from pcie_tui import demos
+
+    if args.list:
+        for name, path in demos.available().items():
+            print(f"{name:20s} {demos.DESCRIPTIONS.get(name, path.name)}")
+        return 0
+    return _replay(demos.resolve(args.name), args.speed, loop=True)
+
+
+# ---- parser ------------------------------------------------------------------
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(
+        prog="pcie-tui",
+        description="Is the PCIe/NVLink link, GPU memory or compute the bottleneck of your LLM inference?",
+    )
+    p.add_argument("--version", action="version", version=f"pcie-tui {__version__}")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+
+    w = sub.add_parser("watch", help="live view of every GPU and the attached engine")
+    _add_live_options(w)
+    w.add_argument("--record-dir", default=".", metavar="DIR", help="where the r key writes recordings (default .)")
+    w.set_defaults(func=cmd_watch)
+
+    r = sub.add_parser("record", help="record a session to a file (JSON Lines; .gz compresses)")
+    r.add_argument("--out", required=True, metavar="FILE", help="recording to write, e.g. session.jsonl.gz")
+    r.add_argument("--duration", type=_positive(), default=None, metavar="S", help="stop after S seconds")
+    r.add_argument("--headless", action="store_true", help="no TUI: record until Ctrl-C, SIGTERM or --duration")
+    _add_live_options(r)
+    r.set_defaults(func=cmd_record)
+
+    rp = sub.add_parser("replay", help="replay a recording in the TUI")
+    rp.add_argument("file")
+    rp.add_argument("--speed", type=_positive(), default=1.0, metavar="X", help="playback speed (default 1)")
+    rp.add_argument("--loop", action="store_true", help="start again at the end")
+    rp.set_defaults(func=cmd_replay)
+
+    rep = sub.add_parser("report", help="summarise a recording: verdicts, events, use statistics")
+    rep.add_argument("file")
+    rep.add_argument("--json", action="store_true", help="machine-readable output")
+    rep.set_defaults(func=cmd_report)
+
+    d = sub.add_parser("demo", help="replay a bundled real session (no GPU needed)")
+    d.add_argument("name", nargs="?", default=None, help="which demo (see --list)")
+    d.add_argument("--list", action="store_true", help="list the bundled sessions")
+    d.add_argument("--speed", type=_positive(), default=1.0, metavar="X")
+    d.set_defaults(func=cmd_demo)
+
+    for register in _extra_commands():
+        register(sub)
+    return p
+
+
+def _extra_commands() -> list[Callable[[Any], None]]:
+    regs = []
+    try:
+        from pcie_tui.doctor.cli import register
+    except ImportError:
+        pass
+    else:
+        regs.append(register)
+    return regs
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    try:
+        return int(args.func(args) or 0)
+    except UserError as e:
+        print(f"pcie-tui: error: {e}", file=sys.stderr)
+        return e.exit_code
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        return 0

@@ -1,0 +1,97 @@
+"""``pcie-tui report``: what a recording says, as text or JSON."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from pcie_tui.analyze.session import SessionAnalyzer, analyze
+from pcie_tui.analyze.verdict import DEFAULT_THRESHOLDS, Thresholds
+from pcie_tui.record.reader import Recording
+
+
+def build_report(rec: Recording, thresholds: Thresholds = DEFAULT_THRESHOLDS) -> tuple[dict[str, Any], SessionAnalyzer]:
+    an = analyze(rec.header, rec.samples, thresholds)
+    out = an.summary()
+    out["file"] = str(rec.path)
+    out["host"] = rec.header.host
+    out["created"] = rec.header.created
+    out["engine_info"] = rec.header.engine
+    out["warnings"] = rec.warnings
+    out["gaps"] = [e for e in rec.events if e.get("event") == "engine_gap"]
+    return out, an
+
+
+def _pct(v: float | None) -> str:
+    return "n/a" if v is None else f"{v * 100:.0f} %"
+
+
+def _gbs(v: float | None) -> str:
+    return "n/a" if v is None else f"{v / 1e9:.1f} GB/s"
+
+
+def render_text(report: dict[str, Any], rec: Recording, console: Console) -> None:
+    h = rec.header
+    console.print(
+        f"[bold]{report['file']}[/]  host {report['host']}  created {report['created']}  "
+        f"{report['duration_s']:.1f} s, {report['ticks']} ticks"
+    )
+    for g in report["gpus"]:
+        info = h.gpu(g["index"])
+        link = ""
+        if info is not None and info.link.capacity_Bps:
+            link = f"PCIe Gen{info.link.gen} x{info.link.width} ({_gbs(info.link.capacity_Bps)} per direction, theoretical)"
+        console.print(f"\n[bold]GPU {g['index']}[/] {g['name'] or ''}  {link}")
+        t = Table("verdict", "time", "share", box=None)
+        total = sum(g["time_in_verdict_s"].values()) or 1.0
+        for v, secs in g["time_in_verdict_s"].items():
+            if secs > 0:
+                t.add_row(v, f"{secs:.1f} s", f"{secs / total * 100:.0f} %")
+        console.print(t)
+        st = Table("use", "peak", "median", "p95", box=None)
+        st.columns[0].no_wrap = True
+        st.add_row(
+            "link (% of ceiling)",
+            _pct(g["link_util"]["peak"]),
+            _pct(g["link_util"]["median"]),
+            _pct(g["link_util"]["p95"]),
+        )
+        st.add_row("link rate", _gbs(g["link_Bps"]["peak"]), _gbs(g["link_Bps"]["median"]), _gbs(g["link_Bps"]["p95"]))
+        st.add_row(
+            "DRAM (proxy: busy %)" if "proxy" in g["dram_basis"] else "DRAM bandwidth",
+            _pct(g["dram_util"]["peak"]),
+            _pct(g["dram_util"]["median"]),
+            _pct(g["dram_util"]["p95"]),
+        )
+        st.add_row("SM", _pct(g["sm_util"]["peak"]), _pct(g["sm_util"]["median"]), _pct(g["sm_util"]["p95"]))
+        console.print(st)
+        if g["phases"]:
+            pt = Table("phase", "ticks", "bound by (share of phase)", "link median", "DRAM median", box=None)
+            pt.columns[0].no_wrap = True
+            for p, ph in g["phases"].items():
+                shares = ", ".join(f"{v} {sh * 100:.0f}%" for v, sh in ph["verdict_share"].items() if sh > 0)
+                pt.add_row(p, str(ph["ticks"]), shares, _gbs(ph["link_Bps"]["median"]), _pct(ph["dram_util"]["median"]))
+            console.print(pt)
+        if g["events"]:
+            et = Table("saturated", "start", "dur", "peak", "mean", "dir", "phase", box=None)
+            et.columns[6].no_wrap = True
+            t0 = report["start"]
+            for e in g["events"]:
+                dur = (e["end"] - e["start"]) if e["end"] is not None else 0.0
+                peak = _pct(e["peak_util"])
+                if e["peak_Bps"] is not None:
+                    peak += f" ({_gbs(e['peak_Bps'])} {e['bus']})"
+                et.add_row(
+                    e["resource"] + (" (proxy)" if e["basis"] == "proxy" else ""),
+                    f"+{e['start'] - t0:.1f} s",
+                    f"{dur:.1f} s",
+                    peak,
+                    _pct(e["mean_util"]),
+                    e["direction"] or "",
+                    e["phase"] or "",
+                )
+            console.print(et)
+    for w in report["warnings"]:
+        console.print(f"[yellow]warning:[/] {w}")

@@ -1,0 +1,88 @@
+"""The command line as a user meets it: exit codes, one-line errors, report output."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).parent.parent
+
+
+def run(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "pcie_tui", *args], capture_output=True, text=True, cwd=cwd, timeout=120
+    )
+
+
+def assert_one_line_error(p: subprocess.CompletedProcess, needle: str) -> None:
+    assert p.returncode != 0
+    assert "Traceback" not in p.stderr
+    lines = [x for x in p.stderr.splitlines() if x.strip()]
+    assert len(lines) == 1, p.stderr
+    assert needle in lines[0]
+
+
+def test_report_json_contract(probe_recording_path):
+    p = run("report", str(probe_recording_path), "--json")
+    assert p.returncode == 0, p.stderr
+    rep = json.loads(p.stdout)
+    g = rep["gpus"][0]
+    assert g["index"] == 0
+    segs = g["verdicts"]
+    assert {s["saturated"] for s in segs} <= {"link", "memory", "compute", "none"}
+    first_t = json.loads(probe_recording_path.read_text().splitlines()[1])["t"]
+    assert segs[0]["start"] == first_t
+    assert segs[-1]["end"] == rep["end"]
+    assert any(s["saturated"] == "link" for s in segs)
+    assert g["link_Bps"]["peak"] > 55e9
+    assert 0.85 < g["dram_util"]["peak"] < 0.90  # GPM DRAM_BW_UTIL 87.8 % on the D2D copy
+
+
+def test_report_text_names_phases_and_events(probe_recording_path):
+    p = run("report", str(probe_recording_path))
+    assert p.returncode == 0, p.stderr
+    assert "h2d_pinned" in p.stdout and "link" in p.stdout and "GB/s" in p.stdout
+
+
+@pytest.mark.parametrize(
+    "args,needle",
+    [
+        (("report", "/no/such/file.jsonl"), "no such recording"),
+        (("report", "pyproject.toml"), "not a pcie-tui recording"),
+        (("replay", "pyproject.toml"), "not a pcie-tui recording"),
+        (("report",), "the following arguments are required"),
+        (("bogus",), "invalid choice"),
+        (("report", "x", "--frobnicate"), "unrecognized arguments"),
+        (("replay", "x", "--speed", "-2"), "must be > 0"),
+        (("watch", "--interval", "abc"), "not a number"),
+        (("demo", "nope"), "no demo named"),
+        (("record", "--out", "/"), "is a directory"),
+    ],
+)
+def test_bad_input_is_one_line_and_nonzero(args, needle):
+    assert_one_line_error(run(*args), needle)
+
+
+def test_truncated_recording_reports_with_warning(tmp_path, probe_recording_path):
+    data = probe_recording_path.read_bytes()
+    cut = tmp_path / "cut.jsonl"
+    cut.write_bytes(data[:-30])
+    p = run("report", str(cut), "--json")
+    assert p.returncode == 0
+    assert "truncated last line" in p.stderr and "Traceback" not in p.stderr
+
+
+def test_help_for_every_command():
+    for cmd in ("watch", "record", "replay", "report", "demo"):
+        p = run(cmd, "--help")
+        assert p.returncode == 0 and "usage:" in p.stdout
+
+
+def test_demo_list_names_bundled_sessions():
+    p = run("demo", "--list")
+    assert p.returncode == 0
+    assert "h200-probe" in p.stdout
