@@ -1,0 +1,329 @@
+"""Engine token timing over a sliding window and over a whole session.
+
+Pure functions over :class:`~pcie_tui.model.Sample` ticks; no I/O.
+
+Counters (prompt/generation tokens) become rates from deltas between ticks; a
+counter that goes down means the engine restarted, and the new value is the
+amount counted since the restart. Latencies come from the engine's cumulative
+histogram buckets (``engine.extra["hist"]``): bucket deltas over the window,
+then quantiles linearly interpolated within a bucket, the way Prometheus'
+``histogram_quantile`` does. That is an estimate bounded by the bucket edges,
+and the snapshot says so in ``quantile_method``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from pcie_tui.model import EngineSample, Sample
+
+QUANTILES = (("p50", 0.50), ("p95", 0.95), ("p99", 0.99))
+QUANTILE_METHOD = "interpolated within histogram buckets"
+# Histograms the snapshot reports, by their key in extra["hist"].
+LATENCIES = ("ttft_s", "itl_s", "prefill_s", "decode_s", "queue_s")
+SNAPSHOT_KEYS = (
+    "kind",
+    "up",
+    "phase",
+    "error",
+    "window_s",
+    "prompt_tokens_per_s",
+    "generation_tokens_per_s",
+    *LATENCIES,
+    "requests_running",
+    "requests_waiting",
+    "kv_cache_util",
+    "quantile_method",
+)
+
+Hist = dict[str, Any]  # {"le": [finite upper bounds], "cum": [cumulative counts], "count": n, "sum": s}
+
+
+# ---- counters -------------------------------------------------------------
+
+
+def counter_increase(prev: float | None, cur: float | None) -> float | None:
+    """Increase of a cumulative counter between two reads; a drop means a restart from zero."""
+    if prev is None or cur is None:
+        return None
+    return cur - prev if cur >= prev else cur
+
+
+def counter_total(values: Iterable[float | None]) -> float | None:
+    """Total increase over a series of reads of one counter, across restarts."""
+    total: float | None = None
+    prev: float | None = None
+    for v in values:
+        if v is None:
+            continue
+        if prev is not None:
+            inc = counter_increase(prev, v)
+            total = (total or 0.0) + (inc or 0.0)
+        prev = v
+    return total
+
+
+# ---- histograms -----------------------------------------------------------
+
+
+def hist_delta(old: Hist | None, new: Hist | None) -> Hist | None:
+    """Observations added between two reads of one cumulative histogram.
+
+    If the counts went down (engine restart) or the bucket layout changed, the
+    new histogram is what was observed since the restart.
+    """
+    if new is None:
+        return None
+    if old is None or old.get("le") != new.get("le"):
+        return new if old is not None else None
+    cum = [b - a for a, b in zip(old["cum"], new["cum"], strict=True)]
+    count = new["count"] - old["count"]
+    if count < 0 or any(c < 0 for c in cum):
+        return new
+    return {"le": new["le"], "cum": cum, "count": count, "sum": (new.get("sum") or 0.0) - (old.get("sum") or 0.0)}
+
+
+def hist_add(a: Hist | None, b: Hist | None) -> Hist | None:
+    """Sum of two delta histograms with the same buckets (else the later one)."""
+    if a is None:
+        return b
+    if b is None:
+        return a
+    if a["le"] != b["le"]:
+        return b
+    return {
+        "le": a["le"],
+        "cum": [x + y for x, y in zip(a["cum"], b["cum"], strict=True)],
+        "count": a["count"] + b["count"],
+        "sum": (a.get("sum") or 0.0) + (b.get("sum") or 0.0),
+    }
+
+
+def hist_quantile(q: float, le: Sequence[float], cum: Sequence[float], count: float) -> float | None:
+    """Quantile ``q`` of a cumulative histogram, linearly interpolated within its bucket.
+
+    ``le`` are the finite upper bounds, ascending; ``cum[i]`` the observations
+    <= ``le[i]``; ``count`` all observations (the +Inf bucket). A quantile in the
+    +Inf bucket returns the highest finite bound, as Prometheus does. The first
+    bucket is taken to start at 0 (latencies are never negative).
+    """
+    if count <= 0 or not le:
+        return None
+    rank = q * count
+    lower, below = 0.0, 0.0
+    for bound, c in zip(le, cum, strict=True):
+        if c >= rank and c > below:
+            return lower + (bound - lower) * (rank - below) / (c - below)
+        lower, below = bound, c
+    return float(le[-1])
+
+
+def hist_quantiles(h: Hist | None) -> dict[str, float | None] | None:
+    """p50/p95/p99 of a (delta) histogram, or None when it holds no observations."""
+    if h is None or not h.get("count"):
+        return None
+    return {name: hist_quantile(q, h["le"], h["cum"], h["count"]) for name, q in QUANTILES}
+
+
+def _hists(e: EngineSample | None) -> dict[str, Hist]:
+    if e is None:
+        return {}
+    h = e.extra.get("hist")
+    return h if isinstance(h, dict) else {}
+
+
+def hist_window(engines: Sequence[EngineSample], name: str) -> Hist | None:
+    """Observations of histogram ``name`` made between the first and last read, across restarts."""
+    total: Hist | None = None
+    prev: Hist | None = None
+    for e in engines:
+        cur = _hists(e).get(name)
+        if cur is None:
+            continue
+        if prev is not None:
+            total = hist_add(total, hist_delta(prev, cur))
+        prev = cur
+    return total
+
+
+# ---- sliding window -------------------------------------------------------
+
+
+class EngineStats:
+    """Token rates and latency quantiles of the attached engine over the last ``window_s``."""
+
+    def __init__(self, window_s: float = 10.0) -> None:
+        self.window_s = window_s
+        self._ticks: deque[tuple[float, EngineSample]] = deque()
+
+    def reset(self) -> None:
+        self._ticks.clear()
+
+    def feed(self, sample: Sample) -> None:
+        """Add one tick (ticks without an engine are ignored)."""
+        e = sample.engine
+        if e is None:
+            return
+        if self._ticks and sample.t < self._ticks[-1][0]:
+            self._ticks.clear()  # time went backwards: a replay seek
+        self._ticks.append((sample.t, e))
+        # Keep one tick at or before the window start as the base for deltas.
+        start = sample.t - self.window_s
+        while len(self._ticks) > 1 and self._ticks[1][0] <= start:
+            self._ticks.popleft()
+
+    def _rate(self, attr: str) -> float | None:
+        pts = [(t, getattr(e, attr)) for t, e in self._ticks if e.up and getattr(e, attr) is not None]
+        if len(pts) < 2 or pts[-1][0] <= pts[0][0]:
+            return None
+        inc = counter_total(v for _, v in pts)
+        return None if inc is None else inc / (pts[-1][0] - pts[0][0])
+
+    def snapshot(self) -> dict[str, Any]:
+        """Current figures; None wherever the engine does not expose one or no data yet."""
+        last = self._ticks[-1][1] if self._ticks else None
+        engines = [e for _, e in self._ticks if e.up]
+        out: dict[str, Any] = {
+            "kind": last.kind if last else None,
+            "up": last.up if last else False,
+            "phase": last.phase if last else None,
+            "error": last.error if last else None,
+            "window_s": self.window_s,
+            "prompt_tokens_per_s": self._rate("prompt_tokens_total"),
+            "generation_tokens_per_s": self._rate("generation_tokens_total"),
+        }
+        for name in LATENCIES:
+            out[name] = hist_quantiles(hist_window(engines, name))
+        up = last is not None and last.up
+        out["requests_running"] = last.requests_running if up and last else None
+        out["requests_waiting"] = last.requests_waiting if up and last else None
+        kv = last.extra.get("kv_cache_util") if up and last else None
+        out["kv_cache_util"] = kv if isinstance(kv, int | float) else None
+        out["quantile_method"] = QUANTILE_METHOD
+        return out
+
+
+# ---- whole session (report --json) ----------------------------------------
+
+
+def _up_span_s(ticks: Sequence[tuple[float, EngineSample]]) -> float:
+    """Seconds the engine was answering: sum of gaps between consecutive up ticks."""
+    span = 0.0
+    for (t0, a), (t1, b) in zip(ticks, ticks[1:], strict=False):
+        if a.up and b.up:
+            span += t1 - t0
+    return span
+
+
+def per_request_summary(requests: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
+    """Hook for engines that report per-request timings (llama.cpp log lines).
+
+    Each tick's ``engine.extra["requests"]`` lists the requests that finished
+    since the previous tick, each a dict with any of ``prompt_tokens``,
+    ``prompt_s``, ``generation_tokens``, ``generation_s``, ``ttft_s``. Returns
+    p50/p95/p99 of per-request prompt tokens/s, generation tokens/s, prompt
+    latency and TTFT (exact order statistics, not bucket estimates).
+    """
+    if not requests:
+        return None
+
+    def q3(vals: list[float]) -> dict[str, float] | None:
+        if not vals:
+            return None
+        v = sorted(vals)
+        return {name: _exact_quantile(v, q) for name, q in QUANTILES}
+
+    def rate(r: dict[str, Any], n: str, s: str) -> float | None:
+        tok, sec = r.get(n), r.get(s)
+        if isinstance(tok, int | float) and isinstance(sec, int | float) and sec > 0:
+            return tok / sec
+        return None
+
+    prompt_rates = [x for r in requests if (x := rate(r, "prompt_tokens", "prompt_s")) is not None]
+    gen_rates = [x for r in requests if (x := rate(r, "generation_tokens", "generation_s")) is not None]
+    prompt_s = [float(r["prompt_s"]) for r in requests if isinstance(r.get("prompt_s"), int | float)]
+    ttft = [float(r["ttft_s"]) for r in requests if isinstance(r.get("ttft_s"), int | float)]
+    return {
+        "n": len(requests),
+        "prompt_tokens_per_s": q3(prompt_rates),
+        "generation_tokens_per_s": q3(gen_rates),
+        "prompt_s": q3(prompt_s),
+        "ttft_s": q3(ttft),
+        "quantile_method": "exact over per-request timings",
+    }
+
+
+def _exact_quantile(v: list[float], q: float) -> float:
+    pos = q * (len(v) - 1)
+    lo = int(math.floor(pos))
+    hi = min(lo + 1, len(v) - 1)
+    return v[lo] + (v[hi] - v[lo]) * (pos - lo)
+
+
+def engine_report(samples: Iterable[Sample]) -> dict[str, Any] | None:
+    """The ``engine`` object of ``report --json``; None when no tick has an engine.
+
+    Rates are token-counter increases divided by the time the engine was up.
+    ``requests`` counts finished requests (the e2e-latency histogram's count
+    increase, else the engine's finished-request counter, else per-request
+    timings). Null wherever the engine does not expose a figure.
+    """
+    ticks = [(s.t, s.engine) for s in samples if s.engine is not None]
+    if not ticks:
+        return None
+    engines = [e for _, e in ticks]
+    up = [e for e in engines if e.up]
+    span = _up_span_s(ticks)
+
+    def rate(attr: str) -> float | None:
+        inc = counter_total(getattr(e, attr) for e in up)
+        return inc / span if inc is not None and span > 0 else None
+
+    per_request: list[dict[str, Any]] = []
+    for e in engines:
+        reqs = e.extra.get("requests")
+        if isinstance(reqs, list):
+            per_request.extend(r for r in reqs if isinstance(r, dict))
+
+    e2e = hist_window(up, "e2e_s")
+    finished = counter_total(
+        e.extra.get("requests_finished_total")
+        if isinstance(e.extra.get("requests_finished_total"), int | float)
+        else None
+        for e in up
+    )
+    requests: float | None = e2e["count"] if e2e is not None else finished
+    if requests is None and per_request:
+        requests = len(per_request)
+
+    phases: dict[str, dict[str, Any]] = {}
+    for i, (t, e) in enumerate(ticks):
+        ph = phases.setdefault(e.phase or "unknown", {"ticks": 0, "time_s": 0.0})
+        ph["ticks"] += 1
+        if i + 1 < len(ticks):
+            ph["time_s"] += ticks[i + 1][0] - t
+    total_t = sum(p["time_s"] for p in phases.values())
+    for ph in phases.values():
+        ph["share"] = ph["time_s"] / total_t if total_t > 0 else None
+
+    out: dict[str, Any] = {
+        "kind": engines[0].kind,
+        "requests": requests,
+        "up_s": span,
+        "prompt_tokens_per_s": rate("prompt_tokens_total"),
+        "generation_tokens_per_s": rate("generation_tokens_total"),
+        "prompt_tokens": counter_total(e.prompt_tokens_total for e in up),
+        "generation_tokens": counter_total(e.generation_tokens_total for e in up),
+        "ttft_s": hist_quantiles(hist_window(up, "ttft_s")),
+        "itl_s": hist_quantiles(hist_window(up, "itl_s")),
+        "prefill_s": hist_quantiles(hist_window(up, "prefill_s")),
+        "decode_s": hist_quantiles(hist_window(up, "decode_s")),
+        "queue_s": hist_quantiles(hist_window(up, "queue_s")),
+        "quantile_method": QUANTILE_METHOD,
+        "per_request": per_request_summary(per_request),
+        "phases": phases,
+    }
+    return out

@@ -1,0 +1,296 @@
+"""Engine poller: scrapes the attached engine in its own thread, never on the sampling path.
+
+The GPU sampler asks :meth:`EnginePoller.sample_for_tick` for the latest
+scrape, which returns at once. When the engine goes down the poller keeps
+trying; when its process died it looks for an engine of the same kind on the
+same port (a restart) and attaches to it, and it reports a gap as events for
+the recording.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import http.client
+import threading
+import time
+from collections.abc import Sequence
+from typing import Any
+from urllib.parse import urlsplit
+
+from pcie_tui.analyze.phases import LOADING_RX_Bps, PhaseTracker, engine_rx_Bps, tick_phase
+from pcie_tui.collect.engine_base import EngineClient
+from pcie_tui.errors import UserError
+from pcie_tui.model import EngineSample, GpuInfo, GpuSample
+
+MAX_BODY_BYTES = 16 << 20
+
+
+def normalize_url(url: str) -> str:
+    """``host:port`` or ``http://host:port/`` -> ``http://host:port``; UserError when unusable."""
+    u = url.strip()
+    if "://" not in u:
+        u = "http://" + u
+    parts = urlsplit(u)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise UserError(f"not an engine URL: {url!r} (expected e.g. http://127.0.0.1:8000)")
+    try:
+        parts.port  # noqa: B018 - raises ValueError on a bad port
+    except ValueError:
+        raise UserError(f"bad port in URL {url!r}") from None
+    return f"{parts.scheme}://{parts.netloc}{parts.path.rstrip('/')}"
+
+
+def http_get(url: str, timeout_s: float) -> tuple[int, bytes]:
+    """GET with a total deadline of about ``timeout_s`` (connect + headers + body); no proxies.
+
+    Raises OSError (TimeoutError, ConnectionRefusedError, ...) on failure.
+    """
+    parts = urlsplit(url)
+    deadline = time.monotonic() + timeout_s
+    cls = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
+    conn = cls(parts.hostname or "127.0.0.1", parts.port, timeout=timeout_s)
+    try:
+        path = parts.path or "/"
+        if parts.query:
+            path += "?" + parts.query
+        conn.request("GET", path, headers={"Accept": "*/*", "User-Agent": "pcie-tui"})
+        resp = conn.getresponse()
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError("timed out")
+            if conn.sock is not None:
+                conn.sock.settimeout(left)
+            chunk = resp.read1(65536) if hasattr(resp, "read1") else resp.read(65536)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+            if size > MAX_BODY_BYTES:
+                raise OSError("response too large")
+        return resp.status, b"".join(chunks)
+    except http.client.HTTPException as e:
+        raise OSError(f"bad HTTP response: {type(e).__name__}") from None
+    finally:
+        conn.close()
+
+
+def pid_alive(pid: int | None) -> bool | None:
+    """True/False for a pid, None when there is no pid to check."""
+    if pid is None:
+        return None
+    try:
+        import psutil
+
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except Exception:
+        return False
+
+
+class EnginePoller:
+    """Daemon thread scraping ``client`` every ``interval_s``; hands out the latest reading."""
+
+    def __init__(
+        self,
+        client: EngineClient,
+        interval_s: float = 0.5,
+        stacks: bool = False,
+        rediscover: bool = True,
+        loading_rx_Bps: float = LOADING_RX_Bps,
+        reattach_every_s: float = 2.0,
+    ) -> None:
+        self.client = client
+        self.interval_s = interval_s
+        self.rediscover = rediscover
+        self.loading_rx_Bps = loading_rx_Bps
+        self.reattach_every_s = reattach_every_s
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._desc: dict[str, Any] | None = None
+        self._latest: tuple[float, EngineSample, str | None, bool | None] | None = None
+        self._events: list[dict[str, Any]] = []
+        self._phases = PhaseTracker()
+        self._up: bool | None = None
+        self._down_since: float | None = None
+        self._down_reason: str | None = None
+        self._served = False  # this engine process answered at least once
+        self._restarted = False
+        self._last_reattach_try = 0.0
+        self.scrapes = 0
+        self.stacks = None
+        if stacks:
+            from pcie_tui.collect.stacks import StackSampler
+
+            self.stacks = StackSampler(lambda: getattr(self.client, "pid", None))
+
+    # ---- lifecycle ------------------------------------------------------
+
+    def start(self) -> None:
+        if self._thread is not None:
+            return
+        self._thread = threading.Thread(target=self._run, name="pcie-tui-engine", daemon=True)
+        self._thread.start()
+        if self.stacks is not None:
+            self.stacks.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self.stacks is not None:
+            self.stacks.stop()
+        if self._thread is not None:
+            self._thread.join(timeout=2.0)
+
+    def describe(self) -> dict[str, Any]:
+        """Static facts for the recording header (cached; refreshed after a reattach)."""
+        with self._lock:
+            d = self._desc
+        if d is None:
+            d = dict(self.client.describe())
+            d["poll_interval_s"] = self.interval_s
+            with self._lock:
+                self._desc = d
+        return dict(d)
+
+    def update_gpus(self, running_pids: dict[int, list[int]]) -> list[int]:
+        """Recompute which GPUs the engine's process tree holds (NVML running pids per GPU)."""
+        from pcie_tui.collect.process import gpus_for_tree, process_tree
+
+        pid = getattr(self.client, "pid", None)
+        gpus = gpus_for_tree(running_pids, process_tree(pid)) if pid is not None else []
+        info = getattr(self.client, "info", None)
+        if isinstance(info, dict):
+            info["gpus"] = gpus
+        with self._lock:
+            if self._desc is not None:
+                self._desc["gpus"] = gpus
+        return gpus
+
+    # ---- the thread -----------------------------------------------------
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            t0 = time.monotonic()
+            self.poll_once()
+            self._stop.wait(max(0.0, self.interval_s - (time.monotonic() - t0)))
+
+    def poll_once(self) -> EngineSample:
+        """One scrape and its bookkeeping (the thread calls this; tests may too)."""
+        t = time.time()
+        try:
+            s = self.client.read()
+        except Exception as e:  # a client must not raise, but a bug must not kill the thread
+            s = EngineSample(kind=self.client.kind, up=False, error=f"{type(e).__name__}: {e}"[:160])
+        pid = getattr(self.client, "pid", None)
+        alive = pid_alive(pid)
+        self.scrapes += 1
+        events: list[dict[str, Any]] = []
+        if s.up:
+            reset = self._phases.would_reset(s)
+            if self._up is False:
+                events.append(
+                    {
+                        "event": "engine_gap",
+                        "t": t,
+                        "start": self._down_since,
+                        "end": t,
+                        "duration_s": t - self._down_since if self._down_since is not None else None,
+                        "reason": self._down_reason,
+                        "restarted": bool(reset or self._restarted),
+                        "pid": pid,
+                    }
+                )
+            elif reset:
+                events.append({"event": "engine_restart", "t": t, "pid": pid, "reason": "counters went down"})
+            self._up, self._down_since, self._down_reason, self._restarted = True, None, None, False
+            self._served = True
+            cphase = self._phases.update(s)
+        else:
+            if self._up is not False:
+                self._down_since, self._down_reason = t, s.error
+                if self._up is True:
+                    events.append({"event": "engine_down", "t": t, "reason": s.error, "pid": pid, "pid_alive": alive})
+            self._up = False
+            cphase = None
+            if alive is False and self.rediscover and self._maybe_reattach(t, events):
+                alive = pid_alive(getattr(self.client, "pid", None))
+        with self._lock:
+            self._latest = (t, s, cphase, alive)
+            self._events.extend(events)
+        return s
+
+    def _maybe_reattach(self, t: float, events: list[dict[str, Any]]) -> bool:
+        """The process died: attach to an engine of the same kind on the same port, if one runs."""
+        now = time.monotonic()
+        if now - self._last_reattach_try < self.reattach_every_s:
+            return False
+        self._last_reattach_try = now
+        from pcie_tui.collect import process
+
+        try:
+            found = [c for c in process.discover() if c.kind == self.client.kind]
+        except Exception:
+            return False
+        old_url = getattr(self.client, "url", None)
+        old_port = urlsplit(old_url).port if old_url else None
+        pick = next((c for c in found if c.url and urlsplit(c.url).port == old_port), None)
+        if pick is None and old_url is None and len(found) == 1:
+            pick = found[0]
+        if pick is None:
+            return False
+        old_pid = getattr(self.client, "pid", None)
+        try:
+            new_client = process.client_for(pick)
+        except UserError:
+            return False
+        self.client = new_client
+        self._served = False
+        self._restarted = True
+        self._phases = PhaseTracker()
+        with self._lock:
+            self._desc = None
+        # Describe here, in the poller thread: it may do HTTP, which the sampling path must never wait on.
+        d = self.describe()
+        events.append(
+            {"event": "engine_reattach", "t": t, "old_pid": old_pid, "new_pid": pick.pid, "url": pick.url, "engine": d}
+        )
+        return True
+
+    # ---- consumers (any thread) ----------------------------------------
+
+    def latest(self) -> EngineSample | None:
+        with self._lock:
+            return self._latest[1] if self._latest else None
+
+    def sample_for_tick(
+        self, t: float, gpu_samples: Sequence[GpuSample], gpu_infos: Sequence[GpuInfo] = ()
+    ) -> EngineSample | None:
+        """The latest scrape with this tick's phase filled in; returns at once."""
+        with self._lock:
+            latest = self._latest
+            desc = self._desc
+        if latest is None:
+            return None
+        t_read, s, cphase, alive = latest
+        stale_after = max(3 * self.interval_s, 2.0)
+        if t - t_read > stale_after and s.up:
+            s = dataclasses.replace(s, up=False, error=f"no reading for {t - t_read:.1f} s")
+        gpus = desc.get("gpus") if desc else None
+        rx = engine_rx_Bps(gpu_samples, gpus)
+        phase = tick_phase(s, cphase, alive=alive, served=self._served, rx_Bps=rx, loading_rx_Bps=self.loading_rx_Bps)
+        extra = s.extra
+        if self.stacks is not None:
+            st = self.stacks.summary()
+            if st is not None:
+                extra = {**extra, "stacks": st}
+        return dataclasses.replace(s, phase=phase, extra=extra)
+
+    def drain_events(self) -> list[dict[str, Any]]:
+        """Events since the last call: engine_down, engine_gap, engine_restart, engine_reattach, stacks notes."""
+        with self._lock:
+            ev, self._events = self._events, []
+        if self.stacks is not None:
+            ev.extend(self.stacks.drain_events())
+        return ev

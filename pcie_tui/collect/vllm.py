@@ -1,0 +1,228 @@
+"""vLLM client: scrapes ``/metrics`` (Prometheus text) into EngineSamples.
+
+Parsing goes through prometheus-client's parser. Metric names of vLLM 0.32
+and the older ones (``time_per_output_token``, ``gpu_cache_usage_perc``) are
+both accepted. Histograms are kept as cumulative buckets in
+``extra["hist"]`` so recordings can recompute quantiles later. Nothing here
+reads or records prompt or completion text.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from pcie_tui.collect.engine import http_get, normalize_url
+from pcie_tui.model import EngineSample
+
+# Our name -> vLLM sample names, newest first.
+COUNTERS = {
+    "prompt_tokens_total": ("vllm:prompt_tokens_total",),
+    "generation_tokens_total": ("vllm:generation_tokens_total",),
+    "requests_finished_total": ("vllm:request_success_total",),
+    "preemptions_total": ("vllm:num_preemptions_total",),
+}
+GAUGES = {
+    "requests_running": ("vllm:num_requests_running",),
+    "requests_waiting": ("vllm:num_requests_waiting",),
+    # A fraction 0..1 despite "perc" in the name (vLLM's help text: 1 means 100 percent).
+    "kv_cache_util": ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc", "vllm:cpu_cache_usage_perc"),
+}
+HISTOGRAMS = {
+    "ttft_s": ("vllm:time_to_first_token_seconds",),
+    "itl_s": ("vllm:inter_token_latency_seconds", "vllm:time_per_output_token_seconds"),
+    "prefill_s": ("vllm:request_prefill_time_seconds",),
+    "decode_s": ("vllm:request_decode_time_seconds",),
+    "queue_s": ("vllm:request_queue_time_seconds",),
+    "e2e_s": ("vllm:e2e_request_latency_seconds",),
+}
+
+_VERSION_RES = (
+    re.compile(r"Initializing a V\d LLM engine \(v([^)\s]+)\)"),
+    re.compile(r"vLLM API server version ([0-9][^\s,]*)"),
+)
+
+
+def parse_vllm_metrics(text: str) -> dict[str, Any]:
+    """Prometheus text -> {counters, gauges, hist}; sums over label sets (engines, finish reasons).
+
+    Raises ValueError when the text is not Prometheus exposition or holds no vLLM metric.
+    """
+    sums: dict[str, float] = {}
+    buckets: dict[str, dict[float, float]] = {}
+    for fam in text_string_to_metric_families(text):
+        for s in fam.samples:
+            if not s.name.startswith("vllm:"):
+                continue
+            if s.name.endswith("_bucket") and "le" in s.labels:
+                le = float(s.labels["le"])
+                b = buckets.setdefault(s.name[: -len("_bucket")], {})
+                b[le] = b.get(le, 0.0) + float(s.value)
+            else:
+                sums[s.name] = sums.get(s.name, 0.0) + float(s.value)
+    if not sums and not buckets:
+        raise ValueError("no vllm: metrics in the response")
+
+    def first(names: tuple[str, ...]) -> float | None:
+        for n in names:
+            if n in sums:
+                return sums[n]
+        return None
+
+    hist: dict[str, dict[str, Any]] = {}
+    for key, names in HISTOGRAMS.items():
+        for n in names:
+            hb = buckets.get(n)
+            if not hb:
+                continue
+            b = hb
+            les = sorted(b)
+            finite = [le for le in les if le != float("inf")]
+            count = sums.get(n + "_count", b.get(float("inf"), max(b.values())))
+            hist[key] = {
+                "le": finite,
+                "cum": [b[le] for le in finite],
+                "count": count,
+                "sum": sums.get(n + "_sum"),
+            }
+            break
+    return {
+        "counters": {k: first(v) for k, v in COUNTERS.items()},
+        "gauges": {k: first(v) for k, v in GAUGES.items()},
+        "hist": hist,
+    }
+
+
+def version_from_log(path: str | Path, max_bytes: int = 1 << 20) -> str | None:
+    """vLLM version from its startup log line, reading at most the first ``max_bytes``."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(max_bytes).decode("utf-8", "replace")
+    except OSError:
+        return None
+    for rx in _VERSION_RES:
+        m = rx.search(head)
+        if m:
+            return m.group(1)
+    return None
+
+
+def _stdout_log(pid: int | None) -> str | None:
+    """The file the process writes its stdout/stderr to, when that is a regular file."""
+    if pid is None:
+        return None
+    for fd in (2, 1):
+        try:
+            target = Path(f"/proc/{pid}/fd/{fd}").resolve(strict=True)
+        except OSError:
+            continue
+        if target.is_file():
+            return str(target)
+    return None
+
+
+class VllmClient:
+    """One vLLM API server. ``read`` never raises and never takes longer than about ``timeout_s``."""
+
+    kind = "vllm"
+
+    def __init__(
+        self,
+        url: str,
+        pid: int | None = None,
+        timeout_s: float = 0.3,
+        info: dict[str, Any] | None = None,
+    ) -> None:
+        self.url = normalize_url(url)
+        self.pid = pid
+        self.timeout_s = timeout_s
+        # Static facts from discovery (cmdline, layout, tree pids, gpus, version).
+        self.info: dict[str, Any] = dict(info or {})
+        self._model: str | None = None
+        self._version: str | None = self.info.get("version")
+
+    def _get_json(self, path: str) -> Any:
+        status, body = http_get(self.url + path, self.timeout_s)
+        if status != 200:
+            return None
+        try:
+            return json.loads(body)
+        except ValueError:
+            return None
+
+    def describe(self) -> dict[str, Any]:
+        """Header facts: kind, url, pid, cmdline, layout, version, model, gpus, tree_pids."""
+        if self._version is None:
+            try:
+                v = self._get_json("/version")
+                if isinstance(v, dict) and isinstance(v.get("version"), str):
+                    self._version = v["version"]
+            except OSError:
+                pass
+            if self._version is None:
+                log = _stdout_log(self.pid)
+                self._version = version_from_log(log) if log else None
+        if self._model is None:
+            try:
+                m = self._get_json("/v1/models")
+                if isinstance(m, dict) and m.get("data"):
+                    self._model = str(m["data"][0].get("id"))
+            except (OSError, AttributeError, IndexError, TypeError):
+                pass
+        return {
+            "kind": self.kind,
+            "url": self.url,
+            "pid": self.pid,
+            "cmdline": self.info.get("cmdline"),
+            "layout": self.info.get("layout"),
+            "version": self._version,
+            "model": self._model,
+            "gpus": self.info.get("gpus"),
+            "tree_pids": self.info.get("tree_pids"),
+            "metrics_url": self.url + "/metrics",
+        }
+
+    def read(self) -> EngineSample:
+        """One /metrics scrape -> EngineSample (phase left for the poller)."""
+        try:
+            status, body = http_get(self.url + "/metrics", self.timeout_s)
+        except OSError as e:
+            return EngineSample(kind=self.kind, up=False, error=_reason(e))
+        if status != 200:
+            return EngineSample(kind=self.kind, up=False, error=f"/metrics answered HTTP {status}")
+        try:
+            m = parse_vllm_metrics(body.decode("utf-8", "replace"))
+        except ValueError as e:
+            return EngineSample(kind=self.kind, up=False, error=f"/metrics unreadable: {str(e)[:120]}")
+        c, g = m["counters"], m["gauges"]
+        extra: dict[str, Any] = {"hist": m["hist"]}
+        for k in ("kv_cache_util",):
+            if g.get(k) is not None:
+                extra[k] = g[k]
+        for k in ("requests_finished_total", "preemptions_total"):
+            if c.get(k) is not None:
+                extra[k] = c[k]
+        return EngineSample(
+            kind=self.kind,
+            up=True,
+            prompt_tokens_total=c["prompt_tokens_total"],
+            generation_tokens_total=c["generation_tokens_total"],
+            requests_running=g["requests_running"],
+            requests_waiting=g["requests_waiting"],
+            extra=extra,
+        )
+
+
+def _reason(e: BaseException) -> str:
+    """Short human reason for a failed request."""
+    inner = getattr(e, "reason", None)
+    text = str(inner if inner is not None else e)
+    if "timed out" in text or isinstance(inner, TimeoutError) or isinstance(e, TimeoutError):
+        return "timed out"
+    if "Connection refused" in text:
+        return "connection refused"
+    return text[:120] or type(e).__name__
