@@ -1,0 +1,388 @@
+"""The pcie-tui Textual app: build it with :func:`make_app` from any Source.
+
+One thread worker reads the source, feeds the analysis (:class:`ViewModel`)
+and posts at most ten :class:`FrameReady` messages a second; the UI thread
+only renders frames. Replay seeks are reconciled in the worker too.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from rich.text import Text
+from textual import work
+from textual.app import App, ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, VerticalScroll
+from textual.message import Message
+from textual.widgets import Footer, Static
+from textual.worker import get_current_worker
+
+from pcie_tui.analyze.verdict import Thresholds
+from pcie_tui.tui.screens import SourcesScreen
+from pcie_tui.tui.state import HISTORY_TICKS, Frame, ViewModel
+from pcie_tui.tui.widgets import EventsPane, GpuPanel, engine_lines, header_text, position_text
+
+# Frames to the UI at most this often (10 Hz); a little slack so 10 Hz ticks are not halved by jitter.
+FRAME_MIN_INTERVAL_S = 0.095
+SEEK_STEP_S = 5.0
+WIDE_AT_COLUMNS = 120
+TALL_AT_ROWS = 40
+REPLAY_ACTIONS = {"seek", "seek_home", "seek_end", "speed"}
+
+
+class FrameReady(Message):
+    """A new frame from the worker thread."""
+
+    def __init__(self, frame: Frame) -> None:
+        super().__init__()
+        self.frame = frame
+
+
+class SourceFailed(Message):
+    def __init__(self, error: str) -> None:
+        super().__init__()
+        self.error = error
+
+
+class RecordingFailed(Message):
+    def __init__(self, error: str) -> None:
+        super().__init__()
+        self.error = error
+
+
+class PcieTuiApp(App[None]):
+    """Live or replayed PCIe / NVLink / DRAM monitor with a saturation verdict per GPU."""
+
+    CSS_PATH = "app.tcss"
+    ENABLE_COMMAND_PALETTE = False
+    BINDINGS = [
+        Binding("q", "quit", "quit"),
+        Binding("space", "toggle_pause", "pause"),
+        Binding("r", "toggle_record", "record"),
+        Binding("left", "seek(-5)", "-5 s"),
+        Binding("right", "seek(5)", "+5 s"),
+        Binding("minus", "speed(0.5)", "slower"),
+        Binding("plus,equals_sign", "speed(2)", "faster", key_display="+"),
+        Binding("home", "seek_home", "start", show=False),
+        Binding("end", "seek_end", "end", show=False),
+        Binding("question_mark,i", "sources", "sources", key_display="?"),
+        Binding("up", "scroll_gpus(-1)", show=False),
+        Binding("down", "scroll_gpus(1)", show=False),
+        Binding("pageup", "scroll_gpus(-10)", show=False),
+        Binding("pagedown", "scroll_gpus(10)", show=False),
+    ]
+
+    def __init__(
+        self,
+        source: Any,
+        *,
+        recorder_factory: Callable[[], Any] | None = None,
+        thresholds: Thresholds | None = None,
+        title: str | None = None,
+        status: str | None = None,
+    ) -> None:
+        super().__init__()
+        self.status = status
+        self.source = source
+        self.live = bool(source.live)
+        self.recorder_factory = recorder_factory
+        self.model = ViewModel(source.header, thresholds)
+        self.title = title or "pcie-tui"
+        self.frame: Frame | None = None
+        self.display_paused = False
+        self.failure: str | None = None
+        self.recorder: Any = None
+        self.recorded_ticks = 0
+        self._model_lock = threading.Lock()
+        self._rec_lock = threading.Lock()
+        self._stop = threading.Event()
+        self._wake = threading.Event()
+        self._drained = threading.Event()  # the reader thread has returned
+        self._panels: dict[int, GpuPanel] = {}
+
+    # ---- layout -------------------------------------------------------------
+
+    def compose(self) -> ComposeResult:
+        with Horizontal(id="header"):
+            yield Static(header_text(self.source.header, self._source_label(), self.title), id="title")
+            yield Static("", id="rec")
+        with VerticalScroll(id="gpus") as gpus:
+            gpus.can_focus = False
+            for info in self.source.header.gpus:
+                panel = GpuPanel(info.index, HISTORY_TICKS)
+                self._panels[info.index] = panel
+                yield panel
+        engine = Static(Text("no engine attached", style="dim"), id="engine")
+        engine.border_title = "engine"
+        yield engine
+        yield EventsPane()
+        yield Static("", id="position")
+        yield Footer()
+
+    def _source_label(self) -> str:
+        if self.status:
+            return self.status
+        if self.live:
+            return "live"
+        rec = getattr(self.source, "recording", None)
+        path = getattr(rec, "path", None)
+        return f"replay {Path(path).name}" if path is not None else "replay"
+
+    def on_mount(self) -> None:
+        self._apply_size(self.size.width, self.size.height)
+        self._show_recording_state()
+        self.query_one("#position", Static).update(position_text(None, self.live, self.size.width, False, None))
+        self._pump()
+
+    def on_resize(self, event: Any) -> None:
+        self._apply_size(event.size.width, event.size.height)
+
+    def _apply_size(self, width: int, height: int) -> None:
+        wide, tall = width >= WIDE_AT_COLUMNS, height >= TALL_AT_ROWS
+        self.screen.set_class(wide, "-wide")
+        self.screen.set_class(tall, "-tall")
+        for p in self._panels.values():
+            p.wide = wide
+        if self.frame is not None:
+            self._render(self.frame)
+
+    # ---- the worker ---------------------------------------------------------
+
+    @work(thread=True, exclusive=True, group="source", name="source reader")
+    def _pump(self) -> None:
+        """Read ticks, analyse them, hand frames to the UI at <= 10 Hz."""
+        worker = get_current_worker()
+        src = self.source
+        last_post = 0.0
+        try:
+            if not self.live:
+                with self._model_lock:
+                    self.model.sync_replay(src, None)
+                    self._post_frame()
+                last_post = time.monotonic()
+            while not worker.is_cancelled and not self._stop.is_set():
+                try:
+                    s = src.read()
+                except Exception as e:  # a collector failing must not take the screen down
+                    self.post_message(SourceFailed(str(e) or type(e).__name__))
+                    return
+                if self._stop.is_set():
+                    return
+                if s is None:
+                    if self.live:
+                        with self._model_lock:
+                            self._post_frame(ended=True)
+                        return
+                    with self._model_lock:
+                        self.model.sync_replay(src, None)
+                        self._post_frame()
+                    self._wait_for_seek()
+                    continue
+                self._record(s)
+                with self._model_lock:
+                    if self.live:
+                        self.model.feed(s)
+                        jumped = False
+                    else:
+                        jumped = self.model.sync_replay(src, s)
+                    now = time.monotonic()
+                    if jumped or now - last_post >= FRAME_MIN_INTERVAL_S:
+                        self._post_frame()
+                        last_post = now
+        finally:
+            self._drained.set()
+
+    def _wait_for_seek(self) -> None:
+        """At the end of a replay: idle until the user seeks back (or quits)."""
+        gen = self.source.generation
+        while not self._stop.is_set() and self.source.generation == gen:
+            self._wake.wait(0.2)
+            self._wake.clear()
+
+    def _post_frame(self, ended: bool = False) -> None:
+        """Build a frame (caller holds the model lock) and hand it to the UI."""
+        replay = None if self.live else self.model.replay_view(self.source)
+        self.post_message(FrameReady(self.model.frame(replay, ended=ended)))
+
+    @work(thread=True, exclusive=True, group="resync", name="replay resync")
+    def _resync(self) -> None:
+        """After a control key: catch the analysis up with the replay and post a frame."""
+        with self._model_lock:
+            self.model.sync_replay(self.source, None)
+            self._post_frame()
+
+    def _record(self, s: Any) -> None:
+        with self._rec_lock:
+            rec = self.recorder
+            if rec is None:
+                return
+            try:
+                rec.write(s)
+                self.recorded_ticks += 1
+                # Engine gap markers etc. go into the recording as non-tick lines.
+                drain = getattr(self.source, "drain_events", None)
+                write_event = getattr(rec, "write_event", None)
+                if drain is not None and write_event is not None:
+                    for ev in drain():
+                        ev = dict(ev)
+                        write_event(ev.pop("event", "event"), ev.pop("t", s.t), **ev)
+            except Exception as e:
+                self.recorder = None
+                self.post_message(RecordingFailed(str(e) or type(e).__name__))
+                with contextlib.suppress(Exception):
+                    rec.close()
+
+    # ---- messages from the worker ---------------------------------------------
+
+    def on_frame_ready(self, message: FrameReady) -> None:
+        f = message.frame
+        if self.frame is not None and f.seq <= self.frame.seq:
+            return  # two workers may post; never go back to an older frame
+        self.frame = f
+        if not self.display_paused:
+            self._render(f)
+
+    def on_source_failed(self, message: SourceFailed) -> None:
+        self.failure = message.error
+        self.notify(f"source failed: {message.error}", severity="error")
+        self._render_position()
+
+    def on_recording_failed(self, message: RecordingFailed) -> None:
+        self.notify(f"recording stopped: {message.error}", severity="error")
+        self._show_recording_state()
+
+    # ---- rendering ------------------------------------------------------------
+
+    def _render(self, f: Frame) -> None:
+        with self.batch_update():
+            for g in f.gpus:
+                panel = self._panels.get(g.index)
+                if panel is None:
+                    panel = self._panels[g.index] = GpuPanel(g.index, HISTORY_TICKS)
+                    panel.wide = self.screen.has_class("-wide")
+                    self.query_one("#gpus", VerticalScroll).mount(panel)
+                    continue  # filled on the next frame, once composed
+                panel.show(g, f)
+            self.query_one("#engine", Static).update(engine_lines(f, self.screen.has_class("-wide")))
+            self.query_one(EventsPane).show(f.events, f.events_total)
+            self._render_position()
+            self._show_recording_state()
+
+    def _render_position(self) -> None:
+        bar = self.query_one("#position", Static)
+        bar.update(
+            position_text(self.frame, self.live, bar.size.width or self.size.width, self.display_paused, self.failure)
+        )
+
+    def _show_recording_state(self) -> None:
+        rec = self.query_one("#rec", Static)
+        if not self.live:
+            rec.update(Text("replay · not recording", style="dim"))
+        elif self.recorder is not None:
+            rec.update(Text(f"● REC {self.recorder.path} · {self.recorded_ticks} ticks", style="bold red"))
+        elif self.recorder_factory is None:
+            rec.update(Text("not recording (no recorder)", style="dim"))
+        else:
+            rec.update(Text("not recording · r to record", style="dim"))
+
+    # ---- actions -----------------------------------------------------------------
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action in REPLAY_ACTIONS and self.live:
+            return False
+        return not (action == "toggle_record" and (not self.live or self.recorder_factory is None))
+
+    def action_toggle_pause(self) -> None:
+        if self.live:
+            self.display_paused = not self.display_paused
+            if not self.display_paused and self.frame is not None:
+                self._render(self.frame)
+            else:
+                self._render_position()
+            return
+        self.source.set_paused(not self.source.paused)
+        self._resync()
+
+    def action_seek(self, delta_s: float) -> None:
+        self.source.seek(float(delta_s))
+        self._after_seek()
+
+    def action_seek_home(self) -> None:
+        self.source.seek_to_index(0)
+        self._after_seek()
+
+    def action_seek_end(self) -> None:
+        self.source.seek_to_index(len(self.source.samples) - 1)
+        self._after_seek()
+
+    def _after_seek(self) -> None:
+        self._wake.set()
+        self._resync()
+
+    def action_speed(self, factor: float) -> None:
+        self.source.set_speed(self.source.speed * float(factor))
+        self._resync()
+
+    def action_toggle_record(self) -> None:
+        if not self.live or self.recorder_factory is None:
+            self.notify("recording needs a live source and a recorder", severity="warning")
+            return
+        with self._rec_lock:
+            rec = self.recorder
+            if rec is None:
+                try:
+                    self.recorder = self.recorder_factory()
+                    self.recorded_ticks = 0
+                except Exception as e:
+                    self.notify(f"cannot record: {e}", severity="error")
+            else:
+                self.recorder = None
+                rec.close()
+                self.notify(f"recording saved: {rec.path} ({self.recorded_ticks} ticks)")
+        self._show_recording_state()
+
+    def action_sources(self) -> None:
+        if isinstance(self.screen, SourcesScreen):
+            self.pop_screen()
+        else:
+            self.push_screen(SourcesScreen(self.source.header))
+
+    def action_scroll_gpus(self, lines: int) -> None:
+        self.query_one("#gpus", VerticalScroll).scroll_relative(y=int(lines), animate=False)
+
+    # ---- shutdown ------------------------------------------------------------------
+
+    def on_unmount(self) -> None:
+        self._stop.set()
+        self._wake.set()
+        if not self.live:
+            # Unblocks a paused replay's read(); a live source is closed by its worker
+            # after its current read, so a collector is never closed mid-read.
+            self.source.close()
+        with self._rec_lock:
+            if self.recorder is not None:
+                self.recorder.close()
+                self.recorder = None
+
+
+def make_app(
+    source: Any,
+    *,
+    recorder_factory: Callable[[], Any] | None = None,
+    thresholds: Thresholds | None = None,
+    title: str | None = None,
+    status: str | None = None,
+) -> PcieTuiApp:
+    """The app for ``source`` (a live collector or a ReplaySource); the CLI and tests both use this.
+
+    ``status`` is a line saying what is attached (shown in the header). The
+    caller keeps ownership of ``source`` and closes it after ``run()``; the
+    app only closes a replay early, to wake a paused ``read()`` at exit.
+    """
+    return PcieTuiApp(source, recorder_factory=recorder_factory, thresholds=thresholds, title=title, status=status)

@@ -1,0 +1,383 @@
+"""What the screen shows, built off the UI thread.
+
+The worker thread feeds every Sample into :class:`ViewModel` (which runs the
+:class:`SessionAnalyzer`), and at most ten times a second asks it for a
+:class:`Frame`: an immutable snapshot that the UI thread only renders. No
+Textual here, so the model can be tested and timed on its own.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from pcie_tui.analyze.session import SessionAnalyzer, sample_phase
+from pcie_tui.analyze.verdict import DEFAULT_THRESHOLDS, Event, Thresholds, Utilisation, pcie_ceiling_Bps
+from pcie_tui.model import GpuInfo, GpuSample, Sample, SessionHeader
+
+# Ticks of history kept per GPU for the sparklines (30 s at 10 Hz).
+HISTORY_TICKS = 300
+# Events shown in the pane (newest); the analyzer keeps them all.
+MAX_EVENTS_SHOWN = 200
+# A tick whose GPM window came back empty shows the previous DRAM reading for this long, then n/a.
+DRAM_HOLD_S = 0.5
+
+
+def _engine_stats_class() -> Any:
+    """The engine statistics class, if that module is installed in this build."""
+    try:
+        from pcie_tui.analyze.engine import EngineStats
+    except ImportError:
+        return None
+    return EngineStats
+
+
+@dataclass(frozen=True, slots=True)
+class EventView:
+    """A frozen copy of one saturation event (the analyzer's Event mutates)."""
+
+    key: str
+    gpu: int
+    resource: str
+    start_s: float  # since the session's first tick
+    end_s: float | None  # None while open
+    peak_util: float
+    mean_util: float
+    proxy: bool
+    bus: str | None
+    direction: str | None
+    peak_Bps: float | None
+    phase: str | None
+
+    @classmethod
+    def of(cls, ev: Event, t0: float) -> EventView:
+        return cls(
+            key=f"{ev.gpu}/{ev.resource}/{ev.start!r}",
+            gpu=ev.gpu,
+            resource=ev.resource,
+            start_s=ev.start - t0,
+            end_s=None if ev.end is None else ev.end - t0,
+            peak_util=ev.peak_util,
+            mean_util=ev.mean_util,
+            proxy=ev.proxy,
+            bus=ev.bus,
+            direction=ev.direction_label,
+            peak_Bps=ev.peak_Bps,
+            phase=ev.phase,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class GpuView:
+    """One GPU at the moment of the frame, plus its recent history."""
+
+    index: int
+    info: GpuInfo | None
+    sample: GpuSample | None
+    util: Utilisation | None
+    verdict: str  # link | memory | compute | none
+    ceiling_Bps: float | None
+    ceiling_kind: str  # measured | theoretical
+    # Highest reading since the previous frame (ticks can outpace renders).
+    peak_tx_Bps: float | None
+    peak_rx_Bps: float | None
+    open_events: tuple[EventView, ...]
+    has_nvlink: bool
+    # History: absolute index of the first tick, then one entry per tick.
+    hist_start: int
+    hist_tx: tuple[float | None, ...]
+    hist_rx: tuple[float | None, ...]
+    hist_nvlink: tuple[float | None, ...]  # max of both directions
+    hist_mem: tuple[float | None, ...]  # per memory_basis: DRAM_BW_UTIL or the memory-busy proxy
+    hist_phase: tuple[str | None, ...]
+    hist_span_s: float
+    # "gpm": true DRAM bandwidth; "proxy": only NVML's memory-busy duty cycle; None: neither.
+    memory_basis: str | None = None
+    mem_util: float | None = None  # the figure to show for memory_basis
+
+    @property
+    def memory_proxy(self) -> bool:
+        return self.memory_basis == "proxy"
+
+
+@dataclass(frozen=True, slots=True)
+class ReplayView:
+    position: int  # index of the next tick
+    total: int
+    speed: float
+    paused: bool
+    start_t: float
+    end_t: float
+    current_t: float
+
+
+@dataclass(frozen=True, slots=True)
+class Frame:
+    """Everything one render needs; built in the worker thread."""
+
+    seq: int
+    ticks: int  # ticks analysed so far
+    t: float | None  # unix time of the latest tick
+    t_rel: float | None  # seconds since the first tick
+    phase: str | None
+    gpus: tuple[GpuView, ...]
+    events: tuple[EventView, ...]  # newest last
+    events_total: int
+    engine: Any  # EngineSample | None (latest tick's)
+    engine_stats: dict[str, Any] | None
+    engine_stats_available: bool
+    replay: ReplayView | None
+    ended: bool = False
+
+
+class _GpuHistory:
+    __slots__ = (
+        "tx",
+        "rx",
+        "nvl",
+        "dram",
+        "busy",
+        "phase",
+        "t",
+        "peak_tx",
+        "peak_rx",
+        "sample",
+        "nvlink_seen",
+        "dram_seen",
+        "last_dram",
+        "last_dram_t",
+        "t_now",
+    )
+
+    def __init__(self, n: int) -> None:
+        self.tx: deque[float | None] = deque(maxlen=n)
+        self.rx: deque[float | None] = deque(maxlen=n)
+        self.nvl: deque[float | None] = deque(maxlen=n)
+        self.dram: deque[float | None] = deque(maxlen=n)
+        self.busy: deque[float | None] = deque(maxlen=n)
+        self.phase: deque[str | None] = deque(maxlen=n)
+        self.t: deque[float] = deque(maxlen=n)
+        self.peak_tx: float | None = None
+        self.peak_rx: float | None = None
+        self.sample: GpuSample | None = None
+        self.nvlink_seen = False
+        self.dram_seen = False
+        self.last_dram: float | None = None
+        self.last_dram_t = 0.0
+        self.t_now = 0.0
+
+
+def _max(a: float | None, b: float | None) -> float | None:
+    if a is None:
+        return b
+    return a if b is None or a >= b else b
+
+
+class ViewModel:
+    """Analysis state for the screen; fed in time order by one thread at a time."""
+
+    def __init__(
+        self, header: SessionHeader, thresholds: Thresholds | None = None, history_ticks: int = HISTORY_TICKS
+    ) -> None:
+        self.header = header
+        self.thresholds = thresholds or DEFAULT_THRESHOLDS
+        self.history_ticks = history_ticks
+        self._stats_cls = _engine_stats_class()
+        self.seq = 0
+        self.generation = 0  # the replay generation this state belongs to
+        self.reset()
+
+    def reset(self) -> None:
+        self.analyzer = SessionAnalyzer(self.header, self.thresholds, keep_series=False)
+        self.hist: dict[int, _GpuHistory] = {}
+        self.n = 0  # ticks fed = replay index of the next tick
+        self.last: Sample | None = None
+        self.phase: str | None = None
+        self.engine_stats = self._new_engine_stats()
+
+    def _new_engine_stats(self) -> Any:
+        return self._stats_cls(window_s=10.0) if self._stats_cls is not None else None
+
+    def feed(self, s: Sample, *, history: bool = True) -> None:
+        """One tick: verdicts and events, history, engine statistics."""
+        self.analyzer.feed(s)
+        self.n += 1
+        self.last = s
+        self.phase = sample_phase(s)
+        if self.engine_stats is not None and s.engine is not None:
+            self.engine_stats.feed(s)
+        if history:
+            self._remember(s)
+
+    def _remember(self, s: Sample) -> None:
+        for g in s.gpus:
+            h = self.hist.get(g.index)
+            if h is None:
+                h = self.hist[g.index] = _GpuHistory(self.history_ticks)
+            nvl = _max(g.nvlink_tx_Bps, g.nvlink_rx_Bps)
+            h.tx.append(g.pcie_tx_Bps)
+            h.rx.append(g.pcie_rx_Bps)
+            h.nvl.append(nvl)
+            h.dram.append(g.dram_bw_util)
+            h.busy.append(g.mem_busy)
+            if g.dram_bw_util is not None:
+                h.dram_seen = True
+                h.last_dram, h.last_dram_t = g.dram_bw_util, s.t
+            h.t_now = s.t
+            h.phase.append(self.phase)
+            h.t.append(s.t)
+            h.peak_tx = _max(h.peak_tx, g.pcie_tx_Bps)
+            h.peak_rx = _max(h.peak_rx, g.pcie_rx_Bps)
+            h.sample = g
+            h.nvlink_seen = h.nvlink_seen or nvl is not None
+
+    def rebuild(self, samples: Sequence[Sample], upto: int) -> None:
+        """State as if ``samples[0:upto]`` had been fed (after a seek backwards)."""
+        self.reset()
+        self.advance(samples, upto)
+
+    def advance(self, samples: Sequence[Sample], upto: int) -> None:
+        """Feed ``samples[self.n:upto]`` (a seek forwards analyses what it skips)."""
+        upto = max(0, min(upto, len(samples)))
+        if upto <= self.n:
+            return
+        hist_from = max(self.n, upto - self.history_ticks)
+        stats_from = upto
+        if self.engine_stats is not None:
+            t_end = samples[upto - 1].t
+            stats_from = upto - 1
+            # Counters need the tick before the window too.
+            while stats_from > self.n and samples[stats_from - 1].t >= t_end - self.engine_stats_window_s() - 1.0:
+                stats_from -= 1
+        feed = self.analyzer.feed
+        for i in range(self.n, upto):
+            s = samples[i]
+            if i >= hist_from or i >= stats_from:
+                self.n = i
+                self.feed(s, history=i >= hist_from)
+            else:
+                feed(s)
+        self.n = upto
+        for h in self.hist.values():
+            h.peak_tx = h.peak_rx = None
+
+    def sync_replay(self, src: Any, s: Sample | None) -> bool:
+        """Bring the model to a replay source's position; True if it jumped (seek or loop).
+
+        ``s`` is the tick ``src.read()`` just returned (None when only resyncing).
+        A seek may land before or after that read, so which one it was is told
+        by whether ``s`` is the tick just before the new position.
+        """
+        samples = src.samples
+        while True:
+            gen = src.generation
+            pos = src.position
+            if src.generation == gen:
+                break
+        if gen == self.generation and s is not None and self.n < len(samples) and samples[self.n] is s:
+            self.feed(s)
+            return False
+        if gen == self.generation and s is None and pos == self.n:
+            return False
+        fed = s is not None and 0 < pos <= len(samples) and samples[pos - 1] is s
+        target = pos - 1 if fed else pos
+        if target < self.n:
+            self.rebuild(samples, target)
+        else:
+            self.advance(samples, target)
+        self.generation = gen
+        if fed:
+            assert s is not None
+            self.feed(s)
+        return True
+
+    def replay_view(self, src: Any) -> ReplayView:
+        samples = src.samples
+        i = min(max(self.n - 1, 0), len(samples) - 1)
+        return ReplayView(
+            position=self.n,
+            total=len(samples),
+            speed=float(src.speed),
+            paused=bool(src.paused),
+            start_t=samples[0].t,
+            end_t=samples[-1].t,
+            current_t=samples[i].t,
+        )
+
+    def engine_stats_window_s(self) -> float:
+        return float(getattr(self.engine_stats, "window_s", 10.0))
+
+    # ---- frames -----------------------------------------------------------
+
+    def frame(self, replay: ReplayView | None = None, ended: bool = False) -> Frame:
+        """Snapshot for the UI; resets the between-frames peaks."""
+        self.seq += 1
+        an = self.analyzer
+        t0 = an.t0
+        events = an.events[-MAX_EVENTS_SHOWN:]
+        ev_views = tuple(EventView.of(e, t0) for e in events) if t0 is not None else ()
+        gpus = []
+        indices = sorted(set(self.hist) | {g.index for g in self.header.gpus})
+        for idx in indices:
+            gpus.append(self._gpu_view(idx, ev_views))
+        engine = self.last.engine if self.last is not None else None
+        stats = None
+        if self.engine_stats is not None and engine is not None:
+            stats = self.engine_stats.snapshot()
+        return Frame(
+            seq=self.seq,
+            ticks=self.n,
+            t=self.last.t if self.last is not None else None,
+            t_rel=(self.last.t - t0) if self.last is not None and t0 is not None else None,
+            phase=self.phase,
+            gpus=tuple(gpus),
+            events=ev_views,
+            events_total=len(an.events),
+            engine=engine,
+            engine_stats=stats,
+            engine_stats_available=self._stats_cls is not None,
+            replay=replay,
+            ended=ended,
+        )
+
+    def _gpu_view(self, idx: int, events: tuple[EventView, ...]) -> GpuView:
+        info = self.header.gpu(idx)
+        h = self.hist.get(idx) or _GpuHistory(1)
+        tracker = self.analyzer.trackers.get(idx)
+        ceiling, kind = pcie_ceiling_Bps(info, h.sample)
+        # Same rule as the verdict: a GPU with GPM never switches to the duty-cycle proxy.
+        basis: str | None = None
+        mem_util: float | None = None
+        if h.dram_seen or (info is not None and info.metrics_source == "gpm"):
+            basis = "gpm"
+            if h.last_dram is not None and h.t_now - h.last_dram_t <= DRAM_HOLD_S:
+                mem_util = h.last_dram
+        elif any(v is not None for v in h.busy):
+            basis = "proxy"
+            mem_util = h.sample.mem_busy if h.sample is not None else None
+        view = GpuView(
+            index=idx,
+            info=info,
+            sample=h.sample,
+            util=tracker.last_util if tracker is not None else None,
+            verdict=tracker.verdict if tracker is not None else "none",
+            ceiling_Bps=ceiling,
+            ceiling_kind=kind,
+            peak_tx_Bps=h.peak_tx,
+            peak_rx_Bps=h.peak_rx,
+            open_events=tuple(e for e in events if e.gpu == idx and e.end_s is None),
+            has_nvlink=h.nvlink_seen or bool(info is not None and info.nvlink_capacity_Bps),
+            hist_start=self.n - len(h.tx),
+            hist_tx=tuple(h.tx),
+            hist_rx=tuple(h.rx),
+            hist_nvlink=tuple(h.nvl),
+            hist_mem=tuple(h.busy if basis == "proxy" else h.dram),
+            hist_phase=tuple(h.phase),
+            hist_span_s=(h.t[-1] - h.t[0]) if len(h.t) > 1 else 0.0,
+            memory_basis=basis,
+            mem_util=mem_util,
+        )
+        h.peak_tx = h.peak_rx = None
+        return view

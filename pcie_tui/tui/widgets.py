@@ -1,0 +1,368 @@
+"""Widgets that render Frames. They never read a source; they only draw what they are given."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.containers import Horizontal, Vertical
+from textual.widget import Widget
+from textual.widgets import DataTable, Static
+
+from pcie_tui.model import SessionHeader
+from pcie_tui.tui import fmt, spark
+from pcie_tui.tui.state import EventView, Frame, GpuView
+
+DIRECTION_WORDS = {"rx": "RX (into GPU)", "tx": "TX (out of GPU)", "both": "TX+RX"}
+BUS_WORDS = {"pcie": "PCIe", "nvlink": "NVLink"}
+
+
+class Spark(Widget):
+    """A sparkline of one figure's history, shaded by phase; fills its size."""
+
+    COMPONENT_CLASSES = {"spark--bar", "spark--hot", "spark--missing"}
+    DEFAULT_CSS = """
+    Spark { height: 1; width: 1fr; min-width: 8; }
+    Spark > .spark--bar { color: $success; }
+    Spark > .spark--hot { color: $error; }
+    Spark > .spark--missing { color: $text-muted; }
+    """
+
+    def __init__(self, *, hot_at: float | None = None, id: str | None = None, classes: str | None = None) -> None:
+        super().__init__(id=id, classes=classes)
+        self.hot_at = hot_at
+        self.values: Sequence[float | None] = ()
+        self.phases: Sequence[str | None] = ()
+        self.start = 0
+        self.scale: float | None = None
+        self.history_ticks = 1
+
+    def show(
+        self,
+        values: Sequence[float | None],
+        phases: Sequence[str | None],
+        start: int,
+        scale: float | None,
+        history_ticks: int,
+    ) -> None:
+        self.values, self.phases, self.start, self.scale = values, phases, start, scale
+        self.history_ticks = history_ticks
+        self.refresh()
+
+    def render(self) -> Text:
+        bar = self.get_component_rich_style("spark--bar", partial=True)
+        hot = self.get_component_rich_style("spark--hot", partial=True)
+        missing = self.get_component_rich_style("spark--missing", partial=True)
+        return spark.render(
+            self.values,
+            self.phases,
+            self.start,
+            width=self.size.width,
+            height=self.size.height,
+            scale=self.scale,
+            history_ticks=self.history_ticks,
+            bar_style=bar,
+            hot_style=hot,
+            missing_style=missing,
+            hot_at=self.hot_at,
+        )
+
+
+class MetricRow(Horizontal):
+    """A label with the current figure, and its sparkline."""
+
+    DEFAULT_CSS = """
+    MetricRow { height: auto; }
+    MetricRow > .metric-label { width: 46; height: 1; text-wrap: nowrap; text-overflow: ellipsis; }
+    """
+
+    def __init__(self, *, hot_at: float | None = None, id: str | None = None, classes: str | None = None) -> None:
+        super().__init__(id=id, classes=classes)
+        self.label = Static("", classes="metric-label")
+        self.spark = Spark(hot_at=hot_at)
+
+    def compose(self) -> ComposeResult:
+        yield self.label
+        yield self.spark
+
+
+def badge(g: GpuView, phase: str | None) -> tuple[str, str]:
+    """(text, css class) of the verdict badge."""
+    u = g.util
+    if g.verdict == "link":
+        ev = next((e for e in g.open_events if e.resource == "link"), None)
+        bus = BUS_WORDS.get((u.link_bus if u else None) or (ev.bus if ev else "") or "", "link")
+        # The direction carrying the most traffic now; the event says if both did.
+        direction = (u.link_dir if u else None) or (ev.direction if ev else None)
+        dirs = DIRECTION_WORDS.get(direction or "", "")
+        if ev is not None and ev.direction == "both":
+            dirs += " (both in this event)"
+        now = fmt.pct(u.link) if u else fmt.NA
+        text = f" LINK SATURATED · {bus} {dirs} {now} · phase {phase or fmt.NA} "
+        return text, "-link"
+    if g.verdict == "memory":
+        now = fmt.pct(g.mem_util)
+        if g.memory_proxy:
+            return f" MEMORY BUSY {now} (duty-cycle proxy) · phase {phase or fmt.NA} ", "-memory"
+        return f" DRAM BANDWIDTH SATURATED {now} · phase {phase or fmt.NA} ", "-memory"
+    if g.verdict == "compute":
+        now = fmt.pct(u.compute) if u else fmt.NA
+        return f" COMPUTE SATURATED · SM {now} · phase {phase or fmt.NA} ", "-compute"
+    if g.sample is None:
+        return " waiting for the first reading ", "-none"
+    return f" no resource saturated · phase {phase or fmt.NA} ", "-none"
+
+
+def link_title(g: GpuView) -> str:
+    """The panel's header line: link state now (and max), capacity per direction."""
+    info = g.info
+    name = info.name if info else "?"
+    s = g.sample
+    gen = s.link_gen if s and s.link_gen is not None else (info.link.gen if info else None)
+    width = s.link_width if s and s.link_width is not None else (info.link.width if info else None)
+    cur = fmt.link(gen, width)
+    mx = fmt.link(info.link.max_gen, info.link.max_width) if info else "n/a"
+    down = ""
+    if info and info.link.max_gen and gen and (gen < info.link.max_gen or (width or 0) < (info.link.max_width or 0)):
+        down = " [b $warning]trained down[/]"
+    cap = f"{fmt.gbps(g.ceiling_Bps)}/dir {'measured' if g.ceiling_kind == 'measured' else 'theor.'}"
+    nvl = ""
+    if info and info.nvlink_capacity_Bps:
+        nvl = f" · NVLink x{info.nvlink_count or '?'} {fmt.gbps(info.nvlink_capacity_Bps)}/dir"
+    return f"GPU {g.index} · {name} · PCIe {cur} (max {mx}){down} · {cap}{nvl}"
+
+
+class GpuPanel(Vertical):
+    """One GPU: verdict badge, link TX/RX vs ceiling, DRAM, SM, memory, power."""
+
+    def __init__(self, index: int, history_ticks: int) -> None:
+        super().__init__(id=f"gpu-{index}", classes="gpu-panel")
+        self.index = index
+        self.history_ticks = history_ticks
+        self.wide = False
+        self.badge = Static("", classes="badge")
+        self.phase_now = Static("", classes="phase-now")
+        self.tx = MetricRow(hot_at=0.70, classes="row-tx")
+        self.rx = MetricRow(hot_at=0.70, classes="row-rx")
+        self.nvlink = MetricRow(hot_at=0.70, classes="row-nvlink")
+        self.mem = MetricRow(hot_at=0.70, classes="row-mem")
+        self.misc = Static("", classes="misc")
+        self.legend = Static("", classes="legend")
+
+    def compose(self) -> ComposeResult:
+        with Horizontal(classes="badge-row"):
+            yield self.badge
+            yield self.phase_now
+        yield self.tx
+        yield self.rx
+        yield self.nvlink
+        yield self.mem
+        yield self.misc
+        yield self.legend
+
+    def show(self, g: GpuView, frame: Frame) -> None:
+        self.border_title = link_title(g)
+        text, cls = badge(g, frame.phase)
+        self.badge.update(text)
+        for c in ("-link", "-memory", "-compute", "-none"):
+            self.badge.set_class(c == cls, c)
+            self.set_class(c == cls, c)
+        self.phase_now.update("")
+        s = g.sample
+        ceil = g.ceiling_Bps
+        kind = "meas." if g.ceiling_kind == "measured" else "theor."
+        for row, name, value, hist in (
+            (self.tx, "PCIe TX", s.pcie_tx_Bps if s else None, g.hist_tx),
+            (self.rx, "PCIe RX", s.pcie_rx_Bps if s else None, g.hist_rx),
+        ):
+            share = fmt.pct(value / ceil) if value is not None and ceil else fmt.NA
+            label = f"{name:<8}{fmt.rate(value):>10} {share:>5} of {fmt.gbps(ceil)} {kind}"
+            if self.wide:
+                label += f"  max {fmt.rate(max((v for v in hist if v is not None), default=None))}"
+            row.label.update(label)
+            row.spark.show(hist, g.hist_phase, g.hist_start, ceil, self.history_ticks)
+        self.nvlink.display = g.has_nvlink
+        if g.has_nvlink:
+            nvl_ceil = g.info.nvlink_capacity_Bps if g.info else None
+            tx = s.nvlink_tx_Bps if s else None
+            rx = s.nvlink_rx_Bps if s else None
+            top = max((v for v in (tx, rx) if v is not None), default=None)
+            share = fmt.pct(top / nvl_ceil) if top is not None and nvl_ceil else fmt.NA
+            self.nvlink.label.update(
+                f"{'NVLink':<8}{fmt.rate(top):>10} {share:>5} of {fmt.gbps(nvl_ceil)} (TX {fmt.rate(tx)}, RX {fmt.rate(rx)})"
+            )
+            self.nvlink.spark.show(g.hist_nvlink, g.hist_phase, g.hist_start, nvl_ceil, self.history_ticks)
+        if g.memory_basis == "proxy":
+            mem_label = f"mem busy {fmt.pct(g.mem_util):>9} (duty-cycle proxy)"
+        elif g.memory_basis == "gpm":
+            mem_label = f"{'DRAM BW':<8}{fmt.pct(g.mem_util):>10} of peak bandwidth (GPM)"
+        else:
+            mem_label = f"{'DRAM BW':<8}{fmt.NA:>10} (no DRAM or memory-busy reading)"
+        self.mem.label.update(mem_label)
+        self.mem.spark.show(g.hist_mem, g.hist_phase, g.hist_start, 1.0, self.history_ticks)
+        total = g.info.memory_total_bytes if g.info else None
+        self.misc.update(
+            f"SM {fmt.pct(s.sm_util if s else None)} · mem used {fmt.gib(s.mem_used_bytes if s else None)}"
+            f" of {fmt.gib(total)} · power {fmt.watts(s.power_W if s else None)}"
+        )
+        legend = Text(f"history {g.hist_span_s:.1f} s, newest right;", style="dim")
+        legend.append_text(spark.legend(g.hist_phase))
+        self.legend.update(legend)
+
+
+def _event_cells(e: EventView) -> tuple[str, ...]:
+    if e.resource == "link":
+        res = f"link ({BUS_WORDS.get(e.bus or '', '?')})"
+        peak = f"{fmt.rate(e.peak_Bps)} {fmt.pct(e.peak_util)}"
+    else:
+        res = (
+            "memory (proxy)"
+            if e.resource == "memory" and e.proxy
+            else "DRAM BW"
+            if e.resource == "memory"
+            else e.resource
+        )
+        peak = fmt.pct(e.peak_util)
+    return (
+        fmt.offset(e.start_s),
+        "open" if e.end_s is None else fmt.offset(e.end_s),
+        str(e.gpu),
+        res,
+        (e.direction or "-").upper() if e.resource == "link" else "-",
+        peak,
+        fmt.pct(e.mean_util),
+        e.phase or fmt.NA,
+    )
+
+
+EVENT_COLUMNS = (
+    ("start", "start"),
+    ("end", "end"),
+    ("gpu", "GPU"),
+    ("res", "resource"),
+    ("dir", "dir"),
+    ("peak", "peak"),
+    ("mean", "mean"),
+    ("phase", "phase"),
+)
+
+
+class EventsPane(Vertical):
+    """Saturation events, newest first; rows updated in place by key."""
+
+    def __init__(self) -> None:
+        super().__init__(id="events")
+        self.table: DataTable[str] = DataTable(cursor_type="none", zebra_stripes=False, show_cursor=False)
+        self.table.can_focus = False
+        self._order: tuple[str, ...] = ()
+        self._cells: dict[str, tuple[str, ...]] = {}
+
+    def compose(self) -> ComposeResult:
+        yield self.table
+
+    def on_mount(self) -> None:
+        for key, label in EVENT_COLUMNS:
+            self.table.add_column(label, key=key)
+        self.border_title = "saturation events: none yet"
+
+    def show(self, events: Sequence[EventView], total: int) -> None:
+        opened = sum(1 for e in events if e.end_s is None)
+        self.border_title = f"saturation events: {total} ({opened} open)" if total else "saturation events: none yet"
+        order = tuple(e.key for e in reversed(events))
+        cells = {e.key: _event_cells(e) for e in events}
+        t = self.table
+        if order != self._order:
+            t.clear()
+            for key in order:
+                t.add_row(*cells[key], key=key)
+        else:
+            for key in order:
+                old = self._cells.get(key)
+                new = cells[key]
+                if old != new:
+                    for (col, _), a, b in zip(EVENT_COLUMNS, old or (), new, strict=False):
+                        if a != b:
+                            t.update_cell(key, col, b)
+        self._order, self._cells = order, cells
+
+
+def engine_lines(frame: Frame, wide: bool) -> Text:
+    eng = frame.engine
+    if eng is None:
+        return Text("no engine attached", style="dim")
+    out = Text()
+    state = "up" if eng.up else "DOWN"
+    stats = frame.engine_stats or {}
+    out.append(f"{eng.kind or '?'} {state}", style="bold" if eng.up else "bold red")
+    out.append(f" · phase {eng.phase or fmt.NA}")
+    running = stats.get("requests_running", eng.requests_running)
+    waiting = stats.get("requests_waiting", eng.requests_waiting)
+    out.append(f" · running {fmt.count(running, 'req')} · waiting {fmt.count(waiting, 'req')}")
+    if frame.engine_stats is not None:
+        out.append(f" · KV cache {fmt.pct(stats.get('kv_cache_util'))}")
+        out.append(f" · prompt {fmt.tokens_per_s(stats.get('prompt_tokens_per_s'))}")
+        out.append(f" · gen {fmt.tokens_per_s(stats.get('generation_tokens_per_s'))}")
+    err = stats.get("error") or eng.error
+    if err:
+        out.append(f" · error: {err}", style="red")
+    out.append("\n")
+    if frame.engine_stats is None:
+        why = "engine statistics module not in this build" if not frame.engine_stats_available else "no statistics yet"
+        out.append(f"token timing n/a ({why})", style="dim")
+        return out
+    keys = ("ttft_s", "itl_s", "prefill_s", "decode_s", "queue_s") if wide else ("ttft_s", "itl_s")
+    names = {"ttft_s": "TTFT", "itl_s": "ITL", "prefill_s": "prefill", "decode_s": "decode", "queue_s": "queue"}
+    parts = []
+    for k in keys:
+        q = stats.get(k)
+        if q is None:
+            parts.append(f"{names[k]} n/a")
+        else:
+            parts.append(
+                f"{names[k]} p50 {fmt.seconds(q.get('p50'))} p95 {fmt.seconds(q.get('p95'))} p99 {fmt.seconds(q.get('p99'))}"
+            )
+    out.append(" · ".join(parts))
+    window = stats.get("window_s")
+    method = stats.get("quantile_method")
+    note = ", ".join(x for x in (f"last {window:g} s" if window else "", method or "") if x)
+    if note:
+        out.append(f"  ({note})", style="dim")
+    return out
+
+
+def header_text(header: SessionHeader, source_label: str, title: str) -> Text:
+    out = Text()
+    out.append(title, style="bold")
+    out.append(f" · {source_label}")
+    if header.host:
+        out.append(f" · host {header.host}")
+    return out
+
+
+def position_text(frame: Frame | None, live: bool, width: int, display_paused: bool, failure: str | None) -> Text:
+    if failure:
+        return Text(f"source failed: {failure}", style="bold red")
+    if frame is None:
+        return Text("waiting for the first tick…", style="dim")
+    if frame.replay is None:
+        out = Text()
+        out.append("● LIVE" if not frame.ended else "■ source ended", style="bold")
+        out.append(f" · {frame.ticks} ticks · {fmt.offset(frame.t_rel)}")
+        if display_paused:
+            out.append(" · display paused (still collecting)", style="bold yellow")
+        return out
+    r = frame.replay
+    icon = "■ end" if r.position >= r.total else "⏸ paused" if r.paused else "▶ playing"
+    pos = r.current_t - r.start_t
+    dur = r.end_t - r.start_t
+    head = f"{icon} {r.speed:g}x · {pos:6.2f} s / {dur:.2f} s · "
+    tail = f" · tick {r.position}/{r.total}"
+    bar_w = max(0, width - len(head) - len(tail))
+    frac = 0.0 if dur <= 0 else min(1.0, pos / dur)
+    done = round(frac * bar_w)
+    out = Text(head, style="bold" if not r.paused else "bold yellow")
+    out.append("━" * done, style="cyan")
+    out.append("─" * (bar_w - done), style="grey35")
+    out.append(tail)
+    return out
