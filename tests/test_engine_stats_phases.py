@@ -1,0 +1,95 @@
+"""Phase classification per tick and the per-phase verdict lines."""
+
+from __future__ import annotations
+
+import pytest
+
+from pcie_tui.analyze.phases import PhaseTracker, counter_phase, engine_rx_Bps, phase_line, phase_verdicts, tick_phase
+from pcie_tui.analyze.session import analyze
+from pcie_tui.model import EngineSample, GpuSample, Sample
+from pcie_tui.record.reader import read_recording
+
+
+def e(p=None, g=None, up=True, running=0.0):
+    return EngineSample(kind="vllm", up=up, prompt_tokens_total=p, generation_tokens_total=g, requests_running=running)
+
+
+@pytest.mark.parametrize(
+    "prev, cur, want",
+    [
+        (e(10, 5), e(50, 5), "prefill"),
+        (e(10, 5), e(10, 9), "decode"),
+        (e(10, 5), e(50, 9), "mixed"),
+        (e(10, 5), e(10, 5), "idle"),
+        (e(10, 5), e(10, 5, running=2.0), "prefill"),  # running but no counter moved: inside a long prefill
+        (None, e(10, 5), None),
+    ],
+)
+def test_counter_phase(prev, cur, want):
+    assert counter_phase(prev, cur) == want
+
+
+def test_tracker_ignores_the_delta_across_a_restart():
+    tr = PhaseTracker()
+    assert tr.update(e(100, 100)) is None
+    assert tr.update(e(120, 100)) == "prefill"
+    assert tr.would_reset(e(5, 3))
+    assert tr.update(e(5, 3)) is None  # counters went down: no delta, not "idle"
+    assert tr.update(e(5, 9)) == "decode"
+
+
+def test_tick_phase_rules():
+    down = e(up=False)
+    assert tick_phase(down, None, alive=False, served=False, rx_Bps=None) == "down"
+    assert tick_phase(down, None, alive=True, served=False, rx_Bps=None) == "loading"  # started, not serving yet
+    assert tick_phase(down, None, alive=True, served=True, rx_Bps=None) == "down"  # served before, now hung
+    assert tick_phase(down, None, alive=None, served=False, rx_Bps=20e9) == "loading"  # url-only, bulk upload
+    assert tick_phase(down, None, alive=None, served=False, rx_Bps=1e6) == "down"
+    up = e(1, 1)
+    assert tick_phase(up, "idle", alive=True, served=True, rx_Bps=20e9) == "loading"  # idle engine, weights going up
+    assert tick_phase(up, "idle", alive=True, served=True, rx_Bps=1e6) == "idle"
+    assert tick_phase(up, "prefill", alive=True, served=True, rx_Bps=20e9) == "prefill"
+    assert tick_phase(up, None, alive=True, served=True, rx_Bps=None) == "idle"
+
+
+def test_engine_rx_uses_only_the_engines_gpus():
+    gs = (GpuSample(index=0, pcie_rx_Bps=5e9), GpuSample(index=1, pcie_rx_Bps=9e9), GpuSample(index=2))
+    assert engine_rx_Bps(gs, [0]) == 5e9
+    assert engine_rx_Bps(gs, None) == 9e9
+    assert engine_rx_Bps(gs, [2]) is None
+
+
+def test_phase_verdicts_on_real_h200_readings(probe_recording_path):
+    """The probe recording's phases are labels (h2d_pinned, d2d_copy...): the H2D copy must read link-bound."""
+    rec = read_recording(probe_recording_path, warn=False)
+    an = analyze(rec.header, rec.samples)
+    lines = phase_verdicts(an)[0]
+    assert lines["h2d_pinned"].startswith("h2d_pinned: link-bound")
+    assert "of 63 GB/s median" in lines["h2d_pinned"]
+    assert lines["d2d_copy"].startswith("d2d_copy: memory-bound")
+    assert lines["idle"].startswith("idle: nothing saturated")
+
+
+def test_phase_line_format():
+    entry = {
+        "ticks": 40,
+        "verdict_share": {"link": 0.62, "memory": 0.0, "compute": 0.0, "none": 0.38},
+        "dominant": "link",
+        "link_Bps": {"median": 14.1e9},
+        "link_util": {"median": 0.895},
+        "dram_util": {"median": 0.31},
+    }
+    assert phase_line("prefill", entry, 15.75e9) == (
+        "prefill: link-bound 62 % of the time (link 14.1 of 15.8 GB/s median), DRAM 31 % median, 40 ticks"
+    )
+
+
+def test_sample_phase_feeds_the_analyzer():
+    # Engine phases (not labels) drive SessionAnalyzer.phase_summary.
+    from pcie_tui.analyze.session import SessionAnalyzer
+
+    rec = read_recording(__import__("pathlib").Path(__file__).parent / "fixtures" / "h200-probe.jsonl", warn=False)
+    an = SessionAnalyzer(rec.header)
+    for s in rec.samples[:50]:
+        an.feed(Sample(t=s.t, gpus=s.gpus, engine=EngineSample(kind="vllm", up=True, phase="decode")))
+    assert set(an.phase_summary(0)) == {"decode"}
