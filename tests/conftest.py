@@ -14,3 +14,35 @@ REPO = Path(__file__).parent.parent
 def probe_recording_path() -> Path:
     """Real H200 readings (shared/data probe) converted to a recording."""
     return FIXTURES / "h200-probe.jsonl"
+
+
+# ---- engine fixtures (real engines; helpers in tests/engines/) --------------------
+
+
+@pytest.fixture(scope="session")
+def vllm_model() -> tuple[Path, int]:
+    """The tiny random Llama + tokenizer for vLLM (written once, cached in .engines/models/)."""
+    from engines.vllm_server import ensure_model, vllm_available
+
+    why = vllm_available()
+    if why:
+        pytest.skip(why)
+    d = REPO / ".engines" / "models" / "vllm-tiny-llama"
+    return d, ensure_model(d)
+
+
+@pytest.fixture(scope="session")
+def vllm_server(vllm_model, tmp_path_factory):
+    """ONE real vLLM API server per test session on 127.0.0.1 (about 50 s to start on 2 cores)."""
+    from engines.vllm_server import VllmServer, free_port
+
+    model_dir, vocab = vllm_model
+    srv = VllmServer(model_dir, free_port(), tmp_path_factory.mktemp("vllm") / "vllm.log")
+    srv.vocab = vocab  # type: ignore[attr-defined]
+    try:
+        srv.ready_s = srv.start()  # type: ignore[attr-defined]
+    except RuntimeError as e:
+        srv.stop()
+        pytest.fail(f"vLLM did not start: {e}")
+    yield srv
+    srv.stop()

@@ -125,3 +125,42 @@ def tokens_in(results: list[RequestResult], a: float, b: float) -> tuple[int, in
             if a <= t <= b:
                 g += n
     return p, g
+
+
+def run_load_for(
+    url: str,
+    model: str,
+    duration_s: float,
+    concurrency: int,
+    prompt_lens: list[int],
+    max_tokens: int,
+    vocab: int,
+    max_requests: int = 200,
+    seed: int = 0,
+) -> list[RequestResult]:
+    """``concurrency`` workers send requests back to back until ``duration_s`` passed (at most ``max_requests``)."""
+    rng = random.Random(seed)
+    lock = threading.Lock()
+    results: list[RequestResult] = []
+    deadline = time.monotonic() + duration_s
+    issued = 0
+
+    def worker() -> None:
+        nonlocal issued
+        while True:
+            with lock:
+                if issued >= max_requests or time.monotonic() >= deadline:
+                    return
+                L = prompt_lens[issued % len(prompt_lens)]
+                issued += 1
+                ids = [rng.randrange(3, vocab) for _ in range(L)]
+            r = stream_completion(url, model, ids, max_tokens)
+            with lock:
+                results.append(r)
+
+    threads = [threading.Thread(target=worker, daemon=True) for _ in range(concurrency)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return results

