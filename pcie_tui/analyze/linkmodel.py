@@ -1,0 +1,236 @@
+"""Link budget: bytes per token over each GPU link for a model and a parallel layout.
+
+Tensor parallel (Megatron style): every layer does 2 all-reduces (after
+attention, after the MLP) of ``tokens x hidden x dtype_bytes``. A ring
+all-reduce over N GPUs makes each GPU send (and receive) ``2(N-1)/N`` of that
+buffer. Per GPU, per token, each direction::
+
+    tp_bytes = 2 x layers x 2(N-1)/N x hidden x dtype_bytes
+
+Pipeline parallel: each stage boundary hands ``tokens x hidden x dtype_bytes``
+to the next stage once per forward step.
+
+Time over a link of ceiling C bytes/s uses an alpha-beta model: each
+all-reduce costs a fixed latency alpha (launch + sync + hops; ~20-40 us on
+PCIe) plus bytes / C. Decode at small batch is therefore latency-bound:
+``2 x layers`` all-reduces per step, whatever the width of the link.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from pcie_tui.errors import UserError
+from pcie_tui.model import Sample, SessionHeader
+
+DTYPE_BYTES = {"float32": 4, "float": 4, "fp32": 4, "bfloat16": 2, "bf16": 2, "float16": 2, "fp16": 2, "half": 2}
+# Default per all-reduce latency on PCIe (REFERENCE.md: ~20-40 us).
+PCIE_ALLREDUCE_LATENCY_S = 25e-6
+
+
+@dataclass(frozen=True, slots=True)
+class ModelShape:
+    hidden_size: int
+    num_layers: int
+    dtype_bytes: int  # bytes per activation element on the wire
+    name: str = "model"
+    source: str = "flags"
+
+
+@dataclass(frozen=True, slots=True)
+class Layout:
+    tp: int = 1
+    pp: int = 1
+    batch: int = 1  # sequences decoded together per step
+    prompt_tokens: int = 2048  # tokens per prefill
+
+
+def tp_bytes_per_token(shape: ModelShape, tp: int) -> float:
+    """Bytes each GPU sends (and receives) per token for tensor-parallel all-reduces."""
+    if tp <= 1:
+        return 0.0
+    return 2 * shape.num_layers * 2 * (tp - 1) / tp * shape.hidden_size * shape.dtype_bytes
+
+
+def pp_bytes_per_token(shape: ModelShape, pp: int) -> float:
+    """Bytes crossing each pipeline stage boundary per token (activation hand-off)."""
+    return float(shape.hidden_size * shape.dtype_bytes) if pp > 1 else 0.0
+
+
+def allreduces_per_step(shape: ModelShape, tp: int) -> int:
+    """All-reduces per forward step (any batch): 2 per layer on each pipeline stage's layers."""
+    return 2 * shape.num_layers if tp > 1 else 0
+
+
+def predict(
+    shape: ModelShape,
+    layout: Layout,
+    ceiling_Bps: float,
+    allreduce_latency_s: float = PCIE_ALLREDUCE_LATENCY_S,
+) -> dict[str, Any]:
+    """Bytes and link time per phase for one GPU's link at ``ceiling_Bps`` per direction."""
+    if ceiling_Bps <= 0:
+        raise UserError("link ceiling must be positive")
+    tpb = tp_bytes_per_token(shape, layout.tp)
+    ppb = pp_bytes_per_token(shape, layout.pp)
+    # Each stage holds num_layers / pp layers; all-reduces happen within a stage.
+    stage_layers = shape.num_layers / max(1, layout.pp)
+    n_ar = 2 * stage_layers if layout.tp > 1 else 0.0
+    tp_stage = tpb / max(1, layout.pp)
+    out: dict[str, Any] = {
+        "model": asdict(shape),
+        "layout": asdict(layout),
+        "ceiling_Bps": ceiling_Bps,
+        "allreduce_latency_s": allreduce_latency_s,
+        "tp_bytes_per_token": tp_stage,
+        "pp_bytes_per_token": ppb,
+        "allreduces_per_step": n_ar,
+    }
+    for phase, tokens in (("prefill", layout.prompt_tokens), ("decode", layout.batch)):
+        link_bytes = (tp_stage + ppb) * tokens
+        bw_s = link_bytes / ceiling_Bps
+        lat_s = n_ar * allreduce_latency_s
+        out[phase] = {
+            "tokens_per_step": tokens,
+            "bytes_per_step": link_bytes,
+            "bandwidth_time_s": bw_s,
+            "latency_floor_s": lat_s,
+            "link_time_s": bw_s + lat_s,
+            "link_time_per_token_s": (bw_s + lat_s) / tokens if tokens else None,
+            "latency_bound": lat_s > bw_s,
+        }
+    return out
+
+
+# ---- model config readers ----------------------------------------------------
+
+
+def from_hf_config(path: str | Path, dtype_bytes: int | None = None) -> ModelShape:
+    """Read hidden size, layers and dtype from a vLLM/HF model directory's config.json."""
+    p = Path(path)
+    cfg_path = p / "config.json" if p.is_dir() else p
+    try:
+        cfg = json.loads(cfg_path.read_text())
+    except (OSError, ValueError) as e:
+        raise UserError(f"cannot read model config {cfg_path}: {e}") from e
+    # Multimodal models nest the language model's config.
+    text = cfg.get("text_config") or cfg.get("llm_config") or cfg
+    hidden = text.get("hidden_size") or text.get("n_embd") or text.get("d_model")
+    layers = text.get("num_hidden_layers") or text.get("n_layer") or text.get("num_layers")
+    if not hidden or not layers:
+        raise UserError(f"{cfg_path} has no hidden_size / num_hidden_layers")
+    if dtype_bytes is None:
+        dt = str(text.get("torch_dtype") or text.get("dtype") or cfg.get("torch_dtype") or "bfloat16")
+        dtype_bytes = DTYPE_BYTES.get(dt.replace("torch.", ""), 2)
+    return ModelShape(int(hidden), int(layers), dtype_bytes, name=p.name if p.is_dir() else p.parent.name, source=str(cfg_path))
+
+
+def from_gguf(path: str | Path, dtype_bytes: int = 4) -> ModelShape:
+    """Read ``<arch>.embedding_length`` / ``<arch>.block_count`` from a GGUF file.
+
+    llama.cpp keeps activations in f32 between layers, hence 4 bytes by default.
+    """
+    try:
+        from gguf import GGUFReader  # type: ignore[import-untyped]
+    except ImportError as e:
+        raise UserError("reading GGUF metadata needs the gguf package: pip install gguf") from e
+    try:
+        r = GGUFReader(str(path))
+    except (OSError, ValueError) as e:
+        raise UserError(f"cannot read GGUF {path}: {e}") from e
+
+    def field(name: str) -> Any:
+        f = r.fields.get(name)
+        if f is None:
+            return None
+        part = f.parts[f.data[0]]
+        if hasattr(part, "tobytes") and f.types and f.types[0].name == "STRING":
+            return bytes(part).decode()
+        return part[0] if len(part) else None
+
+    arch = field("general.architecture")
+    if not arch:
+        raise UserError(f"{path} has no general.architecture")
+    hidden = field(f"{arch}.embedding_length")
+    layers = field(f"{arch}.block_count")
+    if hidden is None or layers is None:
+        raise UserError(f"{path} lacks {arch}.embedding_length / {arch}.block_count")
+    name = field("general.name") or Path(path).stem
+    return ModelShape(int(hidden), int(layers), dtype_bytes, name=str(name), source=str(path))
+
+
+# ---- comparison with a recording ----------------------------------------------
+
+
+def measured_bytes_per_token(header: SessionHeader, samples: Iterable[Sample]) -> dict[str, Any]:
+    """Per phase and GPU: link bytes moved (busier direction, PCIe + NVLink) and tokens the engine counted.
+
+    Tokens come from the engine's cumulative counters (prompt tokens in prefill,
+    generated tokens in decode); without an engine the tokens are unknown (None).
+    """
+    acc: dict[str, dict[str, Any]] = {}
+    prev: Sample | None = None
+    for s in samples:
+        if prev is not None:
+            dt = s.t - prev.t
+            phase = _phase(s)
+            if phase and dt > 0:
+                a = acc.setdefault(phase, {"seconds": 0.0, "bytes": {}, "prompt_tokens": 0.0, "gen_tokens": 0.0})
+                a["seconds"] += dt
+                for g in s.gpus:
+                    b = _dir_max(g.pcie_tx_Bps, g.pcie_rx_Bps) + _dir_max(g.nvlink_tx_Bps, g.nvlink_rx_Bps)
+                    a["bytes"][g.index] = a["bytes"].get(g.index, 0.0) + b * dt
+                if s.engine is not None and prev.engine is not None:
+                    a["prompt_tokens"] += _delta(prev.engine.prompt_tokens_total, s.engine.prompt_tokens_total)
+                    a["gen_tokens"] += _delta(prev.engine.generation_tokens_total, s.engine.generation_tokens_total)
+        prev = s
+    out: dict[str, Any] = {}
+    for phase, a in acc.items():
+        tokens = a["prompt_tokens"] if phase == "prefill" else a["gen_tokens"] if phase == "decode" else None
+        per_gpu = {}
+        for idx, b in sorted(a["bytes"].items()):
+            per_gpu[idx] = {"bytes": b, "mean_Bps": b / a["seconds"], "bytes_per_token": (b / tokens) if tokens else None}
+        out[phase] = {"seconds": a["seconds"], "tokens": tokens or None, "gpus": per_gpu}
+    return out
+
+
+def compare(prediction: dict[str, Any], measured: dict[str, Any]) -> dict[str, Any]:
+    """Measured bytes/token against predicted, per phase and GPU (ratio > 1: more traffic than the model)."""
+    out: dict[str, Any] = {}
+    predicted_bpt = prediction["tp_bytes_per_token"] + prediction["pp_bytes_per_token"]
+    for phase in ("prefill", "decode"):
+        m = measured.get(phase)
+        if not m:
+            continue
+        rows = {}
+        for idx, g in m["gpus"].items():
+            bpt = g["bytes_per_token"]
+            rows[idx] = {
+                "measured_bytes_per_token": bpt,
+                "predicted_bytes_per_token": predicted_bpt,
+                "ratio": (bpt / predicted_bpt) if bpt is not None and predicted_bpt > 0 else None,
+            }
+        out[phase] = rows
+    return out
+
+
+def _phase(s: Sample) -> str | None:
+    if s.engine is not None and s.engine.phase:
+        return s.engine.phase
+    label = s.extra.get("label")
+    return label if isinstance(label, str) else None
+
+
+def _dir_max(a: float | None, b: float | None) -> float:
+    vals = [v for v in (a, b) if v is not None]
+    return max(vals) if vals else 0.0
+
+
+def _delta(a: float | None, b: float | None) -> float:
+    if a is None or b is None or b < a:  # missing or the engine restarted
+        return 0.0
+    return b - a

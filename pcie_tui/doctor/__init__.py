@@ -1,0 +1,1 @@
+"""``pcie-tui doctor``, ``calibrate`` and ``linkmodel``: topology checks and measured link ceilings."""

@@ -1,0 +1,207 @@
+"""argparse wiring for ``doctor``, ``calibrate`` and ``linkmodel``.
+
+``register(subparsers)`` adds the three subcommands; each sets ``func`` to a
+handler ``(args) -> int``. Handlers raise UserError / NoGpuError for bad input
+or a missing GPU; the main CLI prints that as one line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import sys
+from typing import Any
+
+from pcie_tui.errors import UserError
+from pcie_tui.model import pcie_capacity_Bps
+
+
+def register(subparsers: Any) -> None:
+    p = subparsers.add_parser("doctor", help="check slot wiring, link training, NUMA placement, P2P and PCIe errors")
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.add_argument("--pid", type=int, help="check this process's CPU/memory placement against the GPUs' NUMA nodes")
+    p.add_argument("--load-s", type=float, default=3.0, help="seconds of generated copy load to judge links under (0: none)")
+    p.add_argument("--sysfs-root", default="/sys", help="sysfs mount to read (default /sys)")
+    p.add_argument("--proc-root", default="/proc", help=argparse.SUPPRESS)
+    p.set_defaults(func=doctor_main)
+
+    c = subparsers.add_parser("calibrate", help="measure achievable host<->GPU copy rates and store them as link ceilings")
+    c.add_argument("--gpu", type=int, help="only this GPU (NVML index)")
+    c.add_argument("--size-mib", type=int, default=256, help="copy size in MiB (default 256)")
+    c.add_argument("--seconds", type=float, default=1.5, help="seconds of copies per direction (default 1.5)")
+    c.add_argument("--backend", choices=("torch", "cuda-python"), help="copy backend (default: torch, else cuda-python)")
+    c.add_argument("--no-save", action="store_true", help="measure only; do not store the result")
+    c.add_argument("--json", action="store_true", help="print the result as JSON")
+    c.set_defaults(func=calibrate_main)
+
+    m = subparsers.add_parser("linkmodel", help="predict tensor/pipeline-parallel link traffic per token")
+    src = m.add_mutually_exclusive_group()
+    src.add_argument("--model", metavar="DIR", help="vLLM/HF model directory (reads config.json)")
+    src.add_argument("--gguf", metavar="FILE", help="GGUF model file (reads its metadata)")
+    m.add_argument("--hidden", type=int, help="hidden size (overrides the config)")
+    m.add_argument("--layers", type=int, help="number of layers (overrides the config)")
+    m.add_argument("--dtype-bytes", type=int, help="bytes per activation element (bf16 2, f32 4)")
+    m.add_argument("--tp", type=int, default=1)
+    m.add_argument("--pp", type=int, default=1)
+    m.add_argument("--batch", type=int, default=1, help="sequences decoded together")
+    m.add_argument("--prompt-tokens", type=int, default=2048)
+    m.add_argument("--link", default="4x16", metavar="GENxWIDTH", help="link to price, e.g. 4x16, 5x8 (default 4x16)")
+    m.add_argument("--ceiling-gbps", type=float, help="link ceiling in GB/s per direction (overrides --link)")
+    m.add_argument("--latency-us", type=float, default=25.0, help="per all-reduce latency in us (default 25, PCIe)")
+    m.add_argument("--recording", metavar="FILE", help="compare with the traffic measured in this recording")
+    m.add_argument("--json", action="store_true")
+    m.set_defaults(func=linkmodel_main)
+
+
+def _print_json(obj: Any) -> None:
+    json.dump(obj, sys.stdout, indent=1, default=_json_default)
+    sys.stdout.write("\n")
+
+
+def _json_default(o: Any) -> Any:
+    if isinstance(o, set):
+        return sorted(o)
+    return str(o)
+
+
+def doctor_main(args: argparse.Namespace, nvml: Any = None) -> int:
+    from pcie_tui.doctor.render import render_doctor
+    from pcie_tui.doctor.run import run_doctor
+
+    if args.load_s < 0:
+        raise UserError("--load-s must be >= 0")
+    report = run_doctor(nvml=nvml, sysfs_root=args.sysfs_root, proc_root=args.proc_root, pid=args.pid, load_s=args.load_s)
+    _add_calibration_items(report)
+    if args.json:
+        _print_json(report)
+    else:
+        print(render_doctor(report))
+    return 0 if report["ok"] else 1
+
+
+def _add_calibration_items(report: dict[str, Any]) -> None:
+    """One item per GPU: is the stored ceiling still valid for this link?"""
+    from pcie_tui.calibration import lookup_entry, shape_matches
+
+    for g in report["gpus"]:
+        link = report["load"]["links"].get(g["index"]) or g["link_idle"]
+        gen, width = link.get("cur_gen"), link.get("cur_width")
+        mgen, mwidth = link.get("max_gen"), link.get("max_width")
+        e = lookup_entry(g["uuid"])
+        if e is None:
+            item = ("pass", "not calibrated: the monitor uses the theoretical link rate",
+                    "Run pcie-tui calibrate once so link % is shown against what this link really achieves.", [])
+        elif shape_matches(e, gen if isinstance(gen, int) else None, width if isinstance(width, int) else None) or \
+                shape_matches(e, mgen if isinstance(mgen, int) else None, mwidth if isinstance(mwidth, int) else None):
+            item = ("pass", f"calibrated ceiling {e.get('counter_Bps', 0) / 1e9:.1f} GB/s (counter) on Gen{e.get('gen')} x{e.get('width')}",
+                    "Nothing to do.", [f"calibrated {e.get('time')} with {e.get('backend')}"])
+        else:
+            item = ("warn", "machine changed shape, recalibrate",
+                    "Run pcie-tui calibrate again: the stored ceiling was measured on a different link.",
+                    [f"calibrated on Gen{e.get('gen')} x{e.get('width')}, link now Gen{gen} x{width} (max Gen{mgen} x{mwidth})"])
+        status, title, advice, ev = item
+        report["items"].append({"check": "calibration", "gpu": g["index"], "status": status, "title": title,
+                                "evidence": ev, "advice": advice, "data": {"entry": e}})
+        report["summary"][status] += 1
+    report["ok"] = report["summary"]["fail"] == 0
+
+
+def calibrate_main(args: argparse.Namespace, nvml: Any = None) -> int:
+    from pcie_tui import calibration
+    from pcie_tui.doctor.copybench import load_backend
+    from pcie_tui.doctor.nvmlfacts import open_nvml
+    from pcie_tui.doctor.render import render_calibration
+
+    if args.size_mib <= 0 or args.seconds <= 0:
+        raise UserError("--size-mib and --seconds must be positive")
+    nv = open_nvml(nvml)
+    try:
+        backend = load_backend(args.backend)
+        entries = calibration.measure(nv, backend, gpu=args.gpu, size_mib=args.size_mib, duration_s=args.seconds)
+    finally:
+        with contextlib.suppress(Exception):
+            nv.nvmlShutdown()
+    path = None if args.no_save else str(calibration.save_entries(entries))
+    result = {"format": "pcie-tui/calibrate-run", "path": path, "backend": backend.name, "size_mib": args.size_mib, "gpus": entries}
+    if args.json:
+        _print_json(result)
+    else:
+        print(render_calibration(result))
+    return 0
+
+
+def parse_link(text: str) -> tuple[int, int]:
+    try:
+        gen_s, width_s = text.lower().replace("gen", "").split("x")
+        gen, width = int(gen_s), int(width_s)
+    except ValueError as e:
+        raise UserError(f"--link wants GENxWIDTH like 4x16, not {text!r}") from e
+    if pcie_capacity_Bps(gen, width) is None:
+        raise UserError(f"unknown PCIe link Gen{gen} x{width}")
+    return gen, width
+
+
+def linkmodel_main(args: argparse.Namespace) -> int:
+    from pcie_tui.analyze import linkmodel as lm
+
+    if args.model:
+        shape = lm.from_hf_config(args.model, args.dtype_bytes)
+    elif args.gguf:
+        shape = lm.from_gguf(args.gguf, args.dtype_bytes or 4)
+    else:
+        if not (args.hidden and args.layers):
+            raise UserError("give --model DIR, --gguf FILE, or --hidden and --layers")
+        shape = lm.ModelShape(args.hidden, args.layers, args.dtype_bytes or 2)
+    if args.hidden or args.layers or args.dtype_bytes:
+        shape = lm.ModelShape(args.hidden or shape.hidden_size, args.layers or shape.num_layers,
+                              args.dtype_bytes or shape.dtype_bytes, shape.name, shape.source)
+    for name in ("tp", "pp", "batch", "prompt_tokens"):
+        if getattr(args, name) < 1:
+            raise UserError(f"--{name.replace('_', '-')} must be >= 1")
+    if args.ceiling_gbps is not None:
+        ceiling, label = args.ceiling_gbps * 1e9, f"{args.ceiling_gbps:g} GB/s (given)"
+    else:
+        gen, width = parse_link(args.link)
+        ceiling, label = float(pcie_capacity_Bps(gen, width) or 0.0), f"Gen{gen} x{width} theoretical"
+    layout = lm.Layout(args.tp, args.pp, args.batch, args.prompt_tokens)
+    pred = lm.predict(shape, layout, ceiling, args.latency_us * 1e-6)
+    pred["ceiling_label"] = label
+    if args.recording:
+        from pcie_tui.record.reader import read_recording
+
+        rec = read_recording(args.recording)
+        measured = lm.measured_bytes_per_token(rec.header, rec.samples)
+        pred["measured"] = measured
+        pred["comparison"] = lm.compare(pred, measured)
+    if args.json:
+        _print_json(pred)
+    else:
+        print(render_linkmodel(pred))
+    return 0
+
+
+def render_linkmodel(p: dict[str, Any]) -> str:
+    m, lay = p["model"], p["layout"]
+    lines = [
+        f"{m['name']}: hidden {m['hidden_size']}, {m['num_layers']} layers, {m['dtype_bytes']} B/activation ({m['source']})",
+        f"layout TP={lay['tp']} PP={lay['pp']}, decode batch {lay['batch']}, prompt {lay['prompt_tokens']} tokens; "
+        f"link {p['ceiling_label']} = {p['ceiling_Bps'] / 1e9:.1f} GB/s per direction",
+        f"per token per GPU: TP all-reduce {p['tp_bytes_per_token'] / 1e6:.3f} MB each way, "
+        f"PP hand-off {p['pp_bytes_per_token'] / 1e3:.1f} kB per stage boundary; "
+        f"{p['allreduces_per_step']:.0f} all-reduces per step at {p['allreduce_latency_s'] * 1e6:.0f} us",
+    ]
+    for ph in ("prefill", "decode"):
+        r = p[ph]
+        lines.append(
+            f"{ph:>7}: {r['bytes_per_step'] / 1e6:.2f} MB per step ({r['tokens_per_step']} tokens) -> "
+            f"{r['bandwidth_time_s'] * 1e3:.2f} ms on the wire + {r['latency_floor_s'] * 1e3:.2f} ms latency floor"
+            f" = {r['link_time_s'] * 1e3:.2f} ms ({'latency' if r['latency_bound'] else 'bandwidth'}-bound)"
+        )
+    for ph, rows in (p.get("comparison") or {}).items():
+        for idx, r in rows.items():
+            mb = r["measured_bytes_per_token"]
+            lines.append(f"recording {ph} GPU{idx}: measured {mb / 1e6:.3f} MB/token vs predicted "
+                         f"{r['predicted_bytes_per_token'] / 1e6:.3f}" + (f" (x{r['ratio']:.2f})" if r["ratio"] else "")
+                         if mb is not None else f"recording {ph} GPU{idx}: no token counts (no engine attached)")
+    return "\n".join(lines)
