@@ -203,3 +203,22 @@ def test_per_request_hook():
     assert s["generation_tokens_per_s"]["p99"] == pytest.approx(20 + 30 * 0.99)
     assert s["ttft_s"] is None
     assert per_request_summary([]) is None
+
+
+def test_window_base_when_ticks_omit_unchanged_histograms():
+    # The poller hands out "hist" only when it changed. 100 slow requests long ago, then
+    # 60 s without change (no hist on those ticks), then 10 fast ones: the window must see
+    # exactly the 10 fast ones, using the last histogram from before the window as base.
+    b = [0.05, 0.1, 0.5, 1.0]
+    old = {"le": b, "cum": [0, 0, 0, 100], "count": 100, "sum": 75.0}
+    new = {"le": b, "cum": [10, 10, 10, 110], "count": 110, "sum": 75.3}
+    st_ = EngineStats(window_s=10.0)
+    st_.feed(Sample(t=0.0, gpus=(), engine=_eng(0, 0, hist=old)))
+    for i in range(1, 121):
+        st_.feed(Sample(t=i * 0.5, gpus=(), engine=_eng(0, 0)))
+    st_.feed(Sample(t=61.0, gpus=(), engine=_eng(0, 0, hist=new)))
+    assert st_.snapshot()["ttft_s"]["p50"] == pytest.approx(0.025)
+    # Nothing new in the next 10 s: no latency figure (not a stale one).
+    for i in range(1, 25):
+        st_.feed(Sample(t=61.0 + i * 0.5, gpus=(), engine=_eng(0, 0)))
+    assert st_.snapshot()["ttft_s"] is None

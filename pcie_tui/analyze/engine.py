@@ -135,10 +135,15 @@ def _hists(e: EngineSample | None) -> dict[str, Hist]:
     return h if isinstance(h, dict) else {}
 
 
-def hist_window(engines: Sequence[EngineSample], name: str) -> Hist | None:
-    """Observations of histogram ``name`` made between the first and last read, across restarts."""
+def hist_window(engines: Sequence[EngineSample], name: str, base: Hist | None = None) -> Hist | None:
+    """Observations of histogram ``name`` made between the first and last read, across restarts.
+
+    Ticks may omit ``hist`` when it did not change since the last tick that
+    carried it (recordings stay small); ``base`` is the last one seen before
+    ``engines`` begins, if any.
+    """
     total: Hist | None = None
-    prev: Hist | None = None
+    prev: Hist | None = base
     for e in engines:
         cur = _hists(e).get(name)
         if cur is None:
@@ -158,9 +163,12 @@ class EngineStats:
     def __init__(self, window_s: float = 10.0) -> None:
         self.window_s = window_s
         self._ticks: deque[tuple[float, EngineSample]] = deque()
+        # Last histogram of each name from ticks that left the window: the base for deltas.
+        self._base: dict[str, Hist] = {}
 
     def reset(self) -> None:
         self._ticks.clear()
+        self._base.clear()
 
     def feed(self, sample: Sample) -> None:
         """Add one tick (ticks without an engine are ignored)."""
@@ -168,12 +176,14 @@ class EngineStats:
         if e is None:
             return
         if self._ticks and sample.t < self._ticks[-1][0]:
-            self._ticks.clear()  # time went backwards: a replay seek
+            self.reset()  # time went backwards: a replay seek
         self._ticks.append((sample.t, e))
         # Keep one tick at or before the window start as the base for deltas.
         start = sample.t - self.window_s
         while len(self._ticks) > 1 and self._ticks[1][0] <= start:
-            self._ticks.popleft()
+            _, old = self._ticks.popleft()
+            if old.up:
+                self._base.update(_hists(old))
 
     def _rate(self, attr: str) -> float | None:
         pts = [(t, getattr(e, attr)) for t, e in self._ticks if e.up and getattr(e, attr) is not None]
@@ -196,7 +206,7 @@ class EngineStats:
             "generation_tokens_per_s": self._rate("generation_tokens_total"),
         }
         for name in LATENCIES:
-            out[name] = hist_quantiles(hist_window(engines, name))
+            out[name] = hist_quantiles(hist_window(engines, name, self._base.get(name)))
         up = last is not None and last.up
         out["requests_running"] = last.requests_running if up and last else None
         out["requests_waiting"] = last.requests_waiting if up and last else None

@@ -119,6 +119,7 @@ class EnginePoller:
         self._served = False  # this engine process answered at least once
         self._restarted = False
         self._last_reattach_try = 0.0
+        self._hist_sent: Any = None  # the histograms last handed out (omitted from ticks while unchanged)
         self.scrapes = 0
         self.stacks = None
         if stacks:
@@ -281,6 +282,13 @@ class EnginePoller:
         rx = engine_rx_Bps(gpu_samples, gpus)
         phase = tick_phase(s, cphase, alive=alive, served=self._served, rx_Bps=rx, loading_rx_Bps=self.loading_rx_Bps)
         extra = s.extra
+        hist = extra.get("hist")
+        if hist is not None:
+            if hist == self._hist_sent:
+                # Cumulative and unchanged: readers keep the last one (keeps recordings small).
+                extra = {k: v for k, v in extra.items() if k != "hist"}
+            else:
+                self._hist_sent = hist
         if self.stacks is not None:
             st = self.stacks.summary()
             if st is not None:

@@ -308,8 +308,11 @@ def _engine_root(p: psutil.Process) -> tuple[psutil.Process, str] | None:
 
 
 def discover() -> list[EngineCandidate]:
-    """Running vLLM and llama-server engines on this host, by pid (our own process tree excluded)."""
-    me = set(process_tree(os.getpid()))
+    """Running vLLM and llama-server engines on this host, by pid (this process excluded).
+
+    Engines started by this process (as tests do) are found like any other.
+    """
+    me = {os.getpid()}
     roots: dict[int, tuple[psutil.Process, str]] = {}
     for p in psutil.process_iter(["pid", "name", "cmdline"]):
         if p.pid in me:
