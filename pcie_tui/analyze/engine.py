@@ -273,8 +273,11 @@ def _exact_quantile(v: list[float], q: float) -> float:
     return v[lo] + (v[hi] - v[lo]) * (pos - lo)
 
 
-def engine_report(samples: Iterable[Sample]) -> dict[str, Any] | None:
+def engine_report(samples: Iterable[Sample], analyzer: Any = None) -> dict[str, Any] | None:
     """The ``engine`` object of ``report --json``; None when no tick has an engine.
+
+    With a finished :class:`~pcie_tui.analyze.session.SessionAnalyzer` of the same
+    samples, each phase also gets ``verdicts``: {gpu index: one-line verdict}.
 
     Rates are token-counter increases divided by the time the engine was up.
     ``requests`` counts finished requests (the e2e-latency histogram's count
@@ -318,6 +321,13 @@ def engine_report(samples: Iterable[Sample]) -> dict[str, Any] | None:
     total_t = sum(p["time_s"] for p in phases.values())
     for ph in phases.values():
         ph["share"] = ph["time_s"] / total_t if total_t > 0 else None
+    if analyzer is not None:
+        from pcie_tui.analyze.phases import phase_verdicts
+
+        for gpu, lines in phase_verdicts(analyzer).items():
+            for p, line in lines.items():
+                if p in phases:
+                    phases[p].setdefault("verdicts", {})[str(gpu)] = line
 
     out: dict[str, Any] = {
         "kind": engines[0].kind,

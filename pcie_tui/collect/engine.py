@@ -117,6 +117,7 @@ class EnginePoller:
         self._down_since: float | None = None
         self._down_reason: str | None = None
         self._served = False  # this engine process answered at least once
+        self._ever_up = False  # any engine answered since we attached
         self._restarted = False
         self._last_reattach_try = 0.0
         self._hist_sent: Any = None  # the histograms last handed out (omitted from ticks while unchanged)
@@ -190,7 +191,24 @@ class EnginePoller:
         events: list[dict[str, Any]] = []
         if s.up:
             reset = self._phases.would_reset(s)
-            if self._up is False:
+            if self._up is False and not self._ever_up:
+                # Attached while it was starting: not a gap. Refresh the facts it could not give then.
+                with self._lock:
+                    self._desc = None
+                events.append(
+                    {
+                        "event": "engine_ready",
+                        "t": t,
+                        "waited_s": t - self._down_since if self._down_since is not None else None,
+                        "pid": pid,
+                        "engine": self.describe(),
+                    }
+                )
+            elif self._up is False:
+                if self._restarted:
+                    with self._lock:
+                        self._desc = None
+                    self.describe()
                 events.append(
                     {
                         "event": "engine_gap",
@@ -206,7 +224,7 @@ class EnginePoller:
             elif reset:
                 events.append({"event": "engine_restart", "t": t, "pid": pid, "reason": "counters went down"})
             self._up, self._down_since, self._down_reason, self._restarted = True, None, None, False
-            self._served = True
+            self._served = self._ever_up = True
             cphase = self._phases.update(s)
         else:
             if self._up is not False:

@@ -56,7 +56,6 @@ def write_model(out: Path) -> Path:
         max_position_embeddings=1024,
         bos_token_id=fast.bos_token_id,
         eos_token_id=fast.eos_token_id,
-        torch_dtype="float32",
     )
     LlamaForCausalLM(cfg).save_pretrained(out, safe_serialization=True)
     (out / "pcie_tui_model.json").write_text(json.dumps({"marker": MARKER, "vocab_size": vocab}))
