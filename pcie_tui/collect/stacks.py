@@ -171,6 +171,9 @@ class StackSampler:
             res = self.dump(pid)
             if isinstance(res, str):
                 low = res.lower()
+                if res.startswith("py-spy failed to start"):
+                    self._fail(f"{res} ({self.py_spy}); pip install py-spy")
+                    return None
                 if "permission" in low or "operation not permitted" in low or "ptrace" in low:
                     self._fail(PTRACE_HINT.format(py_spy=self.py_spy))
                     return None
