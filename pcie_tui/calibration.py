@@ -84,7 +84,7 @@ def lookup(uuid: str, gen: int | None, width: int | None, path: Path | None = No
 # ---- measuring --------------------------------------------------------------------
 
 
-def _gpm_pair(nvml: Any, h: Any, gap_s: float) -> dict[str, float | None]:
+def _gpm_pair(nvml: Any, h: Any, gap_s: float) -> dict[str, Any]:
     """PCIe TX/RX bytes/s from two GPM samples ``gap_s`` apart (>= 0.1 s per nvml.h)."""
     s1 = s2 = None
     try:
@@ -99,14 +99,14 @@ def _gpm_pair(nvml: Any, h: Any, gap_s: float) -> dict[str, float | None]:
         mg.metrics[0].metricId = GPM_PCIE_TX_PER_SEC
         mg.metrics[1].metricId = GPM_PCIE_RX_PER_SEC
         nvml.nvmlGpmMetricsGet(mg)
-        out: dict[str, float | None] = {}
+        out: dict[str, Any] = {}
         for i, k in ((0, "tx"), (1, "rx")):
             m = mg.metrics[i]
             ok = int(m.nvmlReturn) == 0 and m.value == m.value  # NaN check
             out[k] = float(m.value) * MIB if ok else None
         return out
-    except Exception:
-        return {"tx": None, "rx": None}
+    except Exception as e:  # GPM unsupported or refused: the NVML throughput counter still answers
+        return {"tx": None, "rx": None, "error": f"{type(e).__name__}: {e}"}
     finally:
         for s in (s1, s2):
             if s is not None:
@@ -144,7 +144,7 @@ def _direction_result(payload_Bps: float, counters: dict[str, Any], key: str) ->
         "payload_Bps": payload_Bps,
         "counter_Bps": val,
         "counter_source": src,
-        "counters": {"gpm_Bps": gpm, "nvml_throughput_Bps": nv},
+        "counters": {"gpm_Bps": gpm, "nvml_throughput_Bps": nv, "gpm_error": (counters.get("gpm") or {}).get("error")},
         "link_during": {"gen": counters.get("gen"), "width": counters.get("width")},
     }
 

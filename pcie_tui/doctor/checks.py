@@ -177,6 +177,11 @@ def check_numa(g: GpuFacts, chain: Chain | None, d: DoctorData) -> Item:
             ev.append(f"pid {p}: {d.pid_errors[p]}")
     placements = [d.placements[p] for p in pids if p in d.placements]
     data["processes"] = [pl.to_json() for pl in placements]
+    for pl in placements:
+        allowed_nodes = sorted(n for n, c in d.node_cpus.items() if c & pl.cpus_allowed)
+        ev.append(f"pid {pl.pid} ({pl.name}): Cpus_allowed_list {format_cpulist(pl.cpus_allowed)} (nodes {allowed_nodes}), "
+                  f"Mems_allowed_list {format_cpulist(pl.mems_allowed)}, numa_maps policy {pl.policies or 'n/a'}, "
+                  f"pages per node {pl.pages_per_node or 'n/a'}")
     if len(d.node_cpus) <= 1 or node is None:
         return Item("numa", PASS, "single NUMA node: placement cannot be wrong" if len(d.node_cpus) <= 1
                     else "GPU reports no NUMA node", "Nothing to do.", g.index, ev, data)
@@ -187,9 +192,6 @@ def check_numa(g: GpuFacts, chain: Chain | None, d: DoctorData) -> Item:
     worst, title, advice = PASS, f"processes placed on the GPU's node {node}", "Nothing to do."
     for pl in placements:
         allowed_nodes = sorted(n for n, c in d.node_cpus.items() if c & pl.cpus_allowed)
-        ev.append(f"pid {pl.pid} ({pl.name}): Cpus_allowed_list {format_cpulist(pl.cpus_allowed)} (nodes {allowed_nodes}), "
-                  f"Mems_allowed_list {format_cpulist(pl.mems_allowed)}, numa_maps policy {pl.policies or 'n/a'}, "
-                  f"pages per node {pl.pages_per_node or 'n/a'}")
         far_pages = sum(v for k, v in pl.pages_per_node.items() if k != node)
         total_pages = sum(pl.pages_per_node.values())
         if not (pl.cpus_allowed & near) or (pl.mems_allowed and node not in pl.mems_allowed):

@@ -85,7 +85,8 @@ def _add_calibration_items(report: dict[str, Any]) -> None:
     from pcie_tui.calibration import lookup_entry, shape_matches
 
     for g in report["gpus"]:
-        link = report["load"]["links"].get(g["index"]) or g["link_idle"]
+        links = report["load"]["links"]
+        link = links.get(g["index"]) or links.get(str(g["index"])) or g["link_idle"]
         gen, width = link.get("cur_gen"), link.get("cur_width")
         mgen, mwidth = link.get("max_gen"), link.get("max_width")
         e = lookup_entry(g["uuid"])
@@ -95,7 +96,7 @@ def _add_calibration_items(report: dict[str, Any]) -> None:
         elif shape_matches(e, gen if isinstance(gen, int) else None, width if isinstance(width, int) else None) or \
                 shape_matches(e, mgen if isinstance(mgen, int) else None, mwidth if isinstance(mwidth, int) else None):
             item = ("pass", f"calibrated ceiling {e.get('counter_Bps', 0) / 1e9:.1f} GB/s (counter) on Gen{e.get('gen')} x{e.get('width')}",
-                    "Nothing to do.", [f"calibrated {e.get('time')} with {e.get('backend')}"])
+                    "Nothing to do.", [f"calibrated {_when(e.get('time'))} with {e.get('backend')}: payload {(e.get('payload_Bps') or 0) / 1e9:.1f} GB/s"])
         else:
             item = ("warn", "machine changed shape, recalibrate",
                     "Run pcie-tui calibrate again: the stored ceiling was measured on a different link.",
@@ -105,6 +106,15 @@ def _add_calibration_items(report: dict[str, Any]) -> None:
                                 "evidence": ev, "advice": advice, "data": {"entry": e}})
         report["summary"][status] += 1
     report["ok"] = report["summary"]["fail"] == 0
+
+
+def _when(t: Any) -> str:
+    from datetime import datetime, timezone
+
+    try:
+        return datetime.fromtimestamp(float(t), timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    except (TypeError, ValueError):
+        return "at an unknown time"
 
 
 def calibrate_main(args: argparse.Namespace, nvml: Any = None) -> int:

@@ -121,8 +121,13 @@ def _err(e: BaseException) -> str:
     return str(e) or type(e).__name__
 
 
-def _try(nvml: Any, fn: Callable[..., Any], *args: Any) -> Read:
+def _try(nvml: Any, fn: Callable[..., Any] | str | None, *args: Any) -> Read:
+    """Call ``fn`` (or the NVML function of that name); NVML errors become a Read with the error."""
+    if isinstance(fn, str):
+        fn = getattr(nvml, fn, None)
     try:
+        if fn is None:
+            raise AttributeError("no such function")
         return Read(fn(*args))
     except nvml.NVMLError as e:
         return Read(error=_err(e))
@@ -157,11 +162,11 @@ def open_nvml(nvml: Any | None = None) -> Any:
 
 def read_link(nvml: Any, h: Any) -> LinkRead:
     return LinkRead(
-        cur_gen=_try(nvml, nvml.nvmlDeviceGetCurrPcieLinkGeneration, h),
-        cur_width=_try(nvml, nvml.nvmlDeviceGetCurrPcieLinkWidth, h),
-        max_gen=_try(nvml, nvml.nvmlDeviceGetMaxPcieLinkGeneration, h),
-        max_width=_try(nvml, nvml.nvmlDeviceGetMaxPcieLinkWidth, h),
-        gpu_max_gen=_try(nvml, getattr(nvml, "nvmlDeviceGetGpuMaxPcieLinkGeneration", None), h),
+        cur_gen=_try(nvml, "nvmlDeviceGetCurrPcieLinkGeneration", h),
+        cur_width=_try(nvml, "nvmlDeviceGetCurrPcieLinkWidth", h),
+        max_gen=_try(nvml, "nvmlDeviceGetMaxPcieLinkGeneration", h),
+        max_width=_try(nvml, "nvmlDeviceGetMaxPcieLinkWidth", h),
+        gpu_max_gen=_try(nvml, "nvmlDeviceGetGpuMaxPcieLinkGeneration", h),
     )
 
 
@@ -198,7 +203,7 @@ def read_fields(nvml: Any, h: Any, ids: dict[str, int]) -> dict[str, Read]:
 
 def read_pcie_counters(nvml: Any, h: Any) -> dict[str, Read]:
     out = read_fields(nvml, h, PCIE_COUNTER_FIELDS)
-    direct = _try(nvml, nvml.nvmlDeviceGetPcieReplayCounter, h)
+    direct = _try(nvml, "nvmlDeviceGetPcieReplayCounter", h)
     if direct.ok or not out["replay"].ok:
         out["replay"] = direct if direct.ok else out["replay"]
     return out
@@ -219,18 +224,18 @@ def _nvlinks(nvml: Any, h: Any) -> tuple[list[dict[str, Any]] | None, str | None
     links: list[dict[str, Any]] = []
     max_links = int(getattr(nvml, "NVML_NVLINK_MAX_LINKS", 18))
     for link in range(max_links):
-        st = _try(nvml, nvml.nvmlDeviceGetNvLinkState, h, link)
+        st = _try(nvml, "nvmlDeviceGetNvLinkState", h, link)
         if not st.ok:
             if link == 0:
                 return None, st.error
             break  # past the device's last link
         entry: dict[str, Any] = {"link": link, "active": bool(st.value)}
         if st.value:
-            ver = _try(nvml, nvml.nvmlDeviceGetNvLinkVersion, h, link)
+            ver = _try(nvml, "nvmlDeviceGetNvLinkVersion", h, link)
             entry["version"] = NVLINK_VERSION.get(ver.value, str(ver.value)) if ver.ok else None
-            remote_fn = getattr(nvml, "nvmlDeviceGetNvLinkRemotePciInfo_v2", None) or getattr(
-                nvml, "nvmlDeviceGetNvLinkRemotePciInfo", None
-            )
+            remote_fn = "nvmlDeviceGetNvLinkRemotePciInfo_v2"
+            if getattr(nvml, remote_fn, None) is None:
+                remote_fn = "nvmlDeviceGetNvLinkRemotePciInfo"
             rp = _try(nvml, remote_fn, h, link)
             entry["remote_bdf"] = normalize_bdf(_text(rp.value.busId)) if rp.ok else None
         links.append(entry)
@@ -246,9 +251,9 @@ def gather(nvml: Any) -> list[GpuFacts]:
         pci = nvml.nvmlDeviceGetPciInfo(h)
         links, nvl_err = _nvlinks(nvml, h)
         nvf = read_fields(nvml, h, {"speed": FI_NVLINK_SPEED_MBPS_COMMON, "count": FI_NVLINK_LINK_COUNT})
-        aff = _try(nvml, nvml.nvmlDeviceGetCpuAffinity, h, cpu_words)
-        procs = _try(nvml, nvml.nvmlDeviceGetComputeRunningProcesses, h)
-        gpm_fn = getattr(nvml, "nvmlGpmQueryDeviceSupport", None)
+        aff = _try(nvml, "nvmlDeviceGetCpuAffinity", h, cpu_words)
+        procs = _try(nvml, "nvmlDeviceGetComputeRunningProcesses", h)
+        gpm_fn = "nvmlGpmQueryDeviceSupport"
         gpm = _try(nvml, gpm_fn, h)
         out.append(
             GpuFacts(
@@ -257,7 +262,7 @@ def gather(nvml: Any) -> list[GpuFacts]:
                 name=_text(nvml.nvmlDeviceGetName(h)),
                 bdf=normalize_bdf(_text(pci.busId)),
                 link_idle=read_link(nvml, h),
-                numa_node=_try(nvml, getattr(nvml, "nvmlDeviceGetNumaNodeId", None), h),
+                numa_node=_try(nvml, "nvmlDeviceGetNumaNodeId", h),
                 cpu_affinity=Read(_affinity_cpus(aff.value)) if aff.ok else aff,
                 nvlinks=links,
                 nvlink_error=nvl_err,
@@ -281,9 +286,9 @@ def pair_facts(nvml: Any, gpus: list[GpuFacts]) -> dict[tuple[int, int], dict[st
                 continue
             entry: dict[str, Any] = {}
             for cap, idx in P2P_CAPS.items():
-                r = _try(nvml, nvml.nvmlDeviceGetP2PStatus, a.handle, b.handle, idx)
+                r = _try(nvml, "nvmlDeviceGetP2PStatus", a.handle, b.handle, idx)
                 entry[cap] = P2P_STATUS.get(int(r.value), f"status {r.value}") if r.ok else f"error: {r.error}"
-            topo = _try(nvml, nvml.nvmlDeviceGetTopologyCommonAncestor, a.handle, b.handle)
+            topo = _try(nvml, "nvmlDeviceGetTopologyCommonAncestor", a.handle, b.handle)
             entry["topology"] = TOPOLOGY.get(int(topo.value), str(topo.value)) if topo.ok else None
             entry["topology_error"] = topo.error
             entry["nvlinks_to_peer"] = sum(
