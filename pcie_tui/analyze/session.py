@@ -117,18 +117,7 @@ class SessionAnalyzer:
         ser = self.series.get(index)
         if ser is None or not ser.t:
             return []
-        intervals = {r: [] for r in RESOURCES}  # type: dict[str, list[tuple[float, float]]]
-        for ev in self.events:
-            if ev.gpu == index:
-                intervals[ev.resource].append((ev.start, ev.end if ev.end is not None else ser.t[-1]))
-        labels = []
-        for t in ser.t:
-            label = "none"
-            for r in RESOURCES:
-                if any(a <= t <= b for a, b in intervals[r]):
-                    label = r
-                    break
-            labels.append(label)
+        labels = self._labels(index, ser.t)
         segs: list[dict[str, Any]] = []
         for t, label in zip(ser.t, labels, strict=True):
             if segs and segs[-1]["saturated"] == label:
@@ -138,6 +127,30 @@ class SessionAnalyzer:
                     segs[-1]["end"] = t
                 segs.append({"start": t, "end": t, "saturated": label})
         return segs
+
+    def _labels(self, index: int, times: list[float]) -> list[str]:
+        """Per tick verdict with backdated event intervals; one sweep, times ascending."""
+        last = times[-1]
+        intervals: dict[str, list[tuple[float, float]]] = {r: [] for r in RESOURCES}
+        for ev in self.events:
+            if ev.gpu == index:
+                intervals[ev.resource].append((ev.start, ev.end if ev.end is not None else last))
+        for iv in intervals.values():
+            iv.sort()
+        pos = dict.fromkeys(RESOURCES, 0)
+        labels = []
+        for t in times:
+            label = "none"
+            for r in RESOURCES:
+                iv, i = intervals[r], pos[r]
+                while i < len(iv) and iv[i][1] < t:
+                    i += 1
+                pos[r] = i
+                if i < len(iv) and iv[i][0] <= t:
+                    label = r
+                    break
+            labels.append(label)
+        return labels
 
     # ---- summary --------------------------------------------------------
 
@@ -181,13 +194,7 @@ class SessionAnalyzer:
         ser = self.series.get(index)
         if ser is None:
             return {}
-        segs = self.timeline(index)
-        labels: list[str] = []
-        si = 0
-        for t in ser.t:
-            while si < len(segs) - 1 and t > segs[si]["end"]:
-                si += 1
-            labels.append(segs[si]["saturated"] if segs else "none")
+        labels = self._labels(index, ser.t) if ser.t else []
         out: dict[str, Any] = {}
         by_phase: dict[str, list[int]] = {}
         for i, p in enumerate(ser.phase):

@@ -168,13 +168,14 @@ class Event:
 
 
 class _ResourceTracker:
-    __slots__ = ("resource", "active", "above_since", "below_since", "event", "pending")
+    __slots__ = ("resource", "active", "above_since", "below_since", "last_above", "event", "pending")
 
     def __init__(self, resource: str) -> None:
         self.resource = resource
         self.active = False
         self.above_since: float | None = None
         self.below_since: float | None = None
+        self.last_above: float | None = None  # last tick at or above the exit threshold
         self.event: Event | None = None
         # Readings since above_since, folded into the event when it opens.
         self.pending: list[tuple[float, float, Utilisation, str | None]] = []
@@ -214,7 +215,7 @@ class GpuVerdictTracker:
                         for _pt, pv, pu, pp in tr.pending:
                             _fold(ev, pv, pu, pp)
                         tr.pending.clear()
-                        tr.active, tr.event, tr.below_since = True, ev, None
+                        tr.active, tr.event, tr.below_since, tr.last_above = True, ev, None, t
                         opened.append(ev)
                 else:
                     tr.above_since = None
@@ -226,11 +227,12 @@ class GpuVerdictTracker:
                     if tr.below_since is None:
                         tr.below_since = t
                     if t - tr.below_since >= th.hold_s:
-                        ev.end = tr.below_since
+                        ev.end = tr.last_above
                         tr.active, tr.event, tr.above_since = False, None, None
                         closed.append(ev)
                 else:
                     tr.below_since = None
+                    tr.last_above = t
                     _fold(ev, val, u, phase)
         self.verdict = next((r for r in RESOURCES if self._trackers[r].active), "none")
         return self.verdict, opened, closed
@@ -243,7 +245,7 @@ class GpuVerdictTracker:
         out = []
         for tr in self._trackers.values():
             if tr.event is not None:
-                tr.event.end = tr.below_since if tr.below_since is not None else t
+                tr.event.end = tr.last_above if tr.below_since is not None else t
                 out.append(tr.event)
                 tr.event, tr.active = None, False
         return out

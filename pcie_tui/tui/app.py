@@ -26,7 +26,7 @@ from textual.worker import get_current_worker
 from pcie_tui.analyze.verdict import Thresholds
 from pcie_tui.tui.screens import SourcesScreen
 from pcie_tui.tui.state import HISTORY_TICKS, Frame, ViewModel
-from pcie_tui.tui.widgets import EventsPane, GpuPanel, engine_lines, header_text, position_text
+from pcie_tui.tui.widgets import EventsPane, GpuPanel, PositionBar, engine_lines, header_text
 
 # Frames to the UI at most this often (10 Hz); a little slack so 10 Hz ticks are not halved by jitter.
 FRAME_MIN_INTERVAL_S = 0.095
@@ -109,20 +109,25 @@ class PcieTuiApp(App[None]):
     # ---- layout -------------------------------------------------------------
 
     def compose(self) -> ComposeResult:
+        # Kept as attributes: frames keep arriving while another screen (sources) is on top.
+        self._rec_w = Static("", id="rec")
+        self._gpus_w = VerticalScroll(id="gpus")
+        self._gpus_w.can_focus = False
+        self._engine_w = Static(Text("no engine attached", style="dim"), id="engine")
+        self._engine_w.border_title = "engine"
+        self._events_w = EventsPane()
+        self._position_w = PositionBar(self.live)
         with Horizontal(id="header"):
             yield Static(header_text(self.source.header, self._source_label(), self.title), id="title")
-            yield Static("", id="rec")
-        with VerticalScroll(id="gpus") as gpus:
-            gpus.can_focus = False
+            yield self._rec_w
+        with self._gpus_w:
             for info in self.source.header.gpus:
                 panel = GpuPanel(info.index, HISTORY_TICKS)
                 self._panels[info.index] = panel
                 yield panel
-        engine = Static(Text("no engine attached", style="dim"), id="engine")
-        engine.border_title = "engine"
-        yield engine
-        yield EventsPane()
-        yield Static("", id="position")
+        yield self._engine_w
+        yield self._events_w
+        yield self._position_w
         yield Footer()
 
     def _source_label(self) -> str:
@@ -135,9 +140,9 @@ class PcieTuiApp(App[None]):
         return f"replay {Path(path).name}" if path is not None else "replay"
 
     def on_mount(self) -> None:
+        self._main = self.screen
         self._apply_size(self.size.width, self.size.height)
         self._show_recording_state()
-        self.query_one("#position", Static).update(position_text(None, self.live, self.size.width, False, None))
         self._pump()
 
     def on_resize(self, event: Any) -> None:
@@ -145,8 +150,8 @@ class PcieTuiApp(App[None]):
 
     def _apply_size(self, width: int, height: int) -> None:
         wide, tall = width >= WIDE_AT_COLUMNS, height >= TALL_AT_ROWS
-        self.screen.set_class(wide, "-wide")
-        self.screen.set_class(tall, "-tall")
+        self._main.set_class(wide, "-wide")
+        self._main.set_class(tall, "-tall")
         for p in self._panels.values():
             p.wide = wide
         if self.frame is not None:
@@ -162,6 +167,9 @@ class PcieTuiApp(App[None]):
         last_post = 0.0
         try:
             if not self.live:
+                # Start the replay clock now, not when the source was built: a slow start
+                # would otherwise be "caught up" in one burst of ticks that no frame shows.
+                src.set_paused(src.paused)
                 with self._model_lock:
                     self.model.sync_replay(src, None)
                     self._post_frame()
@@ -260,28 +268,28 @@ class PcieTuiApp(App[None]):
     # ---- rendering ------------------------------------------------------------
 
     def _render(self, f: Frame) -> None:
+        if self._stop.is_set():
+            return  # shutting down: the widgets may be gone
+        wide = self._main.has_class("-wide")
         with self.batch_update():
             for g in f.gpus:
                 panel = self._panels.get(g.index)
                 if panel is None:
                     panel = self._panels[g.index] = GpuPanel(g.index, HISTORY_TICKS)
-                    panel.wide = self.screen.has_class("-wide")
-                    self.query_one("#gpus", VerticalScroll).mount(panel)
+                    panel.wide = wide
+                    self._gpus_w.mount(panel)
                     continue  # filled on the next frame, once composed
                 panel.show(g, f)
-            self.query_one("#engine", Static).update(engine_lines(f, self.screen.has_class("-wide")))
-            self.query_one(EventsPane).show(f.events, f.events_total)
+            self._engine_w.update(engine_lines(f, wide))
+            self._events_w.show(f.events, f.events_total)
             self._render_position()
             self._show_recording_state()
 
     def _render_position(self) -> None:
-        bar = self.query_one("#position", Static)
-        bar.update(
-            position_text(self.frame, self.live, bar.size.width or self.size.width, self.display_paused, self.failure)
-        )
+        self._position_w.show(self.frame, self.display_paused, self.failure)
 
     def _show_recording_state(self) -> None:
-        rec = self.query_one("#rec", Static)
+        rec = self._rec_w
         if not self.live:
             rec.update(Text("replay · not recording", style="dim"))
         elif self.recorder is not None:
@@ -354,7 +362,7 @@ class PcieTuiApp(App[None]):
             self.push_screen(SourcesScreen(self.source.header))
 
     def action_scroll_gpus(self, lines: int) -> None:
-        self.query_one("#gpus", VerticalScroll).scroll_relative(y=int(lines), animate=False)
+        self._gpus_w.scroll_relative(y=int(lines), animate=False)
 
     # ---- shutdown ------------------------------------------------------------------
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from rich.console import Group
-from rich.table import Table
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -16,30 +15,30 @@ from pcie_tui.tui.sources import figure_sources
 
 
 def sources_renderable(header: SessionHeader) -> Group:
-    parts: list[Table | Text] = [
+    """Per GPU, each figure: its source on one line, units and window indented below."""
+    parts: list[Text] = [
         Text("Where each number comes from", style="bold"),
         Text(
             "GB/s = 10^9 bytes/s, GiB = 2^30 bytes. Missing readings show as n/a, never 0. "
-            "TX = leaving the GPU, RX = into the GPU.\n",
+            "TX = leaving the GPU, RX = into the GPU.",
             style="dim",
         ),
     ]
     if not header.gpus:
-        parts.append(Text("This source describes no GPUs."))
+        parts.append(Text("\nThis source describes no GPUs."))
     for info in header.gpus:
-        table = Table(
-            title=f"GPU {info.index} · {info.name} · metrics source: {info.metrics_source or 'not stated'}",
-            title_justify="left",
-            expand=True,
-            show_lines=False,
+        parts.append(
+            Text(
+                f"\nGPU {info.index} · {info.name} · metrics source: {info.metrics_source or 'not stated'}",
+                style="bold underline",
+            )
         )
-        table.add_column("figure", no_wrap=True, style="bold")
-        table.add_column("source")
-        table.add_column("units")
-        table.add_column("window")
         for row in figure_sources(header, info):
-            table.add_row(row.figure, row.source, row.units, row.window)
-        parts.append(table)
+            line = Text()
+            line.append(f"{row.figure:<17}", style="bold")
+            line.append(row.source)
+            line.append(f"\n{'':<17}units: {row.units} · window: {row.window}", style="dim")
+            parts.append(line)
     parts.append(Text("\nescape, ? or i: back", style="dim"))
     return Group(*parts)
 

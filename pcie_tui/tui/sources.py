@@ -27,7 +27,7 @@ def figure_sources(header: SessionHeader, info: GpuInfo) -> list[FigureSource]:
     tick = _interval(header)
     rows: list[FigureSource] = []
     if src == "gpm":
-        gpm_win = f"between two GPM samples, one tick apart ({tick}; GPM needs >= 100 ms)"
+        gpm_win = f"one tick ({tick}) between two GPM samples"
         rows += [
             FigureSource(
                 "PCIe TX", "GPM NVML_GPM_METRIC_PCIE_TX_PER_SEC (leaving the GPU)", "MiB/s x 2^20 -> B/s", gpm_win
@@ -35,7 +35,12 @@ def figure_sources(header: SessionHeader, info: GpuInfo) -> list[FigureSource]:
             FigureSource(
                 "PCIe RX", "GPM NVML_GPM_METRIC_PCIE_RX_PER_SEC (into the GPU)", "MiB/s x 2^20 -> B/s", gpm_win
             ),
-            FigureSource("DRAM BW", "GPM NVML_GPM_METRIC_DRAM_BW_UTIL", "% of theoretical DRAM bandwidth", gpm_win),
+            FigureSource(
+                "DRAM BW",
+                "GPM NVML_GPM_METRIC_DRAM_BW_UTIL (an empty GPM window shows the previous reading up to 0.5 s, then n/a)",
+                "% of theoretical DRAM bandwidth",
+                gpm_win,
+            ),
             FigureSource("SM", "GPM NVML_GPM_METRIC_SM_UTIL", "% of SMs busy", gpm_win),
         ]
         if info.nvlink_capacity_Bps:
@@ -47,14 +52,6 @@ def figure_sources(header: SessionHeader, info: GpuInfo) -> list[FigureSource]:
                     gpm_win,
                 )
             )
-        rows.append(
-            FigureSource(
-                "mem busy (proxy)",
-                "nvmlDeviceGetUtilizationRates().memory - shown only when a GPM DRAM reading is missing",
-                "% of time memory was read or written (a duty cycle, not bandwidth)",
-                "driver sample period (1/6 s to 1 s)",
-            )
-        )
     elif src == "nvml":
         rows += [
             FigureSource(

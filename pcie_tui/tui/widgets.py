@@ -340,7 +340,25 @@ def header_text(header: SessionHeader, source_label: str, title: str) -> Text:
     return out
 
 
-def position_text(frame: Frame | None, live: bool, width: int, display_paused: bool, failure: str | None) -> Text:
+class PositionBar(Widget):
+    """Replay position, speed and state; for a live source, tick count and display pause."""
+
+    def __init__(self, live: bool) -> None:
+        super().__init__(id="position")
+        self.live = live
+        self.frame: Frame | None = None
+        self.display_paused = False
+        self.failure: str | None = None
+
+    def show(self, frame: Frame | None, display_paused: bool, failure: str | None) -> None:
+        self.frame, self.display_paused, self.failure = frame, display_paused, failure
+        self.refresh()
+
+    def render(self) -> Text:
+        return position_text(self.frame, self.content_size.width, self.display_paused, self.failure)
+
+
+def position_text(frame: Frame | None, width: int, display_paused: bool, failure: str | None) -> Text:
     if failure:
         return Text(f"source failed: {failure}", style="bold red")
     if frame is None:
