@@ -191,10 +191,10 @@ def measure(
         name = nvml.nvmlDeviceGetName(h)
         gen = dirs["h2d"]["link_during"]["gen"]
         width = dirs["h2d"]["link_during"]["width"]
-        try:
+        max_gen: int | None = None
+        max_width: int | None = None
+        with contextlib.suppress(Exception):
             max_gen, max_width = int(nvml.nvmlDeviceGetMaxPcieLinkGeneration(h)), int(nvml.nvmlDeviceGetMaxPcieLinkWidth(h))
-        except Exception:
-            max_gen = max_width = None
         counters = [dirs[d]["counter_Bps"] for d in dirs if dirs[d]["counter_Bps"]]
         entries.append(
             {

@@ -144,7 +144,7 @@ def check_chain(g: GpuFacts, chain: Chain | None, others: list[Chain]) -> Item:
                     f"{len(chain.sharers)} other device(s)",
                     "Move this GPU to a CPU-attached slot (x8 or better) or keep it out of tensor parallelism: every "
                     "all-reduce waits on this shared chipset link.", g.index, ev, data)
-    if card_Bps and ceiling and ceiling < card_Bps * 0.99:
+    if dev is not None and n is not None and card_Bps and ceiling and ceiling < card_Bps * 0.99:
         text, cost = tp_cost(ceiling, card_Bps, f"the card's own {_link(dev.max_gen, dev.max_width)}")
         ev.append(text)
         data["tp_cost"] = cost
@@ -263,7 +263,7 @@ def check_nvlink(g: GpuFacts) -> Item:
     ev = [f"{len(active)} of {len(g.nvlinks)} NVLink(s) active"
           + (f", version {active[0].get('version')}" if active else ""),
           f"link speed (NVML field NVLINK_SPEED_MBPS_COMMON): {f'{speed} MB/s per link' if speed else 'n/a (' + str(g.nvlink_speed_MBps.error) + ')'}"]
-    peers = sorted({ln.get("remote_bdf") for ln in active if ln.get("remote_bdf")})
+    peers = sorted({str(ln["remote_bdf"]) for ln in active if ln.get("remote_bdf")})
     if peers:
         ev.append("peers: " + ", ".join(peers))
     data = {"active": len(active), "links": g.nvlinks, "speed_MBps": speed,

@@ -90,6 +90,7 @@ def _add_calibration_items(report: dict[str, Any]) -> None:
         gen, width = link.get("cur_gen"), link.get("cur_width")
         mgen, mwidth = link.get("max_gen"), link.get("max_width")
         e = lookup_entry(g["uuid"])
+        item: tuple[str, str, str, list[str]]
         if e is None:
             item = ("pass", "not calibrated: the monitor uses the theoretical link rate",
                     "Run pcie-tui calibrate once so link % is shown against what this link really achieves.", [])

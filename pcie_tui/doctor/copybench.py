@@ -205,7 +205,7 @@ class CudaPythonBackend:
 def load_backend(prefer: str | None = None) -> TorchBackend | CudaPythonBackend:
     """The first copy backend that imports and sees a GPU; UserError naming the extra otherwise."""
     errors = []
-    order = [TorchBackend, CudaPythonBackend]
+    order: list[type[TorchBackend] | type[CudaPythonBackend]] = [TorchBackend, CudaPythonBackend]
     if prefer == "cuda-python":
         order.reverse()
     for cls in order:

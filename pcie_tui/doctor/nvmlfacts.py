@@ -143,9 +143,10 @@ def open_nvml(nvml: Any | None = None) -> Any:
     """Import (unless given) and initialise NVML; NoGpuError with one clear line if impossible."""
     if nvml is None:
         try:
-            import pynvml as nvml  # type: ignore[no-redef]
+            import pynvml
         except ImportError as e:
             raise NoGpuError("NVML is not available: install nvidia-ml-py (pip install nvidia-ml-py)") from e
+        nvml = pynvml
     try:
         nvml.nvmlInit()
     except nvml.NVMLError as e:

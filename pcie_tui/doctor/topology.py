@@ -410,18 +410,3 @@ def _walk(top: Path) -> list[PciNode]:
             out.append(read_node(e))
             out.extend(_walk(e))
     return out
-
-
-def list_nvidia_gpus(sysfs_root: str | Path) -> list[str]:
-    """BDFs of NVIDIA display/3D functions under ``<root>/bus/pci/devices`` (for when NVML is absent)."""
-    d = Path(sysfs_root) / "bus" / "pci" / "devices"
-    out = []
-    try:
-        names = sorted(os.listdir(d))
-    except OSError:
-        return out
-    for name in names:
-        n = read_node(Path(os.path.realpath(d / name)))
-        if n.vendor == VENDOR_NVIDIA and n.base_class in (0x0300, 0x0302):
-            out.append(name)
-    return out

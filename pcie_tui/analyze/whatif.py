@@ -1,0 +1,176 @@
+"""What would a faster (or narrower) link buy? Amdahl's law on the link's share of time.
+
+For each phase of a recording and each GPU, ``f`` is the share of the phase's
+time the link needed at full rate to move the bytes it moved (time-weighted
+mean of link use as a fraction of the link's achievable ceiling). A link
+``r`` times faster (``r = C_new / C_old``) turns that time into ``f / r``::
+
+    T_new / T_old = (1 - f) + f / r          speed-up = 1 / that
+
+This treats link time as never hidden behind compute, so it is an upper bound
+on the speed-up (r > 1) and on the slow-down (r < 1): overlapped transfers
+change less. Latency-bound traffic (batch-1 decode all-reduces) barely shows
+in ``f`` and barely changes with bandwidth, which the formula reproduces.
+docs/whatif.md has the derivation and the checks against published figures.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pcie_tui.analyze.session import SessionAnalyzer
+from pcie_tui.model import SessionHeader, pcie_capacity_Bps
+
+# Counter reading at saturation as a fraction of the theoretical rate, used when no
+# calibration exists (H200 Gen5 x16: GPM 56.7 / 63.0 = 0.90; REFERENCE.md).
+UNCALIBRATED_SATURATION = 0.90
+# Per direction, theoretical (REFERENCE.md section 3).
+NVLINK_BRIDGES_Bps = {
+    "NVLink 3 bridge (2x RTX 3090 / A6000 class)": 56.25e9,
+    "NVLink 4 (H100 SXM)": 450e9,
+}
+
+
+def time_ratio(f: float, r: float) -> float:
+    """T_new / T_old when a share ``f`` of the time scales by 1/r (Amdahl)."""
+    if r <= 0:
+        raise ValueError("bandwidth ratio must be positive")
+    f = min(max(f, 0.0), 1.0)
+    return (1.0 - f) + f / r
+
+
+def speedup(f: float, r: float) -> float:
+    """Upper bound on the speed-up (r > 1) or slow-down (r < 1, result < 1) of the phase."""
+    return 1.0 / time_ratio(f, r)
+
+
+def scenarios(gen: int | None, width: int | None) -> list[tuple[str, float]]:
+    """(name, target capacity bytes/s) for the usual changes from a Gen ``gen`` x ``width`` link."""
+    out: list[tuple[str, float]] = []
+    cur = pcie_capacity_Bps(gen, width)
+    if cur is None or gen is None or width is None:
+        return out
+    if width < 16:
+        out.append((f"x{width} -> x{min(16, width * 2)} (Gen{gen})", float(pcie_capacity_Bps(gen, min(16, width * 2)) or 0)))
+    if gen < 5:
+        out.append((f"Gen{gen} -> Gen{gen + 1} (x{width})", float(pcie_capacity_Bps(gen + 1, width) or 0)))
+    if (gen, width) != (5, 16):
+        out.append(("Gen5 x16", float(pcie_capacity_Bps(5, 16) or 0)))
+    for name, bps in NVLINK_BRIDGES_Bps.items():
+        if bps > cur:
+            out.append((f"PCIe -> {name} (peer traffic only)", bps))
+    if width > 1:
+        out.append((f"x{width} -> x{width // 2} (narrower, Gen{gen})", float(pcie_capacity_Bps(gen, width // 2) or 0)))
+    if (gen, width) != (4, 4):
+        out.append(("chipset slot, Gen4 x4 (shared uplink)", float(pcie_capacity_Bps(4, 4) or 0)))
+    return out
+
+
+def link_shares(header: SessionHeader, analyzer: SessionAnalyzer, index: int) -> dict[str, Any]:
+    """Per phase: duration, share with a link verdict, and the link's busy share ``f``."""
+    ser = analyzer.series.get(index)
+    if ser is None or not ser.t:
+        return {}
+    info = header.gpu(index)
+    calibrated = bool(info and info.link.measured_Bps)
+    scale = 1.0 if calibrated else 1.0 / UNCALIBRATED_SATURATION
+    verdict_share = {p: v["verdict_share"]["link"] for p, v in analyzer.phase_summary(index).items()}
+    acc: dict[str, list[float]] = {}  # phase -> [seconds, seconds with a reading, busy seconds]
+    for i in range(1, len(ser.t)):
+        dt = ser.t[i] - ser.t[i - 1]
+        if dt <= 0:
+            continue
+        phase = ser.phase[i] or "unlabelled"
+        a = acc.setdefault(phase, [0.0, 0.0, 0.0])
+        a[0] += dt
+        u = ser.link[i]
+        if u is not None:
+            a[1] += dt
+            a[2] += dt * min(1.0, u * scale)
+    out: dict[str, Any] = {}
+    for phase, (secs, known, busy) in acc.items():
+        out[phase] = {
+            "duration_s": secs,
+            "link_bound_share": verdict_share.get(phase),
+            "link_busy_share": (busy / known) if known > 0 else None,
+            "basis": "calibrated ceiling" if calibrated else f"theoretical x {UNCALIBRATED_SATURATION:.2f} (uncalibrated)",
+        }
+    return out
+
+
+def whatif_report(header: SessionHeader, analyzer: SessionAnalyzer) -> dict[str, Any]:
+    """Per GPU and phase: link shares and upper-bound speed-ups / slow-downs for other links."""
+    gpus = []
+    for index in sorted(analyzer.series):
+        info = header.gpu(index)
+        gen = info.link.max_gen or info.link.gen if info else None
+        width = info.link.max_width or info.link.width if info else None
+        cur = pcie_capacity_Bps(gen, width)
+        phases = link_shares(header, analyzer, index)
+        total = sum(p["duration_s"] for p in phases.values())
+        rows = []
+        for name, target in scenarios(gen, width):
+            r = target / cur if cur else None
+            per_phase: dict[str, dict[str, float] | None] = {}
+            new_total = 0.0
+            known = True
+            for ph, p in phases.items():
+                f = p["link_busy_share"]
+                if f is None or r is None:
+                    per_phase[ph] = None
+                    known = False
+                    continue
+                tr = time_ratio(f, r)
+                per_phase[ph] = {"time_ratio": tr, "speedup": 1.0 / tr}
+                new_total += p["duration_s"] * tr
+            overall = (new_total / total) if known and total > 0 else None
+            rows.append({
+                "scenario": name,
+                "target_Bps": target,
+                "bandwidth_ratio": r,
+                "phases": per_phase,
+                "time_ratio": overall,
+                "speedup": (1.0 / overall) if overall else None,
+                # Time per token (+ = slower) and tokens/s (- = slower), both bounds.
+                "time_change_pct": (overall - 1.0) * 100 if overall else None,
+                "throughput_change_pct": ((1.0 / overall) - 1.0) * 100 if overall else None,
+            })
+        gpus.append({
+            "index": index,
+            "name": info.name if info else None,
+            "link": {"gen": gen, "width": width, "capacity_Bps": cur},
+            "phases": phases,
+            "duration_s": total,
+            "scenarios": rows,
+        })
+    return {
+        "formula": "T_new/T_old = (1 - f) + f / r; f = link busy share, r = new/old bandwidth; upper bound (no overlap)",
+        "gpus": gpus,
+    }
+
+
+def render_whatif(rep: dict[str, Any]) -> str:
+    lines = ["What would another link buy? Upper bounds from " + rep["formula"]]
+    for g in rep["gpus"]:
+        link = g["link"]
+        cap = link["capacity_Bps"]
+        lines.append(f"GPU{g['index']} {g['name'] or ''}: Gen{link['gen']} x{link['width']}"
+                     + (f" ({cap / 1e9:.1f} GB/s per direction)" if cap else " (link unknown)"))
+        for ph, p in g["phases"].items():
+            lines.append(f"  {ph:<14} {p['duration_s']:7.1f} s  link busy {_pct(p['link_busy_share'])}  "
+                         f"link-bound {_pct(p['link_bound_share'])}  ({p['basis']})")
+        for s in g["scenarios"]:
+            if s["time_ratio"] is None:
+                lines.append(f"  {s['scenario']}: n/a (no link readings)")
+                continue
+            lines.append(f"  {s['scenario']} (x{s['bandwidth_ratio']:.2f} bandwidth): time {s['time_change_pct']:+.1f}%, "
+                         f"throughput {s['throughput_change_pct']:+.1f}% at most")
+            moved = [f"{ph} {v['time_ratio'] * 100 - 100:+.0f}%" for ph, v in s["phases"].items()
+                     if v is not None and abs(v["time_ratio"] - 1) >= 0.005]
+            if moved:
+                lines.append("      by phase (time): " + ", ".join(moved))
+    return "\n".join(lines)
+
+
+def _pct(v: float | None) -> str:
+    return "  n/a" if v is None else f"{100 * v:4.1f}%"

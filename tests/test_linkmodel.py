@@ -1,0 +1,143 @@
+"""Link budget model: bytes per token for TP/PP, alpha-beta link time, config readers, recording comparison."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import pytest
+
+from pcie_tui.analyze import linkmodel as lm
+from pcie_tui.doctor.cli import linkmodel_main
+from pcie_tui.errors import UserError
+from pcie_tui.model import EngineSample, GpuSample, Sample, SessionHeader, pcie_capacity_Bps
+
+LLAMA70B = lm.ModelShape(hidden_size=8192, num_layers=80, dtype_bytes=2, name="llama-70b")
+REFERENCE_SESSION = Path(__file__).parent.parent / "pcie_tui" / "data" / "h200-reference.jsonl.gz"
+
+
+def test_tp_bytes_per_token_matches_the_ring_allreduce_formula():
+    # REFERENCE.md: Llama-70B, TP=2, bf16: ~2.6 MB per GPU per token.
+    assert lm.tp_bytes_per_token(LLAMA70B, 2) == 2 * 80 * 2 * (1 / 2) * 8192 * 2 == 2_621_440
+    assert lm.tp_bytes_per_token(LLAMA70B, 4) == pytest.approx(2_621_440 * 1.5)  # 2(N-1)/N: 1 -> 1.5
+    assert lm.tp_bytes_per_token(LLAMA70B, 8) == pytest.approx(2_621_440 * 1.75)
+    assert lm.tp_bytes_per_token(LLAMA70B, 1) == 0.0
+    assert lm.pp_bytes_per_token(LLAMA70B, 2) == 8192 * 2
+    assert lm.pp_bytes_per_token(LLAMA70B, 1) == 0.0
+    assert lm.allreduces_per_step(LLAMA70B, 2) == 160
+
+
+def test_decode_at_batch_1_is_latency_bound_and_prefill_bandwidth_bound():
+    x16 = pcie_capacity_Bps(4, 16)
+    p = lm.predict(LLAMA70B, lm.Layout(tp=2, batch=1, prompt_tokens=2048), x16)
+    d = p["decode"]
+    assert d["latency_floor_s"] == pytest.approx(160 * 25e-6)  # 4 ms per token
+    assert d["bandwidth_time_s"] == pytest.approx(2_621_440 / x16)  # ~0.08 ms
+    assert d["latency_bound"] and not p["prefill"]["latency_bound"]
+    assert p["prefill"]["bytes_per_step"] == pytest.approx(2048 * 2_621_440)
+    # Twice the width halves the wire time of prefill but not decode's latency floor.
+    q = lm.predict(LLAMA70B, lm.Layout(tp=2, batch=1, prompt_tokens=2048), pcie_capacity_Bps(4, 8))
+    assert q["prefill"]["bandwidth_time_s"] == pytest.approx(2 * p["prefill"]["bandwidth_time_s"])
+    assert q["decode"]["latency_floor_s"] == d["latency_floor_s"]
+
+
+def test_pipeline_stages_split_the_layers():
+    p = lm.predict(LLAMA70B, lm.Layout(tp=2, pp=2, batch=8), 25e9)
+    assert p["allreduces_per_step"] == 80  # 40 layers per stage x 2
+    assert p["tp_bytes_per_token"] == pytest.approx(2_621_440 / 2)
+    assert p["pp_bytes_per_token"] == 16384
+    assert p["decode"]["bytes_per_step"] == pytest.approx(8 * (2_621_440 / 2 + 16384))
+
+
+def test_reads_vllm_model_dirs(tmp_path):
+    d = tmp_path / "Llama-3-70B"
+    d.mkdir()
+    (d / "config.json").write_text(json.dumps({"hidden_size": 8192, "num_hidden_layers": 80, "torch_dtype": "bfloat16"}))
+    s = lm.from_hf_config(d)
+    assert (s.hidden_size, s.num_layers, s.dtype_bytes, s.name) == (8192, 80, 2, "Llama-3-70B")
+    mm = tmp_path / "vlm"
+    mm.mkdir()
+    (mm / "config.json").write_text(json.dumps({"text_config": {"hidden_size": 4096, "num_hidden_layers": 32, "dtype": "float32"}}))
+    assert (lm.from_hf_config(mm).hidden_size, lm.from_hf_config(mm).dtype_bytes) == (4096, 4)
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    (bad / "config.json").write_text("{}")
+    with pytest.raises(UserError, match="no hidden_size"):
+        lm.from_hf_config(bad)
+    with pytest.raises(UserError, match="cannot read model config"):
+        lm.from_hf_config(tmp_path / "missing")
+
+
+def test_reads_gguf_metadata(tmp_path):
+    gguf = pytest.importorskip("gguf")
+    np = pytest.importorskip("numpy")
+    p = tmp_path / "tiny.gguf"
+    w = gguf.GGUFWriter(str(p), "llama")
+    w.add_name("tiny-llama")
+    w.add_embedding_length(256)
+    w.add_block_count(2)
+    w.add_tensor("token_embd.weight", np.zeros((4, 256), dtype=np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    s = lm.from_gguf(p)
+    assert (s.hidden_size, s.num_layers, s.dtype_bytes, s.name) == (256, 2, 4, "tiny-llama")
+
+
+def _two_gpu_session(pred_bytes_per_token: float, tokens_per_s: float, seconds: int = 10):
+    """A TP=2 decode whose link moves exactly the modelled bytes (a consistency check of the arithmetic)."""
+    from pcie_tui.model import GpuInfo, LinkInfo
+
+    link = LinkInfo(4, 16, 4, 16, pcie_capacity_Bps(4, 16))
+    header = SessionHeader("2026-12-02", "h", "t", tuple(GpuInfo(i, f"GPU-{i}", "g", f"0000:0{i}:00.0", link, None) for i in (0, 1)))
+    rate = pred_bytes_per_token * tokens_per_s
+    samples = []
+    for k in range(seconds * 10 + 1):
+        t = 1000.0 + k * 0.1
+        gpus = tuple(GpuSample(i, pcie_tx_Bps=rate, pcie_rx_Bps=rate) for i in (0, 1))
+        eng = EngineSample("vllm", True, phase="decode", prompt_tokens_total=0.0, generation_tokens_total=k * 0.1 * tokens_per_s)
+        samples.append(Sample(t, gpus, eng))
+    return header, samples
+
+
+def test_comparison_with_a_recording():
+    pred = lm.predict(LLAMA70B, lm.Layout(tp=2, batch=4), 25e9)
+    header, samples = _two_gpu_session(pred["tp_bytes_per_token"], tokens_per_s=40.0)
+    m = lm.measured_bytes_per_token(header, samples)
+    assert m["decode"]["tokens"] == pytest.approx(400.0)
+    assert m["decode"]["gpus"][0]["bytes_per_token"] == pytest.approx(2_621_440)
+    c = lm.compare(pred, m)
+    assert c["decode"][1]["ratio"] == pytest.approx(1.0)
+
+
+def test_real_recording_without_engine_has_no_token_counts():
+    from pcie_tui.record.reader import read_recording
+
+    rec = read_recording(REFERENCE_SESSION)
+    m = lm.measured_bytes_per_token(rec.header, rec.samples)
+    assert m["h2d_pinned"]["tokens"] is None
+    # ~55 GB/s payload for ~7 s: the counter saw ~390 GB (+ protocol overhead), never 0.
+    assert 3.5e11 < m["h2d_pinned"]["gpus"][0]["bytes"] < 4.8e11
+
+
+def _args(**kw):
+    base = dict(model=None, gguf=None, hidden=None, layers=None, dtype_bytes=None, tp=1, pp=1, batch=1,
+                prompt_tokens=2048, link="4x16", ceiling_gbps=None, latency_us=25.0, recording=None, json=False)
+    base.update(kw)
+    return argparse.Namespace(**base)
+
+
+def test_cli(capsys):
+    assert linkmodel_main(_args(hidden=8192, layers=80, tp=2)) == 0
+    out = capsys.readouterr().out
+    assert "2.621 MB each way" in out and "latency-bound" in out and "Gen4 x16 theoretical = 31.5 GB/s" in out
+    assert linkmodel_main(_args(hidden=8192, layers=80, tp=2, json=True, recording=str(REFERENCE_SESSION))) == 0
+    got = json.loads(capsys.readouterr().out)
+    assert got["tp_bytes_per_token"] == 2_621_440 and "measured" in got
+    for bad, msg in ((_args(), "give --model"), (_args(hidden=1, layers=1, tp=0), "--tp must be"),
+                     (_args(hidden=1, layers=1, link="7x16"), "unknown PCIe link"),
+                     (_args(hidden=1, layers=1, link="x16"), "GENxWIDTH")):
+        with pytest.raises(UserError, match=msg):
+            linkmodel_main(bad)
