@@ -277,14 +277,19 @@ def check_nvlink(g: GpuFacts) -> Item:
 
 def check_errors(g: GpuFacts, after: dict[str, Read]) -> Item:
     before = g.pcie_counters_before
-    ev, deltas, unsupported = [], {}, []
+    ev: list[str] = []
+    deltas: dict[str, Any] = {}
+    unsupported: list[str] = []
+    counts = []
     for k in before:
         b, a = before[k], after.get(k, Read(error="not read"))
         if not b.ok or not a.ok:
             unsupported.append(k)
             continue
         deltas[k] = a.value - b.value
-        ev.append(f"{k}: {a.value}" + (f" (+{deltas[k]} during the check)" if deltas[k] else ""))
+        counts.append(f"{k} {a.value}" + (f" (+{deltas[k]} during the check)" if deltas[k] else ""))
+    if counts:
+        ev.append("NVML counts since boot: " + ", ".join(counts))
     if unsupported:
         ev.append("n/a: " + ", ".join(unsupported))
     data = {"before": {k: v.to_json() for k, v in before.items()}, "after": {k: v.to_json() for k, v in after.items()},

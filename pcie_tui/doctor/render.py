@@ -33,7 +33,8 @@ def render_doctor(report: dict[str, Any]) -> str:
 
 
 def render_calibration(result: dict[str, Any]) -> str:
-    lines = [f"pcie-tui calibrate ({result['backend']}, {result['size_mib']} MiB copies); saved to {result.get('path')}"]
+    where = f"saved to {result['path']}" if result.get("path") else "not saved (--no-save)"
+    lines = [f"pcie-tui calibrate ({result['backend']}, {result['size_mib']} MiB copies); {where}"]
     for e in result["gpus"]:
         lines.append(f"GPU{e['index']} {e['name']} ({e['uuid']}) link Gen{e['gen']} x{e['width']}, "
                      f"theoretical {_gb(e['theoretical_Bps'])} per direction")
