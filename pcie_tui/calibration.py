@@ -67,15 +67,27 @@ def shape_matches(entry: dict[str, Any], gen: int | None, width: int | None) -> 
     return (gen, width) in {(entry.get("gen"), entry.get("width")), (entry.get("max_gen"), entry.get("max_width"))}
 
 
-def lookup(uuid: str, gen: int | None, width: int | None, path: Path | None = None) -> float | None:
+def lookup(
+    uuid: str,
+    gen: int | None,
+    width: int | None,
+    path: Path | None = None,
+    *,
+    max_gen: int | None = None,
+    max_width: int | None = None,
+) -> float | None:
     """The counter's saturated reading (bytes/s per direction) for this GPU, or None.
 
     None when never calibrated or when the link is not the one calibrated
-    (different gen or width: the machine changed shape; recalibrate). Pass the
-    link's max gen/width or its under-load state: an idle link trains down.
+    (different gen or width: the machine changed shape; recalibrate). An idle
+    link trains down (Gen1 at P8), so a current state that does not match still
+    counts when the link's max (``max_gen``/``max_width``) is the calibrated max.
     """
     e = lookup_entry(uuid, path)
-    if e is None or not shape_matches(e, gen, width):
+    if e is None:
+        return None
+    same_max = max_gen is not None and (max_gen, max_width) == (e.get("max_gen"), e.get("max_width"))
+    if not (shape_matches(e, gen, width) or same_max):
         return None
     v = e.get("counter_Bps") or e.get("payload_Bps")
     return float(v) if v else None

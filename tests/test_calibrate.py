@@ -43,6 +43,9 @@ def test_lookup_returns_the_counter_ceiling_only_for_the_calibrated_link():
     assert calibration.lookup(uuid, 5, 8) is None  # width changed
     assert calibration.lookup(uuid, None, 16) is None
     assert calibration.lookup("GPU-unknown", 5, 16) is None
+    # Idle links train down: Gen1 now, but the link's max is still the calibrated Gen5 x16.
+    assert calibration.lookup(uuid, 1, 16, max_gen=5, max_width=16) == pytest.approx(59.98e9, rel=1e-3)
+    assert calibration.lookup(uuid, 1, 16, max_gen=5, max_width=8) is None
 
 
 def test_h200_calibration_is_physically_consistent():
