@@ -141,3 +141,21 @@ def test_cli(capsys):
                      (_args(hidden=1, layers=1, link="x16"), "GENxWIDTH")):
         with pytest.raises(UserError, match=msg):
             linkmodel_main(bad)
+
+
+def test_report_linkmodel_reads_the_engine_facts(tmp_path):
+    d = tmp_path / "tiny"
+    d.mkdir()
+    (d / "config.json").write_text(json.dumps({"hidden_size": 256, "num_hidden_layers": 2, "torch_dtype": "float32"}))
+    header, samples = _two_gpu_session(2 * 2 * 1 * 256 * 4, tokens_per_s=100.0)
+    import dataclasses
+
+    header = dataclasses.replace(header, engine={"kind": "vllm", "layout": {"model": str(d), "tensor_parallel_size": 2}})
+    rep = lm.report_linkmodel(header, samples)
+    assert rep["available"] and rep["layout"]["tp"] == 2 and rep["tp_bytes_per_token"] == 2 * 2 * 1 * 256 * 4
+    assert rep["comparison"]["decode"][0]["ratio"] == pytest.approx(1.0)
+    assert rep["ceiling_label"] == "theoretical"
+    missing = dataclasses.replace(header, engine={"kind": "vllm", "layout": {"model": "org/name-on-a-hub"}})
+    got = lm.report_linkmodel(missing, samples)
+    assert got == {"available": False, "reason": got["reason"]} and "cannot read model config" in got["reason"]
+    assert lm.report_linkmodel(dataclasses.replace(header, engine=None), samples)["available"] is False

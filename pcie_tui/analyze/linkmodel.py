@@ -234,3 +234,53 @@ def _delta(a: float | None, b: float | None) -> float:
     if a is None or b is None or b < a:  # missing or the engine restarted
         return 0.0
     return b - a
+
+
+# ---- for `report`: everything from a recording's header ---------------------------
+
+
+def from_engine(header: SessionHeader) -> tuple[ModelShape | None, Layout | None, str]:
+    """Model shape and layout from the attached engine's facts in the header (reason when unknown).
+
+    vLLM: ``layout.model`` is the model directory (config.json) and the tp/pp sizes.
+    llama.cpp: ``layout.model`` is the GGUF; ``-sm layer`` (its default) splits layers
+    across the GPUs like pipeline stages, ``-sm row``/``tensor`` splits tensors.
+    """
+    eng = header.engine or {}
+    lay = eng.get("layout") or {}
+    path = lay.get("model") or eng.get("model")
+    if not isinstance(path, str) or not path:
+        return None, None, "the engine's model path is unknown"
+    n_gpus = max(1, len(header.gpus))
+    try:
+        if eng.get("kind") == "llamacpp":
+            shape = from_gguf(path)
+            tensor = lay.get("split_mode") in ("row", "tensor")
+            layout = Layout(tp=n_gpus if tensor else 1, pp=1 if tensor else n_gpus)
+        else:
+            shape = from_hf_config(path)
+            tp = lay.get("tensor_parallel_size")
+            pp = lay.get("pipeline_parallel_size")
+            layout = Layout(tp=tp if isinstance(tp, int) else 1, pp=pp if isinstance(pp, int) else 1)
+    except UserError as e:
+        return None, None, str(e)
+    return shape, layout, f"from the {eng.get('kind') or 'engine'}'s model {path}"
+
+
+def report_linkmodel(header: SessionHeader, samples: Iterable[Sample]) -> dict[str, Any] | None:
+    """Predicted vs measured link bytes per token for a recording, or None when the model is unknown."""
+    shape, layout, why = from_engine(header)
+    if shape is None or layout is None:
+        return {"available": False, "reason": why}
+    g = header.gpus[0] if header.gpus else None
+    ceiling = (g.link.measured_Bps or g.link.capacity_Bps) if g else None
+    if not ceiling:
+        return {"available": False, "reason": "the link's ceiling is unknown"}
+    pred = predict(shape, layout, ceiling)
+    pred["ceiling_label"] = "calibrated" if g and g.link.measured_Bps else "theoretical"
+    measured = measured_bytes_per_token(header, samples)
+    pred["measured"] = measured
+    pred["comparison"] = compare(pred, measured)
+    pred["available"] = True
+    pred["source"] = why
+    return pred
