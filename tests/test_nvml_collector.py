@@ -133,6 +133,20 @@ def test_gpm_windows_are_never_shorter_than_100ms(cap):
     col.close()
 
 
+@pytest.mark.parametrize("step_s", [0.001, 0.013, 0.3])
+def test_gpm_ring_stays_short_and_windows_bounded_at_any_rate(cap, step_s):
+    fake, col, clock = make(cap)
+    for _ in range(2000):
+        clock.advance(step_s)
+        col.read()
+    assert min(fake.windows) >= 0.1
+    assert max(fake.windows) <= max(0.1 + 2 * 0.0125, step_s) + 1e-6 or step_s >= 0.1
+    assert len(col.devices[0].gpm._ring) <= 12
+    assert fake.calls["nvmlGpmSampleAlloc"] <= 13  # buffers are recycled, not leaked
+    col.close()
+    assert not fake._bufs
+
+
 def test_first_tick_has_no_gpm_metrics_but_has_nvml_ones(cap):
     _fake, col, _ = make(cap)
     (s,) = col.read()

@@ -22,7 +22,9 @@ from dataclasses import dataclass
 from typing import Any
 
 MIN_WINDOW_S = 0.100
-# Ring length cap: at 100 Hz a 100 ms window needs ~11 snapshots.
+# Snapshots are stored no closer than this share of the window (12.5 ms), so the
+# ring stays short however fast the sampler ticks; MAX_RING is only a safety cap.
+STORE_EVERY = 1 / 8
 MAX_RING = 32
 
 # (field name in GpmReading, pynvml constant name). Units per nvml.h: *_PER_SEC in
@@ -104,10 +106,9 @@ class GpmSampler:
             self._free.append(buf)
             return None
         ring = self._ring
-        ring.append((now, buf))
-        # Most recent older snapshot that still gives a long enough window.
+        # Most recent stored snapshot that gives a long enough window.
         ref = -1
-        for i in range(len(ring) - 2, -1, -1):
+        for i in range(len(ring) - 1, -1, -1):
             if now - ring[i][0] >= self.min_window_s:
                 ref = i
                 break
@@ -115,18 +116,20 @@ class GpmSampler:
         for _ in range(ref - 1):
             self._free.append(ring.popleft()[1])
         ref = min(ref, 1)
-        # Ticking faster than MAX_RING per window: thin out just after the oldest
-        # snapshots (the references, or the next to become one).
-        while len(ring) > MAX_RING:
-            self._free.append(ring[2][1])
-            del ring[2]
-        if ref < 0:
-            return None
+        got = None
         for i in range(ref, -1, -1):
             got = self._metrics(ring[i][1], buf, now - ring[i][0])
             if got is not None:
-                return got
-        return None
+                break
+        # Store at most one snapshot per STORE_EVERY of the window, so a fast
+        # sampler keeps the ring short and its windows just over min_window_s.
+        if not ring or now - ring[-1][0] >= self.min_window_s * STORE_EVERY:
+            ring.append((now, buf))
+            while len(ring) > MAX_RING:
+                self._free.append(ring.popleft()[1])
+        else:
+            self._free.append(buf)
+        return got
 
     def _metrics(self, s1: Any, s2: Any, window_s: float) -> GpmReading | None:
         """Metrics between two snapshots; None if NVML failed or the window is void."""
