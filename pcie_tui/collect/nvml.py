@@ -1,9 +1,11 @@
 """NVML collector: per-GPU PCIe/NVLink rates, DRAM bandwidth, utilisation, one tick at a time.
 
 Where GPM is supported (Hopper and newer) one GPM snapshot pair per tick gives PCIe,
-NVLink, DRAM bandwidth and SM use at ~0.1 ms of CPU. Elsewhere PCIe comes from
+NVLink, DRAM bandwidth and SM use (H200, paced at 10 Hz: 0.48 ms CPU and wall per
+GPU-tick, all calls included; bench/results.md). Elsewhere PCIe comes from
 ``nvmlDeviceGetPcieThroughput``, which waits out a 20 ms window per call and
-direction, so those calls run in a thread pool, all GPUs and directions at once.
+direction, so those calls run in a thread pool, all GPUs and directions at once
+(they overlap on the H200: 21 ms per tick instead of 42).
 
 ``nvml`` is injectable (a pynvml-like module), so tests drive this class with
 readings replayed from a real H200 (tests/fakenvml).

@@ -5,8 +5,8 @@ file, in NVML's own units (utilisation %, bytes, mW, PCIe KB/s, GPM MiB/s and %)
 Two sources:
 
 * ``tests/fixtures/h200-nvml-capture.json``: written by ``capture.py`` on the H200
-  (raw answers per ~150 ms tick, GPM over >= 100 ms windows and over 20-80 ms
-  windows, per-call costs, ground truth of each traffic phase).
+  (raw answers every ~95 ms through 7 labelled traffic phases, 543 GPM answers over
+  20-130 ms windows, per-call costs, ground truth of each phase timed with CUDA syncs).
 * ``tests/fixtures/h200-nvml-probe-2026-12-02.json``: the first probe, copied from
   ``../shared/data/`` (``from_probe``).
 
@@ -17,7 +17,8 @@ Real quirks modelled:
   never at >= 120 ms, and the replay keeps those odds (``Capture.gpm_at``).
 * NUMA, NVLink state/speed answer NotSupported, as captured (single GPU in a VM).
 * ``nvmlDeviceGetPcieThroughput`` answers in KB/s and blocks for ``block_s``
-  (20 ms measured) per call; ``max_inflight`` records how many overlapped.
+  (20.6 ms measured) per call. Calls overlap, as on the H200 (TX and RX from two
+  threads: 21.1 ms together); ``max_inflight`` records how many did.
 
 Time: replies follow the capture's timeline on ``clock`` (injectable so tests
 step it), looping at the end. Extra GPUs (``n_gpus`` > 1) are replicas of the
