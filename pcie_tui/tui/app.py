@@ -139,8 +139,12 @@ class PcieTuiApp(App[None]):
         path = getattr(rec, "path", None)
         return f"replay {Path(path).name}" if path is not None else "replay"
 
+    @property
+    def _main(self) -> Any:
+        """The monitor screen, even while the sources screen is on top of it."""
+        return self.screen_stack[0]
+
     def on_mount(self) -> None:
-        self._main = self.screen
         self._apply_size(self.size.width, self.size.height)
         self._show_recording_state()
         self._pump()

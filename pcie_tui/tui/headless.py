@@ -1,0 +1,72 @@
+"""Driving the app without a terminal: for tests, screenshots and docs."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import time
+from collections.abc import Callable
+from typing import Any
+
+from rich.console import Console
+from textual.app import App
+from textual.pilot import Pilot
+
+from pcie_tui.analyze.session import SessionAnalyzer, sample_phase
+from pcie_tui.record.reader import Recording
+
+
+def screen_text(app: App[Any]) -> str:
+    """The current screen as plain text (what a user would read)."""
+    width, height = app.size
+    console = Console(
+        width=width,
+        height=height,
+        file=io.StringIO(),
+        force_terminal=True,
+        color_system="truecolor",
+        record=True,
+        legacy_windows=False,
+        safe_box=False,
+    )
+    console.print(app.screen._compositor.render_update(full=True, screen_stack=app._background_screens, simplify=True))
+    return console.export_text()
+
+
+async def wait_until(pilot: Pilot[Any], predicate: Callable[[], bool], timeout_s: float = 5.0) -> None:
+    """Let the app run until ``predicate()`` holds; TimeoutError after ``timeout_s``."""
+    end = time.monotonic() + timeout_s
+    while not predicate():
+        if time.monotonic() > end:
+            raise TimeoutError("condition not reached in time")
+        await pilot.pause(0.02)
+    await pilot.pause()
+
+
+def frame_at(app: Any, ticks: int) -> bool:
+    """True once the app has rendered the frame for exactly ``ticks`` ticks."""
+    f = app.frame
+    return f is not None and f.ticks == ticks
+
+
+def saturated_moment(rec: Recording, resource: str = "link", phase_contains: str = "h2d") -> int:
+    """Index of the tick in the middle of the first ``resource`` saturation during a matching phase.
+
+    Found by running the analyzer, so screenshots show a real verdict, not a staged one.
+    """
+    an = SessionAnalyzer(rec.header, keep_series=False)
+    hits: list[int] = []
+    for i, s in enumerate(rec.samples):
+        an.feed(s)
+        phase = sample_phase(s) or ""
+        if any(tr.verdict == resource for tr in an.trackers.values()) and phase_contains in phase:
+            hits.append(i)
+        elif hits:
+            break
+    if not hits:
+        raise ValueError(f"no {resource} saturation during a {phase_contains!r} phase in {rec.path}")
+    return hits[len(hits) // 2] + 1  # replay position: ticks 0..i analysed
+
+
+def run(coro: Any) -> Any:
+    return asyncio.run(coro)

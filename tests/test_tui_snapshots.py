@@ -1,0 +1,57 @@
+"""Snapshot tests: the screen at fixed replay positions of the real H200 probe, at explicit sizes.
+
+Deterministic: the replay is paused at a fixed tick before the first frame, the
+screen has no clock and no focused input (no cursor blink). Update with
+``pytest tests/test_tui_snapshots.py --snapshot-update`` after checking the
+report's diff by eye.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from pcie_tui.record.reader import read_recording
+from pcie_tui.record.replay import ReplaySource
+from pcie_tui.tui.app import make_app
+from pcie_tui.tui.headless import frame_at, saturated_moment, wait_until
+
+PROBE = Path(__file__).parent / "fixtures" / "h200-probe.jsonl"
+
+
+def paused_app(position: int | None = None, resource: str = "link", phase: str = "h2d"):
+    rec = read_recording(PROBE)
+    pos = position if position is not None else saturated_moment(rec, resource, phase)
+    src = ReplaySource(rec)
+    src.seek_to_index(pos)
+    src.set_paused(True)
+    app = make_app(src)
+
+    async def ready(pilot):
+        await wait_until(pilot, lambda: frame_at(app, pos))
+
+    return app, ready
+
+
+@pytest.mark.parametrize("size", [(80, 24), (140, 45)], ids=["80x24", "140x45"])
+def test_link_saturated_during_h2d(snap_compare, size):
+    app, ready = paused_app()
+    assert snap_compare(app, terminal_size=size, run_before=ready)
+
+
+@pytest.mark.parametrize("size", [(80, 24), (140, 45)], ids=["80x24", "140x45"])
+def test_dram_saturated_during_device_copy(snap_compare, size):
+    app, ready = paused_app(resource="memory", phase="d2d")
+    assert snap_compare(app, terminal_size=size, run_before=ready)
+
+
+def test_sources_screen_80x24(snap_compare):
+    app, ready = paused_app()
+
+    async def open_sources(pilot):
+        await ready(pilot)
+        await pilot.press("question_mark")
+        await pilot.pause()
+
+    assert snap_compare(app, terminal_size=(80, 24), run_before=open_sources)
