@@ -46,3 +46,17 @@ def test_real_h200_run_output():
     assert errors["status"] == "pass"
     text = render_doctor(r)
     assert "[PASS] GPU0" in text and "under load" in text
+
+
+@pytest.mark.parametrize("phase,how", [("matmul_bf16", "engine"), ("idle", "idle")])
+def test_without_a_load_generator_it_reads_while_the_gpu_works(phase, how):
+    """No torch/cuda-python: doctor reads during the GPU's own work (replayed H200 phase) and says so."""
+    cap = fakenvml.load_capture()
+    start = cap.phase_spans()[phase][0] + (0.5 if phase == "idle" else 0.1)  # idle: past the first busy ticks
+    nv = fakenvml.FakeNvml(cap, offsets_s=[start])
+    r = run_doctor(nvml=nv, sysfs_root=str(FIX / "sysfs" / "h200-vm"), proc_root=str(FIX / "sysfs" / "h200-vm" / "proc"),
+                   load_s=0.4, backend_factory=None)
+    assert r["load"]["how"] == how
+    link = next(i for i in r["items"] if i["check"] == "link")
+    assert link["status"] == "pass"
+    assert link["title"].startswith("link at its maximum " + ("under load" if how == "engine" else "even idle"))

@@ -93,6 +93,11 @@ def check_link(g: GpuFacts, load: LoadReadings) -> Item:
     if gmg is not None and mg is not None and mg < gmg:
         ev.append(f"the card supports Gen{gmg} but the slot/platform tops out at Gen{mg}")
     if cg < mg or cw < mw:
+        if loaded and load.how == "engine":
+            return Item("link", WARN, f"link below its maximum while the GPU was busy: {title_now}",
+                        "Rerun doctor with PyTorch or cuda-python installed so it can drive the link itself; if it "
+                        "stays below its maximum, reseat the card and check risers and the BIOS slot speed.",
+                        g.index, ev, data)
         if loaded:
             return Item("link", FAIL, f"link downtrained under load: {title_now}",
                         "Reseat the card, drop any riser, and set the slot to its full generation in the BIOS: "

@@ -56,24 +56,30 @@ def _sysfs_link(sysfs_root: str, bdf: str) -> tuple[int | None, int | None]:
     return gen, width
 
 
-def _busy(nvml: Any, g: GpuFacts) -> bool:
-    if g.pids.ok and g.pids.value:
-        return True
+def _util(nvml: Any, g: GpuFacts) -> int | None:
     try:
-        return int(nvml.nvmlDeviceGetUtilizationRates(g.handle).gpu) > 0
-    except Exception:
-        return False
+        return int(nvml.nvmlDeviceGetUtilizationRates(g.handle).gpu)
+    except Exception:  # NVMLError, or a stand-in without the call
+        return None
 
 
 def sample_links(
-    nvml: Any, gpus: list[GpuFacts], sysfs_root: str, seconds: float, period_s: float = 0.2
+    nvml: Any, gpus: list[GpuFacts], sysfs_root: str, seconds: float, period_s: float = 0.2,
+    util_max: dict[int, int] | None = None,
 ) -> tuple[dict[int, LinkRead], dict[int, tuple[int | None, int | None]]]:
-    """Best (highest gen, then width) NVML and sysfs reading per GPU over ``seconds``."""
+    """Best (highest gen, then width) NVML and sysfs reading per GPU over ``seconds``.
+
+    With ``util_max``, also keeps each GPU's highest NVML utilisation seen.
+    """
     best: dict[int, LinkRead] = {}
     best_sys: dict[int, tuple[int | None, int | None]] = {}
     t_end = time.monotonic() + max(seconds, 0.0)
     while True:
         for g in gpus:
+            if util_max is not None:
+                u = _util(nvml, g)
+                if u is not None:
+                    util_max[g.index] = max(u, util_max.get(g.index, 0))
             r = read_link(nvml, g.handle)
             if g.index not in best or _score(r) > _score(best[g.index]):
                 best[g.index] = r
@@ -128,10 +134,13 @@ def read_under_load(
                 {g.index: True for g in gpus},
                 sys_links,
             )
-    links, sys_links = sample_links(nvml, gpus, sysfs_root, max(seconds, 0.0))
-    busy = {g.index: _busy(nvml, g) for g in gpus}
+    util_max: dict[int, int] = {}
+    links, sys_links = sample_links(nvml, gpus, sysfs_root, max(seconds, 0.0), util_max=util_max)
+    # A process that merely holds the GPU (an idle engine) leaves the link trained down:
+    # only a GPU seen computing counts as loaded.
+    busy = {g.index: util_max.get(g.index, 0) > 0 for g in gpus}
     if any(busy.values()):
-        how, detail = "engine", "no load generated; read while the GPUs' own processes ran (busy GPUs count as loaded)"
+        how, detail = "engine", "no load generated; read while the GPUs' own work ran (GPUs seen busy count as loaded)"
     else:
         how, detail = "idle", "no load generated and nothing running: idle links may have trained down"
     if gen_error:
