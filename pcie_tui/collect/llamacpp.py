@@ -1,0 +1,486 @@
+"""llama-server client: /metrics, /slots, /props and the server's own log.
+
+``LlamaCppClient(url, pid=None, log_path=None)`` implements the EngineClient
+protocol (``describe()``, ``read()``).  Every HTTP call has a short timeout and
+``read()`` never raises: a failure gives ``up=False`` with the reason.
+
+Where the numbers come from (all as the server reports them):
+
+* ``prompt_tokens_total`` / ``generation_tokens_total``: the ``llamacpp:prompt_tokens_total``
+  and ``llamacpp:tokens_predicted_total`` counters (``--metrics`` only; the server adds a
+  request's tokens when its prompt is done / when it finishes).
+* ``requests_running`` / ``requests_waiting``: ``llamacpp:requests_processing`` /
+  ``requests_deferred``; without ``--metrics``, slots with ``is_processing`` (waiting: None).
+* ``extra``: ``n_decode_total`` and the other counters, ``slots`` (per slot: processing,
+  prompt tokens processed, tokens decoded - numbers only, the text /slots returns is
+  dropped), ``slots_prefill`` / ``slots_decode`` (busy slots that have / have not produced
+  a token yet), ``server_state`` and ``requests`` (requests completed since the last read,
+  parsed from the log by :mod:`pcie_tui.collect.llamalog`).
+
+llama-server answers /metrics and /slots from its main loop, between two batches; a
+long prefill batch therefore delays them.  A timed-out scrape while /health answers is
+reported as ``up=True`` with ``server_state="busy"`` and no counters for that tick.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import http.client
+import json
+import os
+import stat
+import time
+from typing import Any
+from urllib.parse import urlsplit
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from pcie_tui.collect.llamalog import LogTailer
+from pcie_tui.model import EngineSample
+
+_FLAGS = {
+    "n_gpu_layers": ("-ngl", "--gpu-layers", "--n-gpu-layers"),
+    "split_mode": ("-sm", "--split-mode"),
+    "tensor_split": ("-ts", "--tensor-split"),
+    "main_gpu": ("-mg", "--main-gpu"),
+    "device": ("-dev", "--device"),
+    "parallel": ("-np", "--parallel"),
+    "ctx_size": ("-c", "--ctx-size"),
+    "model": ("-m", "--model"),
+    "host": ("--host",),
+    "port": ("--port",),
+    "log_file": ("--log-file",),
+}
+_ENV = {
+    "n_gpu_layers": "LLAMA_ARG_N_GPU_LAYERS",
+    "split_mode": "LLAMA_ARG_SPLIT_MODE",
+    "tensor_split": "LLAMA_ARG_TENSOR_SPLIT",
+    "main_gpu": "LLAMA_ARG_MAIN_GPU",
+    "parallel": "LLAMA_ARG_N_PARALLEL",
+    "ctx_size": "LLAMA_ARG_CTX_SIZE",
+    "model": "LLAMA_ARG_MODEL",
+}
+_INT_KEYS = ("main_gpu", "parallel", "ctx_size", "port")
+METRICS_OFF_NOTE = "llama-server runs without --metrics: no token counters; using /slots and the log"
+
+
+def parse_layout(argv: list[str], environ: dict[str, str] | None = None) -> dict[str, Any]:
+    """The split/offload flags of a llama-server command line (``-ngl -sm -ts -mg`` and friends).
+
+    Command-line flags win over ``LLAMA_ARG_*`` variables, as in llama-server.
+    """
+    found: dict[str, Any] = {}
+    for i, a in enumerate(argv):
+        flag, eq, val = a.partition("=")
+        for key, names in _FLAGS.items():
+            if flag in names:
+                if eq:
+                    found[key] = val
+                elif i + 1 < len(argv):
+                    found[key] = argv[i + 1]
+    found["metrics"] = "--metrics" in argv or (environ or {}).get("LLAMA_ARG_ENDPOINT_METRICS") in ("1", "true")
+    if "--no-slots" in argv:
+        found["slots"] = False
+    for key, var in _ENV.items():
+        if key not in found and environ and var in environ:
+            found[key] = environ[var]
+    for key in _INT_KEYS:
+        if key in found:
+            with contextlib.suppress(TypeError, ValueError):
+                found[key] = int(found[key])
+    if "n_gpu_layers" in found:
+        # "auto" / "all" in newer builds: keep the word
+        with contextlib.suppress(TypeError, ValueError):
+            found["n_gpu_layers"] = int(found["n_gpu_layers"])
+    if "tensor_split" in found and isinstance(found["tensor_split"], str):
+        with contextlib.suppress(ValueError):
+            found["tensor_split"] = [float(x) for x in found["tensor_split"].replace("/", ",").split(",") if x]
+    return found
+
+
+def _proc_argv(pid: int) -> list[str] | None:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            raw = f.read()
+    except OSError:
+        return None
+    return [p.decode("utf-8", "replace") for p in raw.split(b"\0") if p]
+
+
+def _proc_environ(pid: int) -> dict[str, str]:
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            raw = f.read()
+    except OSError:
+        return {}
+    out = {}
+    for p in raw.split(b"\0"):
+        k, eq, v = p.decode("utf-8", "replace").partition("=")
+        if eq and k.startswith("LLAMA_ARG_"):
+            out[k] = v
+    return out
+
+
+def log_paths_for_pid(pid: int, argv: list[str] | None = None) -> list[str]:
+    """Regular files the process writes its log to: stdout/stderr (``/proc/PID/fd/1``, ``2``) and ``--log-file``.
+
+    A deleted file stays readable through its ``/proc`` fd path; a terminal or pipe is skipped.
+    """
+    out: list[str] = []
+    seen: set[tuple[int, int]] = set()
+    cands: list[str] = []
+    for fd in (1, 2):
+        link = f"/proc/{pid}/fd/{fd}"
+        try:
+            target = os.readlink(link)
+        except OSError:
+            continue
+        cands.append(link if target.endswith(" (deleted)") or not target.startswith("/") else target)
+    lf = parse_layout(argv or []).get("log_file")
+    if isinstance(lf, str):
+        cwd = None
+        with contextlib.suppress(OSError):
+            cwd = os.readlink(f"/proc/{pid}/cwd")
+        cands.append(lf if os.path.isabs(lf) or cwd is None else os.path.join(cwd, lf))
+    for c in cands:
+        try:
+            st = os.stat(c)
+        except OSError:
+            continue
+        if not stat.S_ISREG(st.st_mode) or (st.st_dev, st.st_ino) in seen:
+            continue
+        seen.add((st.st_dev, st.st_ino))
+        out.append(c)
+    return out
+
+
+class _HttpError(Exception):
+    def __init__(self, kind: str, msg: str) -> None:
+        super().__init__(msg)
+        self.kind = kind  # "refused" | "timeout" | "io"
+
+
+class LlamaCppClient:
+    """EngineClient for llama-server. ``timeout_s`` applies to each HTTP call (keep it well under the tick)."""
+
+    kind = "llamacpp"
+
+    def __init__(
+        self,
+        url: str,
+        pid: int | None = None,
+        log_path: str | None = None,
+        timeout_s: float = 0.3,
+        log_from_start: bool = False,
+        info: dict[str, Any] | None = None,
+    ) -> None:
+        u = urlsplit(url if "://" in url else f"http://{url}")
+        if u.scheme not in ("http", "https") or not u.hostname:
+            raise ValueError(f"not an http URL: {url!r}")
+        self.url = f"{u.scheme}://{u.hostname}:{u.port or (443 if u.scheme == 'https' else 80)}"
+        self._scheme, self._host, self._port = u.scheme, u.hostname, u.port or (443 if u.scheme == "https" else 80)
+        self.timeout_s = min(float(timeout_s), 0.3)
+        self.pid = pid
+        # Process facts from discovery (pcie_tui.collect.process), else read here from /proc.
+        self.info: dict[str, Any] = dict(info or {})
+        argv = self.info.get("cmdline")
+        self.argv = list(argv) if isinstance(argv, list) else (_proc_argv(pid) if pid is not None else None)
+        self.environ = _proc_environ(pid) if pid is not None else {}
+        self.layout = parse_layout(self.argv or [], self.environ) if self.argv is not None else {}
+        if isinstance(self.info.get("layout"), dict):
+            self.layout = {**self.layout, **{k: v for k, v in self.info["layout"].items() if v is not None}}
+        paths = [log_path] if log_path else (log_paths_for_pid(pid, self.argv) if pid is not None else [])
+        self.tailers = [LogTailer(p, from_start=log_from_start) for p in paths]
+        self.metrics_enabled: bool | None = None
+        self.slots_enabled: bool | None = None
+        self._noted_metrics_off = False
+        self._start_time: str | None = None
+        self._last_prompt_total: float | None = None
+        self.props: dict[str, Any] | None = None
+
+    # ---- HTTP -----------------------------------------------------------
+
+    def _get(self, path: str) -> tuple[int, bytes, dict[str, str]]:
+        cls = http.client.HTTPSConnection if self._scheme == "https" else http.client.HTTPConnection
+        conn = cls(self._host, self._port, timeout=self.timeout_s)
+        try:
+            conn.request("GET", path, headers={"Accept": "*/*"})
+            r = conn.getresponse()
+            body = r.read(8 << 20)
+            return r.status, body, {k.lower(): v for k, v in r.getheaders()}
+        except ConnectionRefusedError:
+            raise _HttpError("refused", f"connection refused at {self.url}") from None
+        except TimeoutError:
+            raise _HttpError("timeout", f"{path} timed out after {self.timeout_s:.2f} s") from None
+        except (OSError, http.client.HTTPException) as e:
+            raise _HttpError("io", f"{path}: {type(e).__name__}: {e}") from None
+        finally:
+            conn.close()
+
+    def _get_json(self, path: str) -> tuple[int, Any]:
+        status, body, _ = self._get(path)
+        try:
+            return status, json.loads(body.decode("utf-8", "replace")) if body else None
+        except ValueError:
+            return status, None
+
+    # ---- static facts ---------------------------------------------------
+
+    def _fetch_props(self) -> dict[str, Any] | None:
+        try:
+            status, obj = self._get_json("/props")
+        except _HttpError:
+            return None
+        if status != 200 or not isinstance(obj, dict):
+            return None
+        dgs = obj.get("default_generation_settings")
+        n_ctx = dgs.get("n_ctx") if isinstance(dgs, dict) else None
+        return {
+            "version": obj.get("build_info"),
+            "model": obj.get("model_path"),
+            "total_slots": obj.get("total_slots"),
+            "n_ctx": n_ctx,
+        }
+
+    def describe(self) -> dict[str, Any]:
+        """Header facts: kind, url, pid, cmdline, layout, version, model, log paths, metrics on/off."""
+        if self.props is None:
+            self.props = self._fetch_props()
+        if self.metrics_enabled is None:
+            try:
+                status, _, _ = self._get("/metrics")
+                if status == 200:
+                    self.metrics_enabled = True
+                elif status == 501:
+                    self.metrics_enabled = False
+            except _HttpError:
+                pass
+        props = self.props or {}
+        return {
+            "kind": self.kind,
+            "url": self.url,
+            "pid": self.pid,
+            "cmdline": self.argv,
+            "layout": self.layout,
+            "version": props.get("version") or self.info.get("version"),
+            "model": props.get("model") or self.layout.get("model"),
+            "total_slots": props.get("total_slots"),
+            "n_ctx": props.get("n_ctx"),
+            "metrics_enabled": self.metrics_enabled,
+            "slots_enabled": self.slots_enabled,
+            "log_paths": [t.path for t in self.tailers],
+            "gpus": self.info.get("gpus"),
+            "tree_pids": self.info.get("tree_pids"),
+        }
+
+    # ---- per tick ---------------------------------------------------------
+
+    def read(self) -> EngineSample:
+        try:
+            return self._read()
+        except Exception as e:  # never raise into the poller
+            return EngineSample(kind=self.kind, up=False, error=f"internal error: {type(e).__name__}: {e}")
+
+    def _read(self) -> EngineSample:
+        extra: dict[str, Any] = {}
+        requests = self._poll_logs(extra)
+        if requests:
+            extra["requests"] = requests
+        prompt_total = gen_total = running = waiting = None
+        errors: list[str] = []
+        if self.pid is not None and not os.path.exists(f"/proc/{self.pid}"):
+            errors.append(f"process {self.pid} has exited")
+        got_metrics = False
+        state = "ready"
+
+        if self.metrics_enabled is not False:
+            try:
+                status, body, headers = self._get("/metrics")
+            except _HttpError as e:
+                return self._unreachable(e, extra, errors)
+            if status == 200:
+                vals = _parse_metrics(body)
+                if vals is None:
+                    errors.append("/metrics returned something that is not Prometheus text")
+                else:
+                    got_metrics = True
+                    self.metrics_enabled = True
+                    prompt_total = vals.get("llamacpp:prompt_tokens_total")
+                    gen_total = vals.get("llamacpp:tokens_predicted_total")
+                    running = vals.get("llamacpp:requests_processing")
+                    waiting = vals.get("llamacpp:requests_deferred")
+                    for name, key in (
+                        ("llamacpp:n_decode_total", "n_decode_total"),
+                        ("llamacpp:prompt_seconds_total", "prompt_seconds_total"),
+                        ("llamacpp:tokens_predicted_seconds_total", "predicted_seconds_total"),
+                        ("llamacpp:prompt_tokens_cached_total", "prompt_tokens_cached_total"),
+                        ("llamacpp:n_busy_slots_per_decode", "busy_slots_per_decode"),
+                        ("llamacpp:n_tokens_max", "n_tokens_max"),
+                    ):
+                        if name in vals:
+                            extra[key] = vals[name]
+                    self._note_restart(headers.get("process-start-time-unix"), prompt_total, extra)
+            elif status == 501:
+                self.metrics_enabled = False
+            elif status == 503:
+                state = "loading"
+            else:
+                errors.append(f"/metrics answered HTTP {status}")
+
+        if self.metrics_enabled is False and not self._noted_metrics_off:
+            self._noted_metrics_off = True
+            extra["note"] = METRICS_OFF_NOTE
+
+        if state != "loading" and self.slots_enabled is not False:
+            try:
+                status, obj = self._get_json("/slots")
+            except _HttpError as e:
+                if not got_metrics:
+                    return self._unreachable(e, extra, errors)
+                errors.append(str(e))
+                status, obj = 0, None
+            if status == 200 and isinstance(obj, list):
+                self.slots_enabled = True
+                slots = _slot_numbers(obj)
+                extra["slots"] = slots
+                busy = [s for s in slots if s.get("processing")]
+                extra["slots_prefill"] = sum(1 for s in busy if not s.get("n_decoded"))
+                extra["slots_decode"] = sum(1 for s in busy if s.get("n_decoded"))
+                if running is None:
+                    running = float(len(busy))
+            elif status == 501:
+                self.slots_enabled = False
+            elif status == 503:
+                state = "loading"
+            elif status:
+                errors.append(f"/slots answered HTTP {status}")
+
+        if state == "loading":
+            extra["server_state"] = "loading"
+            return EngineSample(kind=self.kind, up=False, error="llama-server is loading the model", extra=extra)
+        if not got_metrics and self.slots_enabled is not True:
+            # Neither endpoint serves: ask /health whether the server is there at all.
+            try:
+                status, _, _ = self._get("/health")
+            except _HttpError as e:
+                return self._unreachable(e, extra, errors)
+            if status != 200:
+                extra["server_state"] = "loading" if status == 503 else "error"
+                return EngineSample(kind=self.kind, up=False, error=f"/health answered HTTP {status}", extra=extra)
+        extra["server_state"] = state
+        return EngineSample(
+            kind=self.kind,
+            up=True,
+            prompt_tokens_total=prompt_total,
+            generation_tokens_total=gen_total,
+            requests_running=running,
+            requests_waiting=waiting,
+            error="; ".join(errors) or None,
+            extra=extra,
+        )
+
+    def _unreachable(self, e: _HttpError, extra: dict[str, Any], errors: list[str]) -> EngineSample:
+        if e.kind == "timeout":
+            # /metrics and /slots wait for the current batch; /health does not.
+            try:
+                status, _, _ = self._get("/health")
+            except _HttpError:
+                status = 0
+            if status == 200:
+                extra["server_state"] = "busy"
+                return EngineSample(kind=self.kind, up=True, error=f"{e} (server busy in a batch)", extra=extra)
+        extra["server_state"] = "down"
+        return EngineSample(kind=self.kind, up=False, error="; ".join([*errors, str(e)]), extra=extra)
+
+    def _note_restart(self, start: str | None, prompt_total: float | None, extra: dict[str, Any]) -> None:
+        restarted = False
+        if start is not None:
+            if self._start_time is not None and start != self._start_time:
+                restarted = True
+            self._start_time = start
+        if prompt_total is not None:
+            if self._last_prompt_total is not None and prompt_total < self._last_prompt_total:
+                restarted = True
+            self._last_prompt_total = prompt_total
+        if restarted:
+            extra["restarted"] = True
+
+    def _poll_logs(self, extra: dict[str, Any]) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = []
+        for t in self.tailers:
+            out.extend(t.poll())
+            if t.error:
+                extra["log_error"] = t.error
+        return out
+
+    def close(self) -> None:
+        """Nothing held open between reads; here for symmetry with other sources."""
+
+
+def _parse_metrics(body: bytes) -> dict[str, float] | None:
+    """Sample name -> value, through prometheus_client's parser; None if it is not Prometheus text."""
+    out: dict[str, float] = {}
+    try:
+        for fam in text_string_to_metric_families(body.decode("utf-8", "replace")):
+            for s in fam.samples:
+                if not s.labels:
+                    out[s.name] = float(s.value)
+    except (ValueError, TypeError, KeyError, IndexError):
+        return None
+    return out if any(k.startswith("llamacpp:") for k in out) else None
+
+
+def _slot_numbers(slots: list[Any]) -> list[dict[str, Any]]:
+    """Numbers only from /slots (it also returns prompt and generated text, which is dropped)."""
+    out = []
+    for s in slots:
+        if not isinstance(s, dict):
+            continue
+        nt = s.get("next_token")
+        nt0 = nt[0] if isinstance(nt, list) and nt and isinstance(nt[0], dict) else nt if isinstance(nt, dict) else {}
+        rec: dict[str, Any] = {"id": s.get("id"), "processing": bool(s.get("is_processing", s.get("state", 0)))}
+        for src, dst in (("n_prompt_tokens_processed", "n_prompt_processed"), ("n_prompt_tokens", "n_prompt")):
+            if isinstance(s.get(src), int):
+                rec[dst] = s[src]
+        if isinstance(nt0.get("n_decoded"), int):
+            rec["n_decoded"] = nt0["n_decoded"]
+        elif isinstance(s.get("n_decoded"), int):
+            rec["n_decoded"] = s["n_decoded"]
+        out.append(rec)
+    return out
+
+
+def slot_phase(s: EngineSample) -> str | None:
+    """prefill / decode / mixed / idle from this scrape's /slots, None when /slots gave nothing.
+
+    llama-server adds a request's generated tokens to its counter only when the request
+    ends, so counter deltas cannot see decode while it runs; the slots can: a busy slot
+    that has not produced a token yet is in prefill, one that has is decoding.
+    """
+    if not s.up:
+        return None
+    p, d = s.extra.get("slots_prefill"), s.extra.get("slots_decode")
+    if not isinstance(p, int) or not isinstance(d, int):
+        return None
+    if p and d:
+        return "mixed"
+    if p:
+        return "prefill"
+    if d:
+        return "decode"
+    return "idle"
+
+
+def wait_ready(url: str, timeout_s: float = 60.0) -> bool:
+    """Poll /health until it answers 200 (used by tests and scripts)."""
+    c = LlamaCppClient(url)
+    end = time.monotonic() + timeout_s
+    while time.monotonic() < end:
+        try:
+            status, _, _ = c._get("/health")
+            if status == 200:
+                return True
+        except _HttpError:
+            pass
+        time.sleep(0.1)
+    return False
