@@ -125,6 +125,8 @@ class PcieTuiApp(App[None]):
                 panel = GpuPanel(info.index, HISTORY_TICKS)
                 self._panels[info.index] = panel
                 yield panel
+            if not self.source.header.gpus:
+                yield Static(Text("no GPU readings in this source (engine only)", style="dim"), id="no-gpus")
         yield self._engine_w
         yield self._events_w
         yield self._position_w

@@ -371,7 +371,7 @@ def position_text(frame: Frame | None, width: int, display_paused: bool, failure
             out.append(" · display paused (still collecting)", style="bold yellow")
         return out
     r = frame.replay
-    icon = "■ end" if r.position >= r.total else "⏸ paused" if r.paused else "▶ playing"
+    icon = "■ end" if r.position >= r.total else "PAUSED" if r.paused else "▶ playing"
     pos = r.current_t - r.start_t
     dur = r.end_t - r.start_t
     head = f"{icon} {r.speed:g}x · {pos:6.2f} s / {dur:.2f} s · "
