@@ -7,8 +7,12 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from pcie_tui.analyze.engine import engine_report
+from pcie_tui.analyze.linkmodel import report_linkmodel
+from pcie_tui.analyze.phases import phase_verdicts
 from pcie_tui.analyze.session import SessionAnalyzer, analyze
 from pcie_tui.analyze.verdict import DEFAULT_THRESHOLDS, Thresholds
+from pcie_tui.analyze.whatif import render_whatif, whatif_report
 from pcie_tui.record.reader import Recording
 
 
@@ -21,6 +25,10 @@ def build_report(rec: Recording, thresholds: Thresholds = DEFAULT_THRESHOLDS) ->
     out["engine_info"] = rec.header.engine
     out["warnings"] = rec.warnings
     out["gaps"] = [e for e in rec.events if e.get("event") == "engine_gap"]
+    out["engine"] = engine_report(rec.samples, an)
+    out["whatif"] = whatif_report(rec.header, an)
+    out["linkmodel"] = report_linkmodel(rec.header, rec.samples)
+    out["phase_verdicts"] = {str(k): v for k, v in phase_verdicts(an).items()}
     return out, an
 
 
@@ -93,5 +101,48 @@ def render_text(report: dict[str, Any], rec: Recording, console: Console) -> Non
                     e["phase"] or "",
                 )
             console.print(et)
+    pv = report.get("phase_verdicts") or {}
+    if any(pv.values()):
+        console.print("\n[bold]By phase[/]")
+        for idx, lines in pv.items():
+            for line in lines.values():
+                console.print(f"  GPU {idx} {line}" if len(pv) > 1 else f"  {line}")
+    eng = report.get("engine")
+    if eng:
+        _render_engine(eng, console)
+    lm = report.get("linkmodel")
+    if lm and lm.get("available"):
+        console.print(f"\n[bold]Link budget model[/]  {json_line(lm)}")
+    console.print()
+    console.print(render_whatif(report["whatif"]), markup=False, highlight=False)
     for w in report["warnings"]:
         console.print(f"[yellow]warning:[/] {w}")
+
+
+def _q(d: dict[str, Any] | None, unit: str = "ms", scale: float = 1e3) -> str:
+    if not d or d.get("p50") is None:
+        return "n/a"
+    return " / ".join(f"{d[k] * scale:.1f}" for k in ("p50", "p95", "p99")) + f" {unit} (p50/p95/p99)"
+
+
+def _render_engine(eng: dict[str, Any], console: Console) -> None:
+    def rate(v: float | None) -> str:
+        return "n/a" if v is None else f"{v:.1f} tok/s"
+
+    console.print(
+        f"\n[bold]Engine[/] {eng.get('kind')}  requests {eng.get('requests') if eng.get('requests') is not None else 'n/a'}"
+    )
+    console.print(
+        f"  prompt {rate(eng.get('prompt_tokens_per_s'))}, generation {rate(eng.get('generation_tokens_per_s'))}"
+    )
+    console.print(f"  time to first token {_q(eng.get('ttft_s'))}")
+    console.print(f"  inter-token latency {_q(eng.get('itl_s'))}")
+
+
+def json_line(d: dict[str, Any]) -> str:
+    """A short human line from the link model's comparison."""
+    parts = []
+    for k in ("summary", "text"):
+        if isinstance(d.get(k), str):
+            parts.append(d[k])
+    return " ".join(parts) if parts else ", ".join(f"{k}={v}" for k, v in d.items() if not isinstance(v, dict | list))

@@ -33,7 +33,7 @@ def apply_calibration(infos: tuple[GpuInfo, ...]) -> tuple[GpuInfo, ...]:
         return infos
     out = []
     for g in infos:
-        measured = lookup(g.uuid, g.link.gen, g.link.width)
+        measured = lookup(g.uuid, g.link.gen, g.link.width, max_gen=g.link.max_gen, max_width=g.link.max_width)
         if measured is not None:
             g = dataclasses.replace(g, link=dataclasses.replace(g.link, measured_Bps=measured))
         out.append(g)
