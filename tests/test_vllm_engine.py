@@ -56,7 +56,8 @@ def test_discovery_finds_the_real_server(vllm_server):
 def test_attach_by_pid_url_and_child_pid(vllm_server):
     by_pid = attach(pid=vllm_server.pid)
     by_url = attach(url=vllm_server.url)
-    core = next(pid for pid, t in discover()[0].titles.items() if t.startswith("VLLM::EngineCore"))
+    mine = next(c for c in discover() if c.pid == vllm_server.pid)
+    core = next(pid for pid, t in mine.titles.items() if t.startswith("VLLM::EngineCore"))
     by_child = attach(pid=core)  # an EngineCore pid maps back to its API server
     for cl in (by_pid, by_url, by_child):
         assert isinstance(cl, VllmClient)

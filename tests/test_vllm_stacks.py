@@ -64,6 +64,23 @@ def test_classify_thread_rules():
     assert classify_thread(f("select", "run"), False) == "idle"
     assert classify_thread(f("select", "run"), True) == "idle"
     assert classify_thread(f("compute", "run"), True) == "other"
+    # Frames as py-spy showed them in vLLM 0.32 (CPU) under load:
+    worker_waiting = f(
+        "sched_yield",
+        "SpinCondition.wait",
+        "MessageQueue.acquire_read",
+        "MessageQueue.dequeue",
+        "WorkerProc.worker_busy_loop",
+    )
+    assert classify_thread(worker_waiting, True) == "idle"
+    core_stepping = f(
+        "sched_yield", "SpinCondition.wait", "MessageQueue.dequeue", "FutureWrapper.result", "EngineCore.step"
+    )
+    assert classify_thread(core_stepping, True) == "model forward"
+    worker_forward = f(
+        "onednn_mm", "LogitsProcessor.forward", "GPUModelRunner.execute_model", "WorkerProc.worker_busy_loop"
+    )
+    assert classify_thread(worker_forward, True) == "model forward"
 
 
 @needs_py_spy

