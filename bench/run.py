@@ -1,6 +1,6 @@
 """pcie-tui benchmarks; appends one dated section to bench/results.md.
 
-  python bench/run.py              replay/report throughput and recording size (any machine)
+  python bench/run.py              replay/report throughput, recording size, TUI CPU (any machine)
   python bench/run.py --sampler    also the live sampler vs nvitop (needs NVML + a GPU; nvitop)
 
 Timings are only compared with each other inside one run; see results.md for history.
@@ -269,6 +269,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sampler", action="store_true", help="also bench the live sampler and nvitop (needs a GPU)")
     ap.add_argument("--no-replay", action="store_true", help="skip the replay/report bench")
+    ap.add_argument("--tui-seconds", type=float, default=60.0, help="seconds of TUI replay to time (0 skips)")
     ap.add_argument("--results", default=str(ROOT / "bench" / "results.md"), help="markdown file to append to")
     ap.add_argument("--seconds", type=float, default=3.0, help="seconds per sampler measurement")
     a = ap.parse_args(argv)
@@ -277,6 +278,10 @@ def main(argv: list[str] | None = None) -> int:
         rows += bench_sampler(a.seconds)
     if not a.no_replay:
         rows += bench_replay(BUNDLED if BUNDLED.exists() else FALLBACK)
+    if a.tui_seconds > 0:
+        from tui_cpu import bench_tui
+
+        rows += bench_tui(a.tui_seconds, BUNDLED if BUNDLED.exists() else FALLBACK)
     now = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     text = f"\n## {now} - {machine()}\n\n| what | result |\n|---|---|\n" + "".join(f"| {k} | {v} |\n" for k, v in rows)
     print(text)
