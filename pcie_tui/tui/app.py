@@ -26,7 +26,7 @@ from textual.worker import get_current_worker
 from pcie_tui.analyze.verdict import Thresholds
 from pcie_tui.tui.screens import SourcesScreen
 from pcie_tui.tui.state import HISTORY_TICKS, Frame, ViewModel
-from pcie_tui.tui.widgets import EventsPane, GpuPanel, PositionBar, engine_lines, header_text
+from pcie_tui.tui.widgets import EventsPane, GpuPanel, PositionBar, engine_lines, header_text, set_text
 
 # Frames to the UI at most this often (10 Hz); a little slack so 10 Hz ticks are not halved by jitter.
 FRAME_MIN_INTERVAL_S = 0.095
@@ -286,7 +286,7 @@ class PcieTuiApp(App[None]):
                     self._gpus_w.mount(panel)
                     continue  # filled on the next frame, once composed
                 panel.show(g, f)
-            self._engine_w.update(engine_lines(f, wide))
+            set_text(self._engine_w, engine_lines(f, wide), layout=True)  # line count may change
             self._events_w.show(f.events, f.events_total)
             self._render_position()
             self._show_recording_state()
@@ -297,13 +297,15 @@ class PcieTuiApp(App[None]):
     def _show_recording_state(self) -> None:
         rec = self._rec_w
         if not self.live:
-            rec.update(Text("replay · not recording", style="dim"))
+            set_text(rec, Text("replay · not recording", style="dim"), layout=True)
         elif self.recorder is not None:
-            rec.update(Text(f"● REC {self.recorder.path} · {self.recorded_ticks} ticks", style="bold red"))
+            set_text(
+                rec, Text(f"● REC {self.recorder.path} · {self.recorded_ticks} ticks", style="bold red"), layout=True
+            )
         elif self.recorder_factory is None:
-            rec.update(Text("not recording (no recorder)", style="dim"))
+            set_text(rec, Text("not recording (no recorder)", style="dim"), layout=True)
         else:
-            rec.update(Text("not recording · r to record", style="dim"))
+            set_text(rec, Text("not recording · r to record", style="dim"), layout=True)
 
     # ---- actions -----------------------------------------------------------------
 

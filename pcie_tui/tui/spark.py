@@ -12,6 +12,7 @@ import math
 import zlib
 from collections import Counter
 from collections.abc import Sequence
+from typing import Any
 
 from rich.style import Style
 from rich.text import Text
@@ -71,7 +72,7 @@ def buckets(
     return out
 
 
-def render(
+def runs(
     values: Sequence[float | None],
     phases: Sequence[str | None],
     start: int,
@@ -83,10 +84,11 @@ def render(
     hot_style: Style | None = None,
     missing_style: Style | None = None,
     hot_at: float | None = None,
-) -> Text:
-    """A ``height``-row sparkline ``width`` cells wide. ``scale`` is the full-bar value.
+) -> list[list[tuple[str, Style]]]:
+    """A ``height``-row sparkline ``width`` cells wide, as runs of (text, style) per row.
 
-    Cells at or above ``hot_at`` x ``scale`` use ``hot_style``.
+    ``scale`` is the full-bar value; cells at or above ``hot_at`` x ``scale`` use
+    ``hot_style``. Neighbouring cells of one style share a run (cheap to draw).
     """
     height = max(1, height)
     bar_style = bar_style or Style(color="green")
@@ -95,27 +97,54 @@ def render(
     # One tick per cell until the history is wider than the widget; then fixed-size cells.
     cells = buckets(values, phases, start, width, ticks_per_cell(min(len(values), history_ticks), width))
     levels = 8 * height
-    rows = [Text() for _ in range(height)]
+    rows: list[list[tuple[str, Style]]] = [[] for _ in range(height)]
+    blank = Style()
+    shades: dict[str | None, Style] = {}
+
+    def put(row: list[tuple[str, Style]], ch: str, style: Style) -> None:
+        if row and row[-1][1] is style:
+            row[-1] = (row[-1][0] + ch, style)
+        else:
+            row.append((ch, style))
+
+    styled: dict[tuple[int, str | None], Style] = {}
     for peak, phase, has in cells:
         if not has:
             for r in rows:
-                r.append(" ")
+                put(r, " ", blank)
             continue
         bg = phase_bg(phase)
-        shade = Style(bgcolor=bg) if bg else Style()
+        if bg not in shades:
+            shades[bg] = Style(bgcolor=bg) if bg else Style()
+        shade = shades[bg]
         if peak is None or not scale:
+            key = (0, bg)
+            if key not in styled:
+                styled[key] = missing_style + shade
             for i, r in enumerate(rows):
-                r.append("·" if i == height - 1 else " ", missing_style + shade)
+                put(r, "·" if i == height - 1 else " ", styled[key])
             continue
         frac = max(0.0, min(peak / scale, 1.0))
-        level = round(frac * levels)
-        level = max(level, 1)  # a reading (even zero) is the lowest bar; missing is a dot
-        style = (hot_style if hot_at is not None and frac >= hot_at else bar_style) + shade
+        level = max(round(frac * levels), 1)  # a reading (even zero) is the lowest bar; missing is a dot
+        hot = hot_at is not None and frac >= hot_at
+        key = (2 if hot else 1, bg)
+        if key not in styled:
+            styled[key] = (hot_style if hot else bar_style) + shade
         for i, r in enumerate(rows):
-            row_from_bottom = height - 1 - i
-            n = max(0, min(8, level - 8 * row_from_bottom))
-            r.append(BARS[n], style)
-    return Text("\n").join(rows)
+            n = max(0, min(8, level - 8 * (height - 1 - i)))
+            put(r, BARS[n], styled[key])
+    return rows
+
+
+def render(*args: Any, **kwargs: Any) -> Text:
+    """The sparkline of :func:`runs` as Rich Text (rows joined by newlines)."""
+    lines = []
+    for row in runs(*args, **kwargs):
+        t = Text()
+        for text, style in row:
+            t.append(text, style)
+        lines.append(t)
+    return Text("\n").join(lines)
 
 
 def legend(phases: Sequence[str | None]) -> Text:

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from rich.segment import Segment
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
+from textual.strip import Strip
 from textual.widget import Widget
 from textual.widgets import DataTable, Static
 
@@ -16,6 +18,23 @@ from pcie_tui.tui.state import EventView, Frame, GpuView
 
 DIRECTION_WORDS = {"rx": "RX (into GPU)", "tx": "TX (out of GPU)", "both": "TX+RX"}
 BUS_WORDS = {"pcie": "PCIe", "nvlink": "NVLink"}
+
+
+def set_text(widget: Static, content: str | Text, *, layout: bool = False) -> None:
+    """Update only when the content changed; ``layout`` only where the size can follow the text.
+
+    A changed Static normally relayouts the whole screen; most of ours have a
+    fixed size, so a repaint is enough (this keeps a 10 Hz screen cheap).
+    """
+    if getattr(widget, "_shown", None) == content:
+        return
+    widget._shown = content  # type: ignore[attr-defined]
+    widget.update(content, layout=layout)
+
+
+def set_border_title(widget: Widget, title: str) -> None:
+    if widget.border_title != title:
+        widget.border_title = title
 
 
 class Spark(Widget):
@@ -37,6 +56,9 @@ class Spark(Widget):
         self.start = 0
         self.scale: float | None = None
         self.history_ticks = 1
+        self._version = 0
+        self._strips: list[Strip] = []
+        self._strips_key: tuple[int, int, int] | None = None
 
     def show(
         self,
@@ -48,25 +70,36 @@ class Spark(Widget):
     ) -> None:
         self.values, self.phases, self.start, self.scale = values, phases, start, scale
         self.history_ticks = history_ticks
+        self._version += 1
         self.refresh()
 
-    def render(self) -> Text:
-        bar = self.get_component_rich_style("spark--bar", partial=True)
-        hot = self.get_component_rich_style("spark--hot", partial=True)
-        missing = self.get_component_rich_style("spark--missing", partial=True)
-        return spark.render(
+    def render_line(self, y: int) -> Strip:
+        """Line API: the rows are built once per data or size change, as merged segments."""
+        width, height = self.size
+        key = (width, height, self._version)
+        if self._strips_key != key:
+            self._strips = self._build(width, height)
+            self._strips_key = key
+        if y < len(self._strips):
+            return self._strips[y]
+        return Strip.blank(width, self.rich_style)
+
+    def _build(self, width: int, height: int) -> list[Strip]:
+        base = self.rich_style
+        rows = spark.runs(
             self.values,
             self.phases,
             self.start,
-            width=self.size.width,
-            height=self.size.height,
+            width=width,
+            height=height,
             scale=self.scale,
             history_ticks=self.history_ticks,
-            bar_style=bar,
-            hot_style=hot,
-            missing_style=missing,
+            bar_style=self.get_component_rich_style("spark--bar", partial=True),
+            hot_style=self.get_component_rich_style("spark--hot", partial=True),
+            missing_style=self.get_component_rich_style("spark--missing", partial=True),
             hot_at=self.hot_at,
         )
+        return [Strip([Segment(text, base + style) for text, style in row], width) for row in rows]
 
 
 class MetricRow(Horizontal):
@@ -142,7 +175,6 @@ class GpuPanel(Vertical):
         self.history_ticks = history_ticks
         self.wide = False
         self.badge = Static("", classes="badge")
-        self.phase_now = Static("", classes="phase-now")
         self.tx = MetricRow(hot_at=0.70, classes="row-tx")
         self.rx = MetricRow(hot_at=0.70, classes="row-rx")
         self.nvlink = MetricRow(hot_at=0.70, classes="row-nvlink")
@@ -153,7 +185,6 @@ class GpuPanel(Vertical):
     def compose(self) -> ComposeResult:
         with Horizontal(classes="badge-row"):
             yield self.badge
-            yield self.phase_now
         yield self.tx
         yield self.rx
         yield self.nvlink
@@ -162,13 +193,12 @@ class GpuPanel(Vertical):
         yield self.legend
 
     def show(self, g: GpuView, frame: Frame) -> None:
-        self.border_title = link_title(g)
+        set_border_title(self, link_title(g))
         text, cls = badge(g, frame.phase)
-        self.badge.update(text)
+        set_text(self.badge, text, layout=True)  # width follows the text
         for c in ("-link", "-memory", "-compute", "-none"):
             self.badge.set_class(c == cls, c)
             self.set_class(c == cls, c)
-        self.phase_now.update("")
         s = g.sample
         ceil = g.ceiling_Bps
         kind = "meas." if g.ceiling_kind == "measured" else "theor."
@@ -180,7 +210,7 @@ class GpuPanel(Vertical):
             label = f"{name:<8}{fmt.rate(value):>10} {share:>5} of {fmt.gbps(ceil)} {kind}"
             if self.wide:
                 label += f"  max {fmt.rate(max((v for v in hist if v is not None), default=None))}"
-            row.label.update(label)
+            set_text(row.label, label)
             row.spark.show(hist, g.hist_phase, g.hist_start, ceil, self.history_ticks)
         self.nvlink.display = g.has_nvlink
         if g.has_nvlink:
@@ -189,8 +219,9 @@ class GpuPanel(Vertical):
             rx = s.nvlink_rx_Bps if s else None
             top = max((v for v in (tx, rx) if v is not None), default=None)
             share = fmt.pct(top / nvl_ceil) if top is not None and nvl_ceil else fmt.NA
-            self.nvlink.label.update(
-                f"{'NVLink':<8}{fmt.rate(top):>10} {share:>5} of {fmt.gbps(nvl_ceil)} (TX {fmt.rate(tx)}, RX {fmt.rate(rx)})"
+            set_text(
+                self.nvlink.label,
+                f"{'NVLink':<8}{fmt.rate(top):>10} {share:>5} of {fmt.gbps(nvl_ceil)} (TX {fmt.rate(tx)}, RX {fmt.rate(rx)})",
             )
             self.nvlink.spark.show(g.hist_nvlink, g.hist_phase, g.hist_start, nvl_ceil, self.history_ticks)
         if g.memory_basis == "proxy":
@@ -199,16 +230,17 @@ class GpuPanel(Vertical):
             mem_label = f"{'DRAM BW':<8}{fmt.pct(g.mem_util):>10} of peak bandwidth (GPM)"
         else:
             mem_label = f"{'DRAM BW':<8}{fmt.NA:>10} (no DRAM or memory-busy reading)"
-        self.mem.label.update(mem_label)
+        set_text(self.mem.label, mem_label)
         self.mem.spark.show(g.hist_mem, g.hist_phase, g.hist_start, 1.0, self.history_ticks)
         total = g.info.memory_total_bytes if g.info else None
-        self.misc.update(
+        set_text(
+            self.misc,
             f"SM {fmt.pct(s.sm_util if s else None)} · mem used {fmt.gib(s.mem_used_bytes if s else None)}"
-            f" of {fmt.gib(total)} · power {fmt.watts(s.power_W if s else None)}"
+            f" of {fmt.gib(total)} · power {fmt.watts(s.power_W if s else None)}",
         )
         legend = Text(f"history {g.hist_span_s:.1f} s, newest right;", style="dim")
         legend.append_text(spark.legend(g.hist_phase))
-        self.legend.update(legend)
+        set_text(self.legend, legend)
 
 
 def _event_cells(e: EventView) -> tuple[str, ...]:
@@ -268,7 +300,9 @@ class EventsPane(Vertical):
 
     def show(self, events: Sequence[EventView], total: int) -> None:
         opened = sum(1 for e in events if e.end_s is None)
-        self.border_title = f"saturation events: {total} ({opened} open)" if total else "saturation events: none yet"
+        set_border_title(
+            self, f"saturation events: {total} ({opened} open)" if total else "saturation events: none yet"
+        )
         order = tuple(e.key for e in reversed(events))
         cells = {e.key: _event_cells(e) for e in events}
         t = self.table
