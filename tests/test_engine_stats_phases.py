@@ -29,6 +29,26 @@ def test_counter_phase(prev, cur, want):
     assert counter_phase(prev, cur) == want
 
 
+def test_first_tokens_are_prefill_not_decode():
+    def with_ttft(p, g, n):
+        x = e(p, g)
+        return EngineSample(
+            **{
+                **{
+                    f: getattr(x, f)
+                    for f in ("kind", "up", "prompt_tokens_total", "generation_tokens_total", "requests_running")
+                },
+                "extra": {"hist": {"ttft_s": {"le": [1.0], "cum": [n], "count": n}}},
+            }
+        )
+
+    # 4 one-token requests of 400 prompt tokens: 4 generated tokens, all first tokens.
+    assert counter_phase(with_ttft(0, 0, 0), with_ttft(1600, 4, 4)) == "prefill"
+    # Same, plus 10 decode tokens of running requests.
+    assert counter_phase(with_ttft(0, 0, 0), with_ttft(1600, 14, 4)) == "mixed"
+    assert counter_phase(with_ttft(0, 0, 0), with_ttft(0, 10, 0)) == "decode"
+
+
 def test_tracker_ignores_the_delta_across_a_restart():
     tr = PhaseTracker()
     assert tr.update(e(100, 100)) is None

@@ -97,3 +97,51 @@ def test_version_from_startup_log(tmp_path):
     )
     assert version_from_log(log) == "0.32.0"
     assert version_from_log(tmp_path / "missing.log") is None
+
+
+def test_poller_rides_out_a_short_stall_then_goes_down():
+    """One slow answer keeps the last reading (marked stale); a stall past the grace is 'down' with an event."""
+    import time
+
+    from pcie_tui.collect.engine import EnginePoller
+
+    body = REAL.encode()
+    state = {"slow": False}
+
+    class H(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802
+            if state["slow"]:
+                time.sleep(1.0)
+            try:
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+            except OSError:
+                pass
+
+        def log_message(self, *a):
+            pass
+
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
+    srv.daemon_threads = True
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        poller = EnginePoller(VllmClient(f"127.0.0.1:{srv.server_address[1]}"), rediscover=False, stale_grace_s=1.5)
+        assert poller.poll_once().up
+        state["slow"] = True
+        t0 = time.time()
+        s = poller.poll_once()
+        assert s.up and s.error.startswith("slow: /metrics timed out")
+        assert s.prompt_tokens_total == _value("vllm:prompt_tokens_total")
+        assert poller.drain_events() == []
+        while time.time() - t0 < 1.6:
+            time.sleep(0.1)
+        s = poller.poll_once()
+        assert not s.up and s.error == "timed out"
+        assert [e["event"] for e in poller.drain_events()] == ["engine_down"]
+        tick = poller.sample_for_tick(time.time(), (), ())
+        assert tick.phase == "down" and tick.prompt_tokens_total is None
+    finally:
+        srv.shutdown()
+        srv.server_close()

@@ -24,22 +24,36 @@ PHASES = ("loading", "prefill", "decode", "mixed", "idle", "down")
 LOADING_RX_Bps = 1.0e9
 
 
+def _first_tokens(e: EngineSample) -> float | None:
+    """Requests that got their first token so far (the TTFT histogram's count), if the engine says."""
+    h = e.extra.get("hist")
+    t = h.get("ttft_s") if isinstance(h, dict) else None
+    c = t.get("count") if isinstance(t, dict) else None
+    return float(c) if isinstance(c, int | float) else None
+
+
 def counter_phase(prev: EngineSample | None, cur: EngineSample) -> str | None:
     """prefill/decode/mixed/idle from the counter deltas between two answering scrapes.
 
-    A counter that went down (restart) gives no delta. With requests running
-    but no counter moving the engine is inside a long prefill: vLLM counts a
-    request's prompt tokens when its prefill completes, while decode adds
-    tokens every step.
+    The first token of a request is sampled by its prefill step, so generated
+    tokens minus first tokens (the TTFT histogram's count delta, where the
+    engine exposes it) are the decode tokens: a burst of one-token requests is
+    prefill, not mixed. With requests running but no counter moving, the engine
+    is inside a long prefill: vLLM counts a prompt when its prefill completes,
+    while decode adds tokens every step.
     """
     if prev is None:
         return None
 
-    def rose(a: float | None, b: float | None) -> bool:
-        return a is not None and b is not None and b > a
+    def delta(a: float | None, b: float | None) -> float:
+        return b - a if a is not None and b is not None and b > a else 0.0
 
-    p = rose(prev.prompt_tokens_total, cur.prompt_tokens_total)
-    g = rose(prev.generation_tokens_total, cur.generation_tokens_total)
+    p = delta(prev.prompt_tokens_total, cur.prompt_tokens_total) > 0
+    decode_tokens = delta(prev.generation_tokens_total, cur.generation_tokens_total)
+    f0, f1 = _first_tokens(prev), _first_tokens(cur)
+    if f0 is not None and f1 is not None:
+        decode_tokens -= delta(f0, f1)
+    g = decode_tokens > 0
     if p and g:
         return "mixed"
     if p:

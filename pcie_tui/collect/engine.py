@@ -110,12 +110,15 @@ class EnginePoller:
         rediscover: bool = True,
         loading_rx_Bps: float = LOADING_RX_Bps,
         reattach_every_s: float = 2.0,
+        stale_grace_s: float = 1.5,
     ) -> None:
         self.client = client
         self.interval_s = interval_s
         self.rediscover = rediscover
         self.loading_rx_Bps = loading_rx_Bps
         self.reattach_every_s = reattach_every_s
+        self.stale_grace_s = stale_grace_s
+        self._last_good: tuple[float, EngineSample, str | None] | None = None
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -199,6 +202,20 @@ class EnginePoller:
         alive = pid_alive(pid)
         self.scrapes += 1
         events: list[dict[str, Any]] = []
+        good = self._last_good
+        if (
+            not s.up
+            and s.error == "timed out"
+            and alive is not False
+            and good is not None
+            and t - good[0] <= self.stale_grace_s
+        ):
+            # A busy API server can miss one short deadline; flapping to "down" would mislead.
+            # Keep the last reading, say how old it is, and go down only after the grace.
+            s = dataclasses.replace(good[1], error=f"slow: /metrics timed out, reading {t - good[0]:.1f} s old")
+            with self._lock:
+                self._latest = (t, s, good[2], alive)
+            return s
         if s.up:
             reset = self._phases.would_reset(s)
             if self._up is False and not self._ever_up:
@@ -236,6 +253,7 @@ class EnginePoller:
             self._up, self._down_since, self._down_reason, self._restarted = True, None, None, False
             self._served = self._ever_up = True
             cphase = self._phases.update(s)
+            self._last_good = (t, s, cphase)
         else:
             if self._up is not False:
                 self._down_since, self._down_reason = t, s.error
@@ -277,6 +295,7 @@ class EnginePoller:
         self.client = new_client
         self._served = False
         self._restarted = True
+        self._last_good = None
         self._phases = PhaseTracker()
         with self._lock:
             self._desc = None
