@@ -147,6 +147,7 @@ def run_session(name: str, args: argparse.Namespace, collector: NvmlCollector, n
         "none",
         "-fit",
         "off",
+        *args.extra_args,
     ]
     log_path = Path(f"/tmp/llama-{name}.log")
     logf = open(log_path, "wb")  # noqa: SIM115 - the server holds it
@@ -216,6 +217,8 @@ def run_session(name: str, args: argparse.Namespace, collector: NvmlCollector, n
             else:
                 fields = {k: v for k, v in obj.items() if k not in ("t", "event")}
                 w.write_event(str(obj.get("event")), t, **fields)
+    if args.keep_log:
+        Path(args.out, f"server-{name}.log").write_bytes(log_path.read_bytes()[-400_000:])
     return summarize(name, header, loop.samples, client_reqs, out, log_path)
 
 
@@ -283,6 +286,8 @@ def main() -> int:
     ap.add_argument("--decode-tokens-partial", type=int, default=16)
     ap.add_argument("--model-shape", type=json.loads, default={})
     ap.add_argument("--only", choices=["full", "partial"], default=None)
+    ap.add_argument("--extra-args", type=json.loads, default=[], help="JSON list of extra llama-server flags")
+    ap.add_argument("--keep-log", action="store_true", help="copy the server log (timings and load lines) to --out")
     args = ap.parse_args()
     Path(args.out).mkdir(parents=True, exist_ok=True)
     collector = NvmlCollector(indices=[0])
