@@ -26,7 +26,7 @@ from textual.worker import get_current_worker
 from pcie_tui.analyze.verdict import Thresholds
 from pcie_tui.tui.screens import SourcesScreen
 from pcie_tui.tui.state import HISTORY_TICKS, Frame, ViewModel
-from pcie_tui.tui.widgets import EventsPane, GpuPanel, PositionBar, engine_lines, header_text, set_text
+from pcie_tui.tui.widgets import EnginePanel, EventsPane, GpuPanel, PositionBar, header_text, set_text
 
 # Frames to the UI at most this often (10 Hz); a little slack so 10 Hz ticks are not halved by jitter.
 FRAME_MIN_INTERVAL_S = 0.095
@@ -113,8 +113,7 @@ class PcieTuiApp(App[None]):
         self._rec_w = Static("", id="rec")
         self._gpus_w = VerticalScroll(id="gpus")
         self._gpus_w.can_focus = False
-        self._engine_w = Static(Text("no engine attached", style="dim"), id="engine")
-        self._engine_w.border_title = "engine"
+        self._engine_w = EnginePanel(HISTORY_TICKS)
         self._events_w = EventsPane()
         self._position_w = PositionBar(self.live)
         with Horizontal(id="header"):
@@ -286,7 +285,7 @@ class PcieTuiApp(App[None]):
                     self._gpus_w.mount(panel)
                     continue  # filled on the next frame, once composed
                 panel.show(g, f)
-            set_text(self._engine_w, engine_lines(f, wide), layout=True)  # line count may change
+            self._engine_w.show(f, wide)
             self._events_w.show(f.events, f.events_total)
             self._render_position()
             self._show_recording_state()

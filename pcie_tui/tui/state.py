@@ -130,6 +130,11 @@ class Frame:
     engine_stats_available: bool
     replay: ReplayView | None
     ended: bool = False
+    # Engine history, one entry per tick like the GPU history: requests running, and the phase.
+    engine_hist_start: int = 0
+    engine_hist_running: tuple[float | None, ...] = ()
+    engine_hist_phase: tuple[str | None, ...] = ()
+    engine_hist_span_s: float = 0.0
 
 
 class _GpuHistory:
@@ -192,6 +197,9 @@ class ViewModel:
     def reset(self) -> None:
         self.analyzer = SessionAnalyzer(self.header, self.thresholds, keep_series=False)
         self.hist: dict[int, _GpuHistory] = {}
+        self.engine_running: deque[float | None] = deque(maxlen=self.history_ticks)
+        self.engine_phase: deque[str | None] = deque(maxlen=self.history_ticks)
+        self.engine_t: deque[float] = deque(maxlen=self.history_ticks)
         self.n = 0  # ticks fed = replay index of the next tick
         self.last: Sample | None = None
         self.phase: str | None = None
@@ -212,6 +220,10 @@ class ViewModel:
             self._remember(s)
 
     def _remember(self, s: Sample) -> None:
+        e = s.engine
+        self.engine_running.append(e.requests_running if e is not None and e.up else None)
+        self.engine_phase.append(self.phase)
+        self.engine_t.append(s.t)
         for g in s.gpus:
             h = self.hist.get(g.index)
             if h is None:
@@ -340,6 +352,10 @@ class ViewModel:
             engine_stats_available=self._stats_cls is not None,
             replay=replay,
             ended=ended,
+            engine_hist_start=self.n - len(self.engine_running),
+            engine_hist_running=tuple(self.engine_running),
+            engine_hist_phase=tuple(self.engine_phase),
+            engine_hist_span_s=(self.engine_t[-1] - self.engine_t[0]) if len(self.engine_t) > 1 else 0.0,
         )
 
     def _gpu_view(self, idx: int, events: tuple[EventView, ...]) -> GpuView:

