@@ -505,3 +505,56 @@ def test_events_table_has_no_cursor_and_keys_reach_the_app(rec):
             await wait_until(pilot, lambda: app.frame.ticks < 60)
 
     run(go())
+
+
+def test_measured_ceiling_from_calibration(rec):
+    """With the H200's calibrated counter ceiling (tests/fixtures/h200-calibrate.json) the share uses it."""
+    import dataclasses
+    import json
+
+    cal = json.loads((Path(__file__).parent / "fixtures" / "h200-calibrate.json").read_text())["gpus"][0]
+    measured = float(cal["counter_Bps"])
+    infos = tuple(
+        dataclasses.replace(g, link=dataclasses.replace(g.link, measured_Bps=measured)) for g in rec.header.gpus
+    )
+    calibrated = Recording(rec.path, dataclasses.replace(rec.header, gpus=infos), rec.samples)
+    pos = saturated_moment(rec, "link", "h2d")
+    rx = rec.samples[pos - 1].gpus[0].pcie_rx_Bps
+    app = make_app(paused_at(calibrated, pos))
+
+    async def go():
+        async with app.run_test(size=(80, 24)) as pilot:
+            await wait_until(pilot, lambda: frame_at(app, pos))
+            p = panel(app)
+            label = str(p.rx.label.render())
+            assert f"of {measured / 1e9:.1f} GB/s meas." in label
+            assert f"{round(rx / measured * 100)} %" in label
+            assert f"{measured / 1e9:.1f} GB/s/dir measured" in p.border_title
+            await pilot.press("question_mark")
+            await wait_until(pilot, lambda: isinstance(app.screen, SourcesScreen))
+            assert "pcie-tui calibrate" in screen_text(app)
+
+    run(go())
+
+
+def test_link_trained_down_is_flagged():
+    """A reference tick whose link state is set to Gen1 x16 (as an idle H200 reports at P8)."""
+    import dataclasses
+
+    ref = read_recording(Path(__file__).parent.parent / "pcie_tui" / "data" / "h200-reference.jsonl.gz")
+    ticks = list(ref.samples[:21])  # position 20: ticks 0..19 shown
+    ticks[19] = dataclasses.replace(
+        ticks[19], gpus=(dataclasses.replace(ticks[19].gpus[0], link_gen=1, link_width=16),)
+    )
+    app = make_app(paused_at(Recording(ref.path, ref.header, ticks), 20))
+
+    async def go():
+        async with app.run_test(size=(100, 24)) as pilot:
+            await wait_until(pilot, lambda: frame_at(app, 20))
+            title = panel(app).border_title
+            assert "PCIe Gen1 x16 (max Gen5 x16)" in title and "trained down" in title
+            # The ceiling follows the link as it is now: Gen1 x16 = 4.0 GB/s per direction.
+            assert "4.0 GB/s/dir theor." in title
+            assert "of 4.0 GB/s theor." in str(panel(app).rx.label.render())
+
+    run(go())
