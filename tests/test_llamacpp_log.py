@@ -212,6 +212,12 @@ def test_request_stats_values():
     assert lat["p50"] == pytest.approx(0.075) and lat["p99"] == pytest.approx(0.0995)
 
 
+def test_request_stats_counts_a_repeated_request_once():
+    r = {"t": 5.0, "seq": 1, "prompt_n": 100, "prompt_ms": 50.0, "predicted_n": 10, "predicted_ms": 100.0}
+    other = dict(r, seq=2)
+    assert request_stats([r, dict(r), other])["requests"] == 2
+
+
 def test_request_stats_empty_is_none_not_zero():
     s = request_stats([])
     assert s["requests"] == 0

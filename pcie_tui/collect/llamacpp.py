@@ -352,12 +352,18 @@ class LlamaCppClient:
                 self.slots_enabled = False
             elif status == 503:
                 state = "loading"
+            elif status == 200:
+                errors.append("/slots returned something that is not a slot list")
             elif status:
                 errors.append(f"/slots answered HTTP {status}")
 
         if state == "loading":
             extra["server_state"] = "loading"
             return EngineSample(kind=self.kind, up=False, error="llama-server is loading the model", extra=extra)
+        if not got_metrics and "slots" not in extra and errors:
+            # Something answers, but nothing it said could be read: unavailable, with the reasons.
+            extra["server_state"] = "error"
+            return EngineSample(kind=self.kind, up=False, error="; ".join(errors), extra=extra)
         if not got_metrics and self.slots_enabled is not True:
             # Neither endpoint serves: ask /health whether the server is there at all.
             try:

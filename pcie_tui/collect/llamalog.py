@@ -28,7 +28,8 @@ Public names the report and the TUI use:
 
 A request dict holds ``prompt_n``, ``prompt_ms``, ``predicted_n``, ``predicted_ms``
 (as the server printed them), and where known ``total_ms``, ``slot``, ``task``,
-``format`` (which of the shapes above) and ``t`` (unix time it was read).
+``format`` (which of the shapes above), ``t`` (unix time it was read) and ``seq``
+(running number per tailer; ``t`` + ``seq`` identify a request when ticks repeat a scrape).
 """
 
 from __future__ import annotations
@@ -183,6 +184,7 @@ class LogTailer:
         self._ino: tuple[int, int] | None = None
         self.offset = 0
         self._sig = b""  # the last bytes consumed, to notice a file rewritten in place
+        self.seq = 0  # requests found so far: with ``t``, identifies a request across duplicated ticks
         self.error: str | None = None
         try:
             st = os.stat(path)
@@ -237,7 +239,8 @@ class LogTailer:
         for raw in lines:
             rec = self.parser.feed(raw.decode("utf-8", "replace"))
             if rec is not None:
-                rec["t"] = now
+                self.seq += 1
+                rec["t"], rec["seq"] = now, self.seq
                 out.append(rec)
         return out
 
@@ -264,6 +267,9 @@ def _dist(values: list[float]) -> dict[str, float | None]:
     }
 
 
+_IDENTITY = ("t", "seq", "slot", "task", "prompt_n", "prompt_ms", "predicted_n", "predicted_ms")
+
+
 def request_stats(requests: list[dict[str, Any]]) -> dict[str, Any]:
     """Per-request rates and latencies from llama-server's own timings.
 
@@ -272,9 +278,19 @@ def request_stats(requests: list[dict[str, Any]]) -> dict[str, Any]:
     (sum of tokens / sum of time). ``prompt_latency_s``: prompt-eval time per request
     (server-side prefill; excludes queueing and HTTP). Requests whose prompt was served
     entirely from the cache (0 prompt tokens) count for generation only. None where
-    there is no data.
+    there is no data. The same request seen twice (same ``t``/``seq``/figures) counts once.
     """
-    reqs = [r for r in requests if isinstance(r, dict)]
+    # A poller may hand the same scrape to several ticks: count each request once.
+    seen: set[tuple[Any, ...]] = set()
+    reqs = []
+    for r in requests:
+        if not isinstance(r, dict):
+            continue
+        key = tuple(r.get(k) for k in _IDENTITY)
+        if key in seen:
+            continue
+        seen.add(key)
+        reqs.append(r)
     p_rates, g_rates, p_lat = [], [], []
     p_tok = g_tok = 0
     p_ms = g_ms = 0.0
