@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from textual.widgets import DataTable, Static
+from textual.widgets import Static
 
 from pcie_tui.analyze.session import SessionAnalyzer
 from pcie_tui.model import Sample
@@ -230,6 +230,8 @@ def test_events_recorded_and_seek_rebuilds(rec):
             kinds = [e.resource for e in f.events]
             assert kinds == ["link", "memory"]  # H2D+D2H copies on the link, then the D2D copy in DRAM
             table = app.query_one(EventsPane).table
+            # no cursor, no focus: arrow keys always reach the app (seek), never the table
+            assert not table.can_focus and not table.show_cursor
             assert table.row_count == 2
             newest = [str(c) for c in table.get_row_at(0)]
             assert newest[3] == "DRAM BW" and newest[7] == "d2d_copy"
@@ -493,20 +495,6 @@ def test_quit_key_ends_the_app_and_its_reader(rec):
     assert app.return_code == 0
 
 
-def test_events_table_has_no_cursor_and_keys_reach_the_app(rec):
-    app = make_app(paused_at(rec, 60))
-
-    async def go():
-        async with app.run_test(size=(80, 24)) as pilot:
-            await wait_until(pilot, lambda: frame_at(app, 60))
-            table = app.query_one(DataTable)
-            assert not table.can_focus and not table.show_cursor
-            await pilot.press("left")
-            await wait_until(pilot, lambda: app.frame.ticks < 60)
-
-    run(go())
-
-
 def test_measured_ceiling_from_calibration(rec):
     """With the H200's calibrated counter ceiling (tests/fixtures/h200-calibrate.json) the share uses it."""
     import dataclasses
@@ -558,3 +546,31 @@ def test_link_trained_down_is_flagged():
             assert "of 4.0 GB/s theor." in str(panel(app).rx.label.render())
 
     run(go())
+
+
+def test_looping_replay_starts_the_analysis_over(rec):
+    """``pcie-tui demo`` loops: each wrap is a jump back to tick 0, so events and history restart."""
+    short = Recording(rec.path, rec.header, rec.samples[:40])  # idle, then the H2D copy: 5.9 s
+    n = len(short.samples)
+    src = ReplaySource(short, speed=20.0, loop=True)  # 0.3 s a loop: frames mid-loop and at each wrap
+    app = make_app(src)
+    seen: list[Frame] = []
+
+    def hook(msg: Any) -> None:
+        if isinstance(msg, FrameReady):
+            seen.append(msg.frame)
+
+    async def go():
+        async with app.run_test(size=(80, 24), message_hook=hook) as pilot:
+            await wait_until(pilot, lambda: src.generation >= 2 and app.frame is not None, 10)
+            await pilot.press("space")
+            await wait_until(pilot, lambda: app.frame.replay.paused)
+            f = app.frame
+            assert f.ticks == src.position <= n
+            assert frame_events(f) == analyzer_events(short, f.ticks)
+            assert len(f.gpus[0].hist_rx) == f.ticks
+
+    run(go())
+    # ticks went down at least once (a wrap), never past the end
+    assert any(b.ticks < a.ticks for a, b in zip(seen, seen[1:], strict=False))
+    assert max(f.ticks for f in seen) <= n

@@ -1,0 +1,57 @@
+"""The app on the real live path: LiveSource + NvmlCollector, with NVML answering from the H200 capture.
+
+tests/fakenvml replays pynvml answers captured on the project's H200 (in NVML's own
+units and timing); everything above it is the production code: the collector's GPM
+and PCIe reads, LiveSource's pacing, the app's reader thread, the recorder.
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from pcie_tui.collect.live import LiveSource
+from pcie_tui.collect.nvml import NvmlCollector
+from pcie_tui.record.reader import read_recording
+from pcie_tui.record.writer import RecordingWriter
+from pcie_tui.tui.app import make_app
+from pcie_tui.tui.headless import run, wait_until
+from pcie_tui.tui.widgets import GpuPanel
+
+fakenvml = pytest.importorskip("fakenvml", reason="tests/fakenvml (replaying H200 stand-in) not present")
+
+
+def test_live_nvml_panel_and_recording(tmp_path):
+    collector = NvmlCollector(nvml=fakenvml.FakeNvml(fakenvml.load_capture()))
+    source = LiveSource(collector, interval_s=0.1, calibrate=False)
+    out = tmp_path / "live.jsonl.gz"
+    app = make_app(source, recorder_factory=lambda: RecordingWriter(out, source.header), status="live test")
+
+    written: list[int] = []
+
+    async def go():
+        async with app.run_test(size=(100, 30)) as pilot:
+            await wait_until(pilot, lambda: app.frame is not None and app.frame.ticks >= 3, 10)
+            panel = app.query_one("#gpu-0", GpuPanel)
+            assert "GPU 0 · NVIDIA H200 · PCIe Gen5 x16 (max Gen5 x16)" in panel.border_title
+            tx = str(panel.tx.label.render())
+            assert re.search(r"PCIe TX\s+[\d.]+ [kMGT]?B/s\s+\d+ % of 63\.0 GB/s theor\.", tx), tx
+            misc = str(panel.misc.render())
+            # The capture holds memory and power answers: real figures with units, not n/a.
+            assert re.search(r"mem used [\d.]+ GiB of 140\.4 GiB · power \d+ W", misc), misc
+            await pilot.press("r")
+            assert app.recorder is not None
+            await wait_until(pilot, lambda: app.recorded_ticks >= 10, 10)
+            await pilot.press("r")
+            written.append(app.recorded_ticks)
+
+    try:
+        run(go())
+    finally:
+        source.close()
+    back = read_recording(out, warn=False)
+    assert len(back.samples) == written[0]
+    assert back.header.gpus[0].metrics_source == "gpm"
+    dt = [b.t - a.t for a, b in zip(back.samples, back.samples[1:], strict=False)]
+    assert 0.07 < sorted(dt)[len(dt) // 2] < 0.2  # ticks at the 0.1 s interval
