@@ -301,6 +301,9 @@ class PcieTuiApp(App[None]):
             set_text(
                 rec, Text(f"● REC {self.recorder.path} · {self.recorded_ticks} ticks", style="bold red"), layout=True
             )
+        elif getattr(getattr(self.source, "writer", None), "path", None) is not None:
+            # `pcie-tui record` tees the whole session into a file inside the source
+            set_text(rec, Text(f"● REC {self.source.writer.path} (whole session)", style="bold red"), layout=True)
         elif self.recorder_factory is None:
             set_text(rec, Text("not recording (no recorder)", style="dim"), layout=True)
         else:
