@@ -143,7 +143,7 @@ def test_slots_show_decode_while_a_long_request_runs(server):
         assert (
             busy
             and busy[0]["n_decoded"] > 0
-            and set(busy[0]) <= {"id", "processing", "n_decoded", "n_prompt", "n_prompt_processed"}
+            and set(busy[0]) <= {"id", "processing", "n_decoded", "n_prompt_processed"}
         )
         assert fut.result().tokens == 400
     s, _ = _read_until(client, lambda s: slot_phase(s) == "idle")
@@ -220,3 +220,17 @@ def test_garbage_and_unreachable_endpoints_never_raise(tmp_path):
 
     s = LlamaCppClient(f"http://127.0.0.1:{free_port()}").read()
     assert not s.up and "refused" in (s.error or "")
+
+
+def test_discovery_and_attach_by_pid_and_url(server):
+    from pcie_tui.collect.process import attach, discover
+
+    found = [c for c in discover() if c.pid == server.pid]
+    assert len(found) == 1 and found[0].kind == "llamacpp"
+    by_pid = attach(pid=server.pid)
+    by_url = attach(url=server.url)
+    for c in (by_pid, by_url):
+        assert isinstance(c, LlamaCppClient) and c.pid == server.pid
+        d = c.describe()
+        assert d["layout"]["n_gpu_layers"] == 0 and d["log_paths"] == [str(server.log_path)]
+        assert c.read().up

