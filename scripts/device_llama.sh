@@ -12,6 +12,12 @@ mkdir -p "$W"
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/llama/gguf-*.whl
 export PYTHONPATH="$PWD:/tmp/site"
 LAYERS=${LAYERS:-16}
+# Partial-offload variant (JSON list of llama-server flags), e.g. FFN weights of 12 layers in host
+# memory with attention and KV on the GPU, and no host prompt cache:
+#   PARTIAL_NGL=999 PARTIAL_EXTRA='["--n-cpu-ffn","12","--cache-ram","0"]'
+PARTIAL_EXTRA=${PARTIAL_EXTRA:-[]}
+PARTIAL_NGL=${PARTIAL_NGL:-4}
+ONLY=${ONLY:+--only $ONLY}
 SHAPE="{\"n_embd\": 4096, \"n_ff\": 11008, \"n_layer\": $LAYERS, \"n_head\": 32, \"dtype\": \"f16\", \"n_vocab\": 259}"
 {
   date -u
@@ -33,6 +39,7 @@ SHAPE="{\"n_embd\": 4096, \"n_ff\": 11008, \"n_layer\": $LAYERS, \"n_head\": 32,
   "$W/build/bin/llama-server" --version 2>&1 | tail -3
   echo "== sessions"; date -u
   python3 scripts/h200_llama_sessions.py --server "$W/build/bin/llama-server" --model "$W/model.gguf" \
-      --layers "$LAYERS" --out "$OUT" --model-shape "$SHAPE"
+      --layers "$LAYERS" --out "$OUT" --model-shape "$SHAPE" --partial-ngl "$PARTIAL_NGL" \
+      --partial-extra-args "$PARTIAL_EXTRA" --keep-log $ONLY
   date -u
 } 2>&1 | tee "$OUT/device_llama_log.txt"

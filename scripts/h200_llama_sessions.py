@@ -66,12 +66,36 @@ def wait_health(url: str, proc: subprocess.Popen[bytes], timeout_s: float) -> fl
     return None
 
 
+class BufferedClient(LlamaCppClient):
+    """Keeps the log's completed requests until a tick takes them: the poller hands its latest
+    scrape to every tick, so without this a request would repeat on several ticks or, when two
+    scrapes fall between ticks, be lost."""
+
+    def __init__(self, *a: Any, **kw: Any) -> None:
+        super().__init__(*a, **kw)
+        self._pending: list[dict[str, Any]] = []
+        self._plock = threading.Lock()
+
+    def read(self) -> Any:
+        s = super().read()
+        reqs = s.extra.pop("requests", None)
+        if reqs:
+            with self._plock:
+                self._pending.extend(reqs)
+        return s
+
+    def take_requests(self) -> list[dict[str, Any]]:
+        with self._plock:
+            out, self._pending = self._pending, []
+        return out
+
+
 class TickLoop(threading.Thread):
     """10 Hz: GPU readings + the poller's latest engine sample, labelled with the driver's step."""
 
-    def __init__(self, collector: NvmlCollector, poller: EnginePoller) -> None:
+    def __init__(self, collector: NvmlCollector, poller: EnginePoller, client: BufferedClient) -> None:
         super().__init__(daemon=True)
-        self.collector, self.poller = collector, poller
+        self.collector, self.poller, self.client = collector, poller, client
         self.infos = collector.gpu_infos()
         self.label = "start"
         self.samples: list[Sample] = []
@@ -88,6 +112,10 @@ class TickLoop(threading.Thread):
                 sp = slot_phase(eng)
                 if sp is not None:
                     eng = dataclasses.replace(eng, phase=sp)
+            if eng is not None:
+                reqs = self.client.take_requests()
+                extra = {k: v for k, v in eng.extra.items() if k != "requests"}
+                eng = dataclasses.replace(eng, extra={**extra, "requests": reqs} if reqs else extra)
             self.samples.append(Sample(t=t, gpus=gpus, engine=eng, extra={"label": self.label}))
             self.events.extend(self.poller.drain_events())
             nxt += INTERVAL_S
@@ -148,15 +176,16 @@ def run_session(name: str, args: argparse.Namespace, collector: NvmlCollector, n
         "-fit",
         "off",
         *args.extra_args,
+        *(args.partial_extra_args if name == "partial" else []),
     ]
     log_path = Path(f"/tmp/llama-{name}.log")
     logf = open(log_path, "wb")  # noqa: SIM115 - the server holds it
     t_start = time.time()
     proc = subprocess.Popen(argv, stdout=logf, stderr=subprocess.STDOUT)
-    client = LlamaCppClient(url, pid=proc.pid)  # finds the log through /proc/PID/fd/1
+    client = BufferedClient(url, pid=proc.pid)  # finds the log through /proc/PID/fd/1
     poller = EnginePoller(client, interval_s=INTERVAL_S, rediscover=False)
     poller.start()
-    loop = TickLoop(collector, poller)
+    loop = TickLoop(collector, poller, client)
     loop.label = "load"
     loop.start()
     client_reqs: list[dict] = []
@@ -171,7 +200,7 @@ def run_session(name: str, args: argparse.Namespace, collector: NvmlCollector, n
         client_reqs += drive(url, loop, "prefill", args.prefill_s, args.prompt_len, 1)
         loop.label = "idle"
         time.sleep(1.0)
-        n_dec = args.decode_tokens_full if ngl >= args.layers else args.decode_tokens_partial
+        n_dec = args.decode_tokens_full if name == "full" else args.decode_tokens_partial
         client_reqs += drive(url, loop, "decode", args.decode_s, 32, n_dec)
         loop.label = "idle"
         time.sleep(1.0)
@@ -287,6 +316,7 @@ def main() -> int:
     ap.add_argument("--model-shape", type=json.loads, default={})
     ap.add_argument("--only", choices=["full", "partial"], default=None)
     ap.add_argument("--extra-args", type=json.loads, default=[], help="JSON list of extra llama-server flags")
+    ap.add_argument("--partial-extra-args", type=json.loads, default=[], help="JSON list, partial session only")
     ap.add_argument("--keep-log", action="store_true", help="copy the server log (timings and load lines) to --out")
     args = ap.parse_args()
     Path(args.out).mkdir(parents=True, exist_ok=True)
