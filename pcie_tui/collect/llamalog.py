@@ -27,7 +27,8 @@ Public names the report and the TUI use:
 * :class:`TimingParser` ``.feed(line) -> dict | None``.
 
 A request dict holds ``prompt_n``, ``prompt_ms``, ``predicted_n``, ``predicted_ms``
-(as the server printed them), and where known ``total_ms``, ``slot``, ``task``,
+(as the server printed them; also as ``prompt_tokens``, ``prompt_s``, ``generation_tokens``,
+``generation_s`` for :func:`pcie_tui.analyze.engine.per_request_summary`), and where known ``total_ms``, ``slot``, ``task``,
 ``format`` (which of the shapes above), ``t`` (unix time it was read) and ``seq``
 (running number per tailer; ``t`` + ``seq`` identify a request when ticks repeat a scrape).
 """
@@ -151,6 +152,9 @@ class TimingParser:
             return None
         rec["total_ms"] = ms
         rec["format"] = fmt
+        # The same figures under the names analyze.engine.per_request_summary reads.
+        rec["prompt_tokens"], rec["prompt_s"] = rec["prompt_n"], rec["prompt_ms"] / 1e3
+        rec["generation_tokens"], rec["generation_s"] = rec["predicted_n"], rec["predicted_ms"] / 1e3
         if key is not None:
             rec["slot"], rec["task"] = key[0], (key[1] if key[1] >= 0 else None)
         if fmt == "slot-multiline":
