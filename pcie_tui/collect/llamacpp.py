@@ -24,11 +24,9 @@ reported as ``up=True`` with ``server_state="busy"`` and no counters for that ti
 
 from __future__ import annotations
 
-import contextlib
 import http.client
 import json
 import os
-import stat
 import time
 from typing import Any
 from urllib.parse import urlsplit
@@ -36,122 +34,12 @@ from urllib.parse import urlsplit
 from prometheus_client.parser import text_string_to_metric_families
 
 from pcie_tui.collect.llamalog import LogTailer
+from pcie_tui.collect.llamaproc import log_paths_for_pid, parse_layout, proc_argv, proc_environ
 from pcie_tui.model import EngineSample
 
-_FLAGS = {
-    "n_gpu_layers": ("-ngl", "--gpu-layers", "--n-gpu-layers"),
-    "split_mode": ("-sm", "--split-mode"),
-    "tensor_split": ("-ts", "--tensor-split"),
-    "main_gpu": ("-mg", "--main-gpu"),
-    "device": ("-dev", "--device"),
-    "parallel": ("-np", "--parallel"),
-    "ctx_size": ("-c", "--ctx-size"),
-    "model": ("-m", "--model"),
-    "host": ("--host",),
-    "port": ("--port",),
-    "log_file": ("--log-file",),
-}
-_ENV = {
-    "n_gpu_layers": "LLAMA_ARG_N_GPU_LAYERS",
-    "split_mode": "LLAMA_ARG_SPLIT_MODE",
-    "tensor_split": "LLAMA_ARG_TENSOR_SPLIT",
-    "main_gpu": "LLAMA_ARG_MAIN_GPU",
-    "parallel": "LLAMA_ARG_N_PARALLEL",
-    "ctx_size": "LLAMA_ARG_CTX_SIZE",
-    "model": "LLAMA_ARG_MODEL",
-}
-_INT_KEYS = ("main_gpu", "parallel", "ctx_size", "port")
+__all__ = ["METRICS_OFF_NOTE", "LlamaCppClient", "log_paths_for_pid", "parse_layout", "slot_phase", "wait_ready"]
+
 METRICS_OFF_NOTE = "llama-server runs without --metrics: no token counters; using /slots and the log"
-
-
-def parse_layout(argv: list[str], environ: dict[str, str] | None = None) -> dict[str, Any]:
-    """The split/offload flags of a llama-server command line (``-ngl -sm -ts -mg`` and friends).
-
-    Command-line flags win over ``LLAMA_ARG_*`` variables, as in llama-server.
-    """
-    found: dict[str, Any] = {}
-    for i, a in enumerate(argv):
-        flag, eq, val = a.partition("=")
-        for key, names in _FLAGS.items():
-            if flag in names:
-                if eq:
-                    found[key] = val
-                elif i + 1 < len(argv):
-                    found[key] = argv[i + 1]
-    found["metrics"] = "--metrics" in argv or (environ or {}).get("LLAMA_ARG_ENDPOINT_METRICS") in ("1", "true")
-    if "--no-slots" in argv:
-        found["slots"] = False
-    for key, var in _ENV.items():
-        if key not in found and environ and var in environ:
-            found[key] = environ[var]
-    for key in _INT_KEYS:
-        if key in found:
-            with contextlib.suppress(TypeError, ValueError):
-                found[key] = int(found[key])
-    if "n_gpu_layers" in found:
-        # "auto" / "all" in newer builds: keep the word
-        with contextlib.suppress(TypeError, ValueError):
-            found["n_gpu_layers"] = int(found["n_gpu_layers"])
-    if "tensor_split" in found and isinstance(found["tensor_split"], str):
-        with contextlib.suppress(ValueError):
-            found["tensor_split"] = [float(x) for x in found["tensor_split"].replace("/", ",").split(",") if x]
-    return found
-
-
-def _proc_argv(pid: int) -> list[str] | None:
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            raw = f.read()
-    except OSError:
-        return None
-    return [p.decode("utf-8", "replace") for p in raw.split(b"\0") if p]
-
-
-def _proc_environ(pid: int) -> dict[str, str]:
-    try:
-        with open(f"/proc/{pid}/environ", "rb") as f:
-            raw = f.read()
-    except OSError:
-        return {}
-    out = {}
-    for p in raw.split(b"\0"):
-        k, eq, v = p.decode("utf-8", "replace").partition("=")
-        if eq and k.startswith("LLAMA_ARG_"):
-            out[k] = v
-    return out
-
-
-def log_paths_for_pid(pid: int, argv: list[str] | None = None) -> list[str]:
-    """Regular files the process writes its log to: stdout/stderr (``/proc/PID/fd/1``, ``2``) and ``--log-file``.
-
-    A deleted file stays readable through its ``/proc`` fd path; a terminal or pipe is skipped.
-    """
-    out: list[str] = []
-    seen: set[tuple[int, int]] = set()
-    cands: list[str] = []
-    for fd in (1, 2):
-        link = f"/proc/{pid}/fd/{fd}"
-        try:
-            target = os.readlink(link)
-        except OSError:
-            continue
-        cands.append(link if target.endswith(" (deleted)") or not target.startswith("/") else target)
-    lf = parse_layout(argv or []).get("log_file")
-    if isinstance(lf, str):
-        cwd = None
-        with contextlib.suppress(OSError):
-            cwd = os.readlink(f"/proc/{pid}/cwd")
-        cands.append(lf if os.path.isabs(lf) or cwd is None else os.path.join(cwd, lf))
-    for c in cands:
-        try:
-            st = os.stat(c)
-        except OSError:
-            continue
-        if not stat.S_ISREG(st.st_mode) or (st.st_dev, st.st_ino) in seen:
-            continue
-        seen.add((st.st_dev, st.st_ino))
-        out.append(c)
-    return out
 
 
 class _HttpError(Exception):
@@ -184,8 +72,8 @@ class LlamaCppClient:
         # Process facts from discovery (pcie_tui.collect.process), else read here from /proc.
         self.info: dict[str, Any] = dict(info or {})
         argv = self.info.get("cmdline")
-        self.argv = list(argv) if isinstance(argv, list) else (_proc_argv(pid) if pid is not None else None)
-        self.environ = _proc_environ(pid) if pid is not None else {}
+        self.argv = list(argv) if isinstance(argv, list) else (proc_argv(pid) if pid is not None else None)
+        self.environ = proc_environ(pid) if pid is not None else {}
         self.layout = parse_layout(self.argv or [], self.environ) if self.argv is not None else {}
         if isinstance(self.info.get("layout"), dict):
             self.layout = {**self.layout, **{k: v for k, v in self.info["layout"].items() if v is not None}}

@@ -1,0 +1,123 @@
+"""llama-server process facts: split/offload flags from its command line and environment,
+and the files its log goes to (``/proc/PID/fd/1`` and ``2``, ``--log-file``)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import stat
+from typing import Any
+
+_FLAGS = {
+    "n_gpu_layers": ("-ngl", "--gpu-layers", "--n-gpu-layers"),
+    "split_mode": ("-sm", "--split-mode"),
+    "tensor_split": ("-ts", "--tensor-split"),
+    "main_gpu": ("-mg", "--main-gpu"),
+    "device": ("-dev", "--device"),
+    "parallel": ("-np", "--parallel"),
+    "ctx_size": ("-c", "--ctx-size"),
+    "model": ("-m", "--model"),
+    "host": ("--host",),
+    "port": ("--port",),
+    "log_file": ("--log-file",),
+}
+_ENV = {
+    "n_gpu_layers": "LLAMA_ARG_N_GPU_LAYERS",
+    "split_mode": "LLAMA_ARG_SPLIT_MODE",
+    "tensor_split": "LLAMA_ARG_TENSOR_SPLIT",
+    "main_gpu": "LLAMA_ARG_MAIN_GPU",
+    "parallel": "LLAMA_ARG_N_PARALLEL",
+    "ctx_size": "LLAMA_ARG_CTX_SIZE",
+    "model": "LLAMA_ARG_MODEL",
+}
+_INT_KEYS = ("main_gpu", "parallel", "ctx_size", "port")
+
+
+def parse_layout(argv: list[str], environ: dict[str, str] | None = None) -> dict[str, Any]:
+    """The split/offload flags of a llama-server command line (``-ngl -sm -ts -mg`` and friends).
+
+    Command-line flags win over ``LLAMA_ARG_*`` variables, as in llama-server.
+    """
+    found: dict[str, Any] = {}
+    for i, a in enumerate(argv):
+        flag, eq, val = a.partition("=")
+        for key, names in _FLAGS.items():
+            if flag in names:
+                if eq:
+                    found[key] = val
+                elif i + 1 < len(argv):
+                    found[key] = argv[i + 1]
+    found["metrics"] = "--metrics" in argv or (environ or {}).get("LLAMA_ARG_ENDPOINT_METRICS") in ("1", "true")
+    if "--no-slots" in argv:
+        found["slots"] = False
+    for key, var in _ENV.items():
+        if key not in found and environ and var in environ:
+            found[key] = environ[var]
+    for key in _INT_KEYS:
+        if key in found:
+            with contextlib.suppress(TypeError, ValueError):
+                found[key] = int(found[key])
+    if "n_gpu_layers" in found:
+        # "auto" / "all" in newer builds: keep the word
+        with contextlib.suppress(TypeError, ValueError):
+            found["n_gpu_layers"] = int(found["n_gpu_layers"])
+    if "tensor_split" in found and isinstance(found["tensor_split"], str):
+        with contextlib.suppress(ValueError):
+            found["tensor_split"] = [float(x) for x in found["tensor_split"].replace("/", ",").split(",") if x]
+    return found
+
+
+def proc_argv(pid: int) -> list[str] | None:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            raw = f.read()
+    except OSError:
+        return None
+    return [p.decode("utf-8", "replace") for p in raw.split(b"\0") if p]
+
+
+def proc_environ(pid: int) -> dict[str, str]:
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            raw = f.read()
+    except OSError:
+        return {}
+    out = {}
+    for p in raw.split(b"\0"):
+        k, eq, v = p.decode("utf-8", "replace").partition("=")
+        if eq and k.startswith("LLAMA_ARG_"):
+            out[k] = v
+    return out
+
+
+def log_paths_for_pid(pid: int, argv: list[str] | None = None) -> list[str]:
+    """Regular files the process writes its log to: stdout/stderr (``/proc/PID/fd/1``, ``2``) and ``--log-file``.
+
+    A deleted file stays readable through its ``/proc`` fd path; a terminal or pipe is skipped.
+    """
+    out: list[str] = []
+    seen: set[tuple[int, int]] = set()
+    cands: list[str] = []
+    for fd in (1, 2):
+        link = f"/proc/{pid}/fd/{fd}"
+        try:
+            target = os.readlink(link)
+        except OSError:
+            continue
+        cands.append(link if target.endswith(" (deleted)") or not target.startswith("/") else target)
+    lf = parse_layout(argv or []).get("log_file")
+    if isinstance(lf, str):
+        cwd = None
+        with contextlib.suppress(OSError):
+            cwd = os.readlink(f"/proc/{pid}/cwd")
+        cands.append(lf if os.path.isabs(lf) or cwd is None else os.path.join(cwd, lf))
+    for c in cands:
+        try:
+            st = os.stat(c)
+        except OSError:
+            continue
+        if not stat.S_ISREG(st.st_mode) or (st.st_dev, st.st_ino) in seen:
+            continue
+        seen.add((st.st_dev, st.st_ino))
+        out.append(c)
+    return out
