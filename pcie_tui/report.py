@@ -2,22 +2,37 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 from rich.console import Console
 from rich.table import Table
 
+from pcie_tui.analyze.bulk import analyze_rows
 from pcie_tui.analyze.engine import engine_report
 from pcie_tui.analyze.linkmodel import report_linkmodel
 from pcie_tui.analyze.phases import phase_verdicts
 from pcie_tui.analyze.session import SessionAnalyzer, analyze
 from pcie_tui.analyze.verdict import DEFAULT_THRESHOLDS, Thresholds
 from pcie_tui.analyze.whatif import render_whatif, whatif_report
-from pcie_tui.record.reader import Recording
+from pcie_tui.model import EngineSample, Sample
+from pcie_tui.record.reader import Recording, SampleList
 
 
 def build_report(rec: Recording, thresholds: Thresholds = DEFAULT_THRESHOLDS) -> tuple[dict[str, Any], SessionAnalyzer]:
-    an = analyze(rec.header, rec.samples, thresholds)
+    # A recording read from a file is analysed from its raw ticks in bulk (no Samples built);
+    # the engine report only needs each tick's time and engine, so it gets just those.
+    samples = rec.samples
+    if rec.rows is not None and isinstance(samples, SampleList) and not samples.built:
+        an = analyze_rows(rec.header, rec.rows, thresholds)
+        engine_ticks: Any = [
+            Sample(float(d["t"]), (), EngineSample.from_json(e))
+            for d in rec.rows
+            if isinstance(e := d.get("engine"), dict)
+        ]
+    else:
+        an = analyze(rec.header, samples, thresholds)
+        engine_ticks = samples
     out = an.summary()
     out["file"] = str(rec.path)
     out["host"] = rec.header.host
@@ -25,11 +40,16 @@ def build_report(rec: Recording, thresholds: Thresholds = DEFAULT_THRESHOLDS) ->
     out["engine_info"] = rec.header.engine
     out["warnings"] = rec.warnings
     out["gaps"] = [e for e in rec.events if e.get("event") == "engine_gap"]
-    out["engine"] = engine_report(rec.samples, an)
+    out["engine"] = engine_report(engine_ticks, an)
     out["whatif"] = whatif_report(rec.header, an)
-    out["linkmodel"] = report_linkmodel(rec.header, rec.samples)
+    out["linkmodel"] = report_linkmodel(rec.header, _lazy(rec))
     out["phase_verdicts"] = {str(k): v for k, v in phase_verdicts(an).items()}
     return out, an
+
+
+def _lazy(rec: Recording) -> Iterator[Sample]:
+    """The recording's Samples, built only if the link model iterates them (it needs a known model)."""
+    yield from rec.samples
 
 
 def _pct(v: float | None) -> str:

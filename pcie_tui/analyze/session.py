@@ -10,6 +10,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from pcie_tui.analyze.verdict import (
     DEFAULT_THRESHOLDS,
     RESOURCES,
@@ -117,19 +119,14 @@ class SessionAnalyzer:
         ser = self.series.get(index)
         if ser is None or not ser.t:
             return []
-        labels = self._labels(index, ser.t)
-        segs: list[dict[str, Any]] = []
-        for t, label in zip(ser.t, labels, strict=True):
-            if segs and segs[-1]["saturated"] == label:
-                segs[-1]["end"] = t
-            else:
-                if segs:
-                    segs[-1]["end"] = t
-                segs.append({"start": t, "end": t, "saturated": label})
-        return segs
+        return _segments(ser.t, self._label_codes(index, ser.t))
 
     def _labels(self, index: int, times: list[float]) -> list[str]:
-        """Per tick verdict with backdated event intervals; one sweep, times ascending."""
+        """Per tick verdict with backdated event intervals (names)."""
+        return [VERDICTS[c] for c in self._label_codes(index, times).tolist()]
+
+    def _label_codes(self, index: int, times: list[float]) -> np.ndarray:
+        """Per tick verdict with backdated event intervals, as indices into VERDICTS."""
         last = times[-1]
         intervals: dict[str, list[tuple[float, float]]] = {r: [] for r in RESOURCES}
         for ev in self.events:
@@ -137,20 +134,25 @@ class SessionAnalyzer:
                 intervals[ev.resource].append((ev.start, ev.end if ev.end is not None else last))
         for iv in intervals.values():
             iv.sort()
-        pos = dict.fromkeys(RESOURCES, 0)
-        labels = []
-        for t in times:
-            label = "none"
-            for r in RESOURCES:
-                iv, i = intervals[r], pos[r]
-                while i < len(iv) and iv[i][1] < t:
-                    i += 1
-                pos[r] = i
-                if i < len(iv) and iv[i][0] <= t:
-                    label = r
-                    break
-            labels.append(label)
-        return labels
+        t = np.asarray(times, dtype=np.float64)
+        if t.size > 1 and not bool(np.all(t[1:] >= t[:-1])):
+            return np.array(_sweep_all(intervals, times), dtype=np.int64)
+        codes = np.full(t.size, len(RESOURCES), dtype=np.int64)
+        for ri in range(len(RESOURCES) - 1, -1, -1):  # lowest priority first; higher ones overwrite
+            iv = intervals[RESOURCES[ri]]
+            if not iv:
+                continue
+            starts = np.array([a for a, _ in iv])
+            ends = np.array([b for _, b in iv])
+            if ends.size < 2 or bool(np.all(ends[1:] >= ends[:-1])):
+                # The sweep's pointer is then the first interval not yet ended.
+                i = np.searchsorted(ends, t, "left")
+                inside = i < ends.size
+                inside[inside] = starts[i[inside]] <= t[inside]
+            else:
+                inside = np.array(_sweep(iv, times), dtype=bool)
+            codes[inside] = ri
+        return codes
 
     # ---- summary --------------------------------------------------------
 
@@ -159,7 +161,8 @@ class SessionAnalyzer:
         gpus = []
         for index in sorted(self.series):
             ser = self.series[index]
-            segs = self.timeline(index)
+            codes = self._label_codes(index, ser.t) if ser.t else np.zeros(0, dtype=np.int64)
+            segs = _segments(ser.t, codes) if ser.t else []
             time_in = {v: 0.0 for v in VERDICTS}
             for sg in segs:
                 time_in[sg["saturated"]] += sg["end"] - sg["start"]
@@ -178,7 +181,7 @@ class SessionAnalyzer:
                     if ser.memory_proxy
                     else "GPM DRAM_BW_UTIL",
                     "sm_util": _stats(ser.compute),
-                    "phases": self.phase_summary(index),
+                    "phases": self._phase_summary(index, codes),
                 }
             )
         return {
@@ -194,38 +197,117 @@ class SessionAnalyzer:
         ser = self.series.get(index)
         if ser is None:
             return {}
-        labels = self._labels(index, ser.t) if ser.t else []
+        return self._phase_summary(index, self._label_codes(index, ser.t) if ser.t else np.zeros(0, dtype=np.int64))
+
+    def _phase_summary(self, index: int, codes: np.ndarray) -> dict[str, Any]:
+        ser = self.series[index]
         out: dict[str, Any] = {}
-        by_phase: dict[str, list[int]] = {}
-        for i, p in enumerate(ser.phase):
-            if p is not None:
-                by_phase.setdefault(p, []).append(i)
-        for p, idx in by_phase.items():
-            n = len(idx)
-            share = {v: sum(1 for i in idx if labels[i] == v) / n for v in VERDICTS}
+        by_phase: dict[Any, int] = {}
+        pc = np.fromiter(
+            (-1 if p is None else by_phase.setdefault(p, len(by_phase)) for p in ser.phase),
+            dtype=np.int64,
+            count=len(ser.phase),
+        )
+        if not by_phase:
+            return out
+        order = np.argsort(pc, kind="stable")
+        bounds = np.searchsorted(pc[order], np.arange(len(by_phase) + 1), "left")
+        cols = {k: _floats(getattr(ser, k)) for k in ("link", "link_Bps", "memory", "compute")}
+        nv = len(VERDICTS)
+        for p, k in by_phase.items():
+            idx = order[bounds[k] : bounds[k + 1]]
+            n = int(idx.size)
+            counts = np.bincount(codes[idx], minlength=nv).tolist()
+            share = {v: counts[i] / n for i, v in enumerate(VERDICTS)}
             out[p] = {
                 "ticks": n,
                 "verdict_share": share,
                 "dominant": max(share, key=share.__getitem__),
-                "link_util": _stats([ser.link[i] for i in idx]),
-                "link_Bps": _stats([ser.link_Bps[i] for i in idx]),
-                "dram_util": _stats([ser.memory[i] for i in idx]),
-                "sm_util": _stats([ser.compute[i] for i in idx]),
+                "link_util": _stats_np(cols["link"][idx]),
+                "link_Bps": _stats_np(cols["link_Bps"][idx]),
+                "dram_util": _stats_np(cols["memory"][idx]),
+                "sm_util": _stats_np(cols["compute"][idx]),
             }
         return out
 
 
+def _sweep_all(intervals: dict[str, list[tuple[float, float]]], times: list[float]) -> list[int]:
+    """The per-tick sweep over all resources, for times out of order."""
+    pos = dict.fromkeys(RESOURCES, 0)
+    codes = []
+    for t in times:
+        code = len(RESOURCES)
+        for ri, r in enumerate(RESOURCES):
+            iv, i = intervals[r], pos[r]
+            while i < len(iv) and iv[i][1] < t:
+                i += 1
+            pos[r] = i
+            if i < len(iv) and iv[i][0] <= t:
+                code = ri
+                break
+        codes.append(code)
+    return codes
+
+
+def _sweep(iv: list[tuple[float, float]], times: list[float]) -> list[bool]:
+    """Whether each (ascending) time lies in a sorted interval, by the original pointer sweep."""
+    out = []
+    i = 0
+    for t in times:
+        while i < len(iv) and iv[i][1] < t:
+            i += 1
+        out.append(i < len(iv) and iv[i][0] <= t)
+    return out
+
+
+def _segments(times: list[float], codes: np.ndarray) -> list[dict[str, Any]]:
+    """Runs of equal verdict; a segment ends where the next begins (the last at the last tick)."""
+    if not times:
+        return []
+    change = np.flatnonzero(codes[1:] != codes[:-1]) + 1
+    starts = [0, *change.tolist()]
+    ends = [*change.tolist(), len(times) - 1]
+    return [
+        {"start": times[a], "end": times[b], "saturated": VERDICTS[int(codes[a])]}
+        for a, b in zip(starts, ends, strict=True)
+    ]
+
+
+def _floats(values: list[float | None]) -> np.ndarray:
+    """None -> NaN."""
+    try:
+        return np.array(values, dtype=np.float64)
+    except (TypeError, ValueError):
+        return np.array([np.nan if v is None else float(v) for v in values], dtype=np.float64)
+
+
 def _stats(values: list[float | None]) -> dict[str, float | None]:
-    v = sorted(x for x in values if x is not None)
-    if not v:
+    return _stats_np(_floats(values))
+
+
+def _stats_np(a: np.ndarray) -> dict[str, float | None]:
+    v = np.sort(a[~np.isnan(a)])
+    n = int(v.size)
+    if not n:
         return {"peak": None, "median": None, "p95": None, "mean": None, "n": 0}
     return {
-        "peak": v[-1],
-        "median": quantile(v, 0.5),
-        "p95": quantile(v, 0.95),
-        "mean": sum(v) / len(v),
-        "n": len(v),
+        "peak": float(v[-1]),
+        "median": _quantile_np(v, 0.5),
+        "p95": _quantile_np(v, 0.95),
+        "mean": float(np.cumsum(v)[-1]) / n,  # the sequential sum of the sorted values, as sum() was
+        "n": n,
     }
+
+
+def _quantile_np(v: np.ndarray, q: float) -> float:
+    """:func:`quantile` on a sorted array, the same arithmetic."""
+    if v.size == 1:
+        return float(v[0])
+    pos = q * (v.size - 1)
+    lo = int(pos)
+    hi = min(lo + 1, v.size - 1)
+    a, b = float(v[lo]), float(v[hi])
+    return a + (b - a) * (pos - lo)
 
 
 def quantile(sorted_values: list[float], q: float) -> float:

@@ -6,13 +6,24 @@ import json
 import os
 import sys
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from itertools import chain
+from operator import itemgetter
 from pathlib import Path
-from typing import Any
+from typing import Any, overload
 
 from pcie_tui.errors import UserError
 from pcie_tui.model import Sample, SessionHeader
+
+_fast_loads: Callable[[bytes], Any]
+try:
+    import orjson
+
+    _fast_loads = orjson.loads
+except ImportError:  # pragma: no cover - orjson is a dependency; stdlib json still reads everything
+    _fast_loads = json.loads
+
 
 FORMAT = "pcie-tui/recording"
 SUPPORTED_VERSIONS = (1,)
@@ -49,15 +60,75 @@ def _read_bytes(path: Path) -> tuple[bytes, str | None]:
     return b"".join(out), warning
 
 
+def _loads(line: bytes) -> Any:
+    """orjson, and stdlib json for whatever orjson refuses (NaN, huge integers), as before."""
+    try:
+        return _fast_loads(line)
+    except ValueError:
+        return json.loads(line)
+
+
+class SampleList(Sequence[Sample]):
+    """The ticks of a recording as Samples, built from the raw tick dicts on first use.
+
+    ``len`` and truth need no Samples, so ``report`` (which analyses the raw dicts in bulk)
+    never pays for them; replay and anything that indexes or iterates gets a plain list.
+    """
+
+    __slots__ = ("_rows", "_samples")
+
+    def __init__(self, rows: list[dict[str, Any]]) -> None:
+        self._rows = rows
+        self._samples: list[Sample] | None = None
+
+    @property
+    def built(self) -> bool:
+        return self._samples is not None
+
+    def as_list(self) -> list[Sample]:
+        if self._samples is None:
+            from_json = Sample.from_json
+            self._samples = [from_json(d) for d in self._rows]
+        return self._samples
+
+    def __len__(self) -> int:
+        return len(self._rows) if self._samples is None else len(self._samples)
+
+    @overload
+    def __getitem__(self, i: int) -> Sample: ...
+    @overload
+    def __getitem__(self, i: slice) -> list[Sample]: ...
+    def __getitem__(self, i: int | slice) -> Sample | list[Sample]:
+        return self.as_list()[i]
+
+    def __iter__(self) -> Iterator[Sample]:
+        return iter(self.as_list())
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, SampleList):
+            other = other.as_list()
+        return self.as_list() == other if isinstance(other, list) else NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"SampleList({len(self)} ticks)"
+
+
 @dataclass
 class Recording:
-    """A whole recording in memory: header, samples, and non-tick event lines."""
+    """A whole recording in memory: header, samples, and non-tick event lines.
+
+    ``rows`` holds the raw tick dicts when the recording was read from a file (what
+    :func:`pcie_tui.analyze.bulk.analyze_rows` takes); ``samples`` then builds lazily.
+    """
 
     path: Path
     header: SessionHeader
-    samples: list[Sample]
+    samples: Sequence[Sample]
     events: list[dict[str, Any]] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    rows: list[dict[str, Any]] | None = None
 
     @property
     def duration_s(self) -> float:
@@ -81,14 +152,14 @@ def iter_lines(path: str | os.PathLike[str]) -> tuple[SessionHeader, Iterator[di
     if not lines or not lines[0].strip():
         raise UserError(f"{p} is empty, not a recording")
     try:
-        first = json.loads(lines[0])
+        first = _loads(lines[0])
     except ValueError:
         raise UserError(f"{p} is not a pcie-tui recording (first line is not JSON)") from None
     header = parse_header(first, p)
     last_idx = len(lines) - 1
 
     def gen() -> Iterator[dict[str, Any]]:
-        loads = json.loads
+        loads = _loads
         for i in range(1, len(lines)):
             line = lines[i]
             if not line.strip():
@@ -107,21 +178,54 @@ def iter_lines(path: str | os.PathLike[str]) -> tuple[SessionHeader, Iterator[di
     return header, gen(), warnings
 
 
-def read_recording(path: str | os.PathLike[str], *, warn: bool = True) -> Recording:
-    """Load a recording; warnings (truncation, damage) go to stderr when ``warn``."""
+def _tick_ok(d: dict[str, Any]) -> bool:
+    """Whether Sample.from_json accepts this tick (a number t; gpus: dicts with an integer index)."""
+    try:
+        float(d["t"])
+        for g in d.get("gpus") or ():
+            if not isinstance(g, dict):
+                return False
+            int(g["index"])
+    except (KeyError, TypeError, ValueError):
+        return False
+    return True
+
+
+def read_rows(
+    path: str | os.PathLike[str],
+) -> tuple[SessionHeader, list[dict[str, Any]], list[dict[str, Any]], list[str]]:
+    """Header, raw tick dicts (only well-formed ones), event dicts and warnings; no Samples built."""
     header, rows, warnings = iter_lines(path)
-    samples: list[Sample] = []
-    events: list[dict[str, Any]] = []
-    from_json = Sample.from_json
-    for obj in rows:
-        if "gpus" in obj and "t" in obj:
-            try:
-                samples.append(from_json(obj))
-            except (KeyError, TypeError, ValueError):
-                warnings.append(f"{path}: skipped a malformed tick at t={obj.get('t')!r}")
-        elif "event" in obj:
-            events.append(obj)
-    rec = Recording(Path(path), header, samples, events, warnings)
+    objs = list(rows)
+    ticks = [o for o in objs if "gpus" in o and "t" in o]
+    events = [o for o in objs if "event" in o and not ("gpus" in o and "t" in o)] if len(ticks) != len(objs) else []
+    try:  # the common case in one sweep; on any doubt check tick by tick
+        list(map(float, map(itemgetter("t"), ticks)))
+        gpus = [d.get("gpus") or () for d in ticks]
+        if not all(g.__class__ is list for g in gpus):
+            raise TypeError
+        flat = list(chain.from_iterable(gpus))
+        if not all(g.__class__ is dict for g in flat):
+            raise TypeError
+        list(map(int, map(itemgetter("index"), flat)))
+    except (KeyError, TypeError, ValueError, AttributeError):
+        good = []
+        for d in ticks:
+            if _tick_ok(d):
+                good.append(d)
+            else:
+                warnings.append(f"{path}: skipped a malformed tick at t={d.get('t')!r}")
+        ticks = good
+    return header, ticks, events, warnings
+
+
+def read_recording(path: str | os.PathLike[str], *, warn: bool = True) -> Recording:
+    """Load a recording; warnings (truncation, damage) go to stderr when ``warn``.
+
+    Samples are built on first use (see :class:`SampleList`); ``rows`` keeps the raw ticks.
+    """
+    header, ticks, events, warnings = read_rows(path)
+    rec = Recording(Path(path), header, SampleList(ticks), events, warnings, ticks)
     if warn:
         for w in warnings:
             print(f"pcie-tui: warning: {w}", file=sys.stderr)

@@ -1,0 +1,397 @@
+"""Whole-recording analysis in bulk: the same result as feeding a SessionAnalyzer tick by tick.
+
+:func:`analyze_rows` takes a recording's raw tick dicts (as :func:`pcie_tui.record.reader.read_rows`
+returns them), lays each GPU's readings out as numpy columns, computes utilisation for every tick at
+once (the rules of :func:`pcie_tui.analyze.verdict.utilisation`) and runs the hysteresis automaton of
+:class:`pcie_tui.analyze.verdict.GpuVerdictTracker` over runs of ticks instead of ticks. The analyzer
+it returns holds the same ``series``, ``events``, ``t0``/``t_last``/``n`` and final tracker verdicts
+as ``analyze(header, samples)``; tests/test_bulk.py checks that property on random recordings.
+
+It is a finished analyzer: feeding it more ticks afterwards is not supported (the trackers' internal
+hysteresis state is not restored). Anything the vectorised path cannot mirror exactly (ticks out of
+time order, odd value types) falls back to the streaming analyzer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from itertools import chain
+from operator import itemgetter
+from typing import Any
+
+import numpy as np
+
+from pcie_tui.analyze.session import SessionAnalyzer, _GpuSeries, analyze
+from pcie_tui.analyze.verdict import (
+    DEFAULT_THRESHOLDS,
+    RESOURCES,
+    Event,
+    GpuVerdictTracker,
+    Thresholds,
+    Utilisation,
+)
+from pcie_tui.model import GpuInfo, Sample, SessionHeader, pcie_capacity_Bps
+
+_BUS = (None, "pcie", "pcie", "nvlink", "nvlink")  # by link-source code; 0 = no link reading
+_DIR = (None, "rx", "tx", "rx", "tx")
+_VERDICT_NAMES = np.array(["link", "memory", "compute", "none"], dtype=object)
+_F = np.float64
+
+
+class _Fallback(Exception):
+    """The vectorised path cannot mirror the streaming analyzer for this input."""
+
+
+def tick_phase(d: dict[str, Any]) -> Any:
+    """:func:`pcie_tui.analyze.session.sample_phase` on a raw tick dict."""
+    eng = d.get("engine")
+    if isinstance(eng, dict):
+        p = eng.get("phase")
+        if p:
+            return p
+    label = d.get("label")
+    return label if isinstance(label, str) else None
+
+
+def analyze_rows(
+    header: SessionHeader, rows: Sequence[dict[str, Any]], thresholds: Thresholds = DEFAULT_THRESHOLDS
+) -> SessionAnalyzer:
+    """A finished SessionAnalyzer over raw tick dicts, equal to streaming ``Sample.from_json`` rows through it.
+
+    ``rows`` must be well-formed ticks (``read_rows`` drops the others): a number ``t``, and ``gpus`` a
+    list of dicts with an integer ``index``.
+    """
+    try:
+        return _analyze(header, rows, thresholds)
+    except (_Fallback, TypeError, ValueError, OverflowError):
+        return analyze(header, [Sample.from_json(d) for d in rows], thresholds)
+
+
+def _col(flat: list[dict[str, Any]], key: str) -> np.ndarray:
+    vals = [g.get(key) for g in flat]
+    for v in vals:  # cheap check of the first non-null value's type; the rest must convert exactly
+        if v is not None:
+            if v.__class__ is not float and v.__class__ is not int:
+                raise _Fallback(key)
+            break
+    a = np.array(vals, dtype=_F)
+    if a.dtype != _F or a.ndim != 1:
+        raise _Fallback(key)
+    return a
+
+
+def _analyze(header: SessionHeader, rows: Sequence[dict[str, Any]], th: Thresholds) -> SessionAnalyzer:
+    an = SessionAnalyzer(header, th)
+    n = len(rows)
+    if n == 0:
+        return an
+    t_tick = [float(d["t"]) for d in rows]
+    an.t0, an.t_last, an.n = t_tick[0], t_tick[-1], n
+    glists = [d.get("gpus") or () for d in rows]
+    counts = np.fromiter(map(len, glists), dtype=np.int64, count=n)
+    flat: list[dict[str, Any]] = list(chain.from_iterable(glists))
+    if not flat:
+        return an
+    tick_of = np.repeat(np.arange(n), counts)
+    t_all = np.array(t_tick, dtype=_F)[tick_of]
+    phases = [tick_phase(d) for d in rows]
+    ph_obj = np.empty(n, dtype=object)
+    ph_obj[:] = phases
+    codes: dict[Any, int] = {}
+    ph_code = np.fromiter((codes.setdefault(p, len(codes)) if p else -1 for p in phases), dtype=np.int64, count=n)
+    ph_names = list(codes)
+    idx = np.fromiter(map(int, map(itemgetter("index"), flat)), dtype=np.int64, count=len(flat))
+    cols = {
+        k: _col(flat, k)
+        for k in (
+            "pcie_rx_Bps",
+            "pcie_tx_Bps",
+            "nvlink_rx_Bps",
+            "nvlink_tx_Bps",
+            "dram_bw_util",
+            "mem_busy",
+            "sm_util",
+            "link_gen",
+            "link_width",
+        )
+    }
+    uniq, first = np.unique(idx, return_index=True)
+    opened: list[tuple[int, int, Event]] = []  # (flat position, resource order, event)
+    for gi in uniq[np.argsort(first)].tolist():
+        pos = np.flatnonzero(idx == gi)
+        t = t_all[pos]
+        if t.size > 1 and np.any(t[1:] < t[:-1]):
+            raise _Fallback("ticks out of time order")
+        info = header.gpu(gi)
+        u = _utilisation(info, {k: c[pos] for k, c in cols.items()})
+        gph = ph_code[tick_of[pos]]
+        active = []
+        for ri, r in enumerate(RESOURCES):
+            val = u["link"] if r == "link" else u["memory"] if r == "memory" else u["compute"]
+            act = np.zeros(pos.size, dtype=bool)
+            for ev, j in _events(gi, r, val, t, u, gph, ph_names, th, act, an.t_last):
+                opened.append((int(pos[j]), ri, ev))
+            active.append(act)
+        vcode = np.where(active[0], 0, np.where(active[1], 1, np.where(active[2], 2, 3)))
+        tr = GpuVerdictTracker(info, gi, th)
+        tr.verdict = str(_VERDICT_NAMES[vcode[-1]])
+        tr.last_util = _last_util(u)
+        an.trackers[gi] = tr
+        ser = an.series[gi] = _GpuSeries()
+        ser.t = t.tolist()
+        ser.verdict = _VERDICT_NAMES[vcode].tolist()
+        ser.link = _nullable(u["link"])
+        ser.link_Bps = _nullable(u["link_Bps"])
+        ser.memory = _nullable(u["memory"])
+        ser.compute = _nullable(u["compute"])
+        ser.phase = ph_obj[tick_of[pos]].tolist()
+        ser.memory_proxy = bool(u["proxy"].any())
+    opened.sort(key=lambda x: (x[0], x[1]))
+    an.events = [e for _p, _r, e in opened]
+    return an
+
+
+def _nullable(a: np.ndarray) -> list[float | None]:
+    nan = np.isnan(a)
+    if not nan.any():
+        return a.tolist()  # type: ignore[no-any-return]
+    o = a.astype(object)
+    o[nan] = None
+    return o.tolist()  # type: ignore[no-any-return]
+
+
+def _capacity(gen: np.ndarray, width: np.ndarray) -> np.ndarray:
+    """pcie_capacity_Bps per tick (NaN where unknown), evaluated once per distinct gen x width."""
+    out = np.full(gen.size, np.nan)
+    both = ~np.isnan(gen) & ~np.isnan(width)
+    if both.any():
+        pairs, inv = np.unique(np.stack([gen[both], width[both]], axis=1), axis=0, return_inverse=True)
+        caps = []
+        for g, w in pairs.tolist():
+            gi, wi = int(g), int(w)
+            if gi != g or wi != w:
+                raise _Fallback("non-integer link gen/width")
+            c = pcie_capacity_Bps(gi, wi)
+            caps.append(np.nan if c is None else c)
+        out[both] = np.array(caps, dtype=_F)[inv.reshape(-1)]
+    return out
+
+
+def _utilisation(info: GpuInfo | None, c: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """:func:`pcie_tui.analyze.verdict.utilisation` for every tick of one GPU."""
+    size = c["sm_util"].size
+    theo = _capacity(c["link_gen"], c["link_width"])
+    hdr_cap = info.link.capacity_Bps if info is not None else None
+    if hdr_cap is not None:
+        theo = np.where(np.isnan(theo), float(hdr_cap), theo)
+    measured = info.link.measured_Bps if info is not None else None
+    pc = theo
+    if measured is not None:
+        pc = np.where(np.isnan(theo) | (measured <= theo), float(measured), theo)
+    pc_ok = ~np.isnan(pc) & (pc != 0)
+    nc = info.nvlink_capacity_Bps if info is not None else None
+    link = np.full(size, np.nan)
+    link_Bps = np.full(size, np.nan)
+    ceiling = np.full(size, np.nan)
+    src = np.zeros(size, dtype=np.int8)
+    cands: list[tuple[int, np.ndarray, Any, Any]] = [
+        (1, c["pcie_rx_Bps"], pc, pc_ok),
+        (2, c["pcie_tx_Bps"], pc, pc_ok),
+    ]
+    if nc:
+        cands += [(3, c["nvlink_rx_Bps"], float(nc), True), (4, c["nvlink_tx_Bps"], float(nc), True)]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        for code, v, cap, ok in cands:
+            r = v / cap
+            take = ok & ~np.isnan(v) & (np.isnan(link) | (r > link))
+            link = np.where(take, r, link)
+            link_Bps = np.where(take, v, link_Bps)
+            ceiling = np.where(take, cap, ceiling)
+            src = np.where(take, np.int8(code), src)
+    dram, busy = c["dram_bw_util"], c["mem_busy"]
+    gpm = info is not None and info.metrics_source == "gpm"
+    use_dram = np.ones(size, dtype=bool) if gpm else ~np.isnan(dram)
+    return {
+        "link": link,
+        "link_Bps": link_Bps,
+        "ceiling": ceiling,
+        "src": src,
+        "memory": np.where(use_dram, dram, busy),
+        "proxy": ~use_dram & ~np.isnan(busy),
+        "compute": c["sm_util"],
+    }
+
+
+def _last_util(u: dict[str, np.ndarray]) -> Utilisation:
+    def f(a: np.ndarray) -> float | None:
+        x = float(a[-1])
+        return None if x != x else x
+
+    s = int(u["src"][-1])
+    return Utilisation(
+        f(u["link"]),
+        _BUS[s],
+        _DIR[s],
+        f(u["link_Bps"]),
+        f(u["ceiling"]),
+        f(u["memory"]),
+        bool(u["proxy"][-1]),
+        f(u["compute"]),
+    )
+
+
+# ---- the hysteresis automaton over runs -----------------------------------------
+
+
+def _runs(mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Starts and ends (inclusive) of the runs of True in ``mask``."""
+    d = np.diff(np.concatenate(([0], mask.view(np.int8), [0])))
+    return np.flatnonzero(d == 1), np.flatnonzero(d == -1) - 1
+
+
+def _reach(tk: np.ndarray, starts: np.ndarray, hold: float) -> np.ndarray:
+    """Per start s: the first index j >= s with ``tk[j] - tk[s] >= hold`` (len(tk) if none).
+
+    Exactly the streaming test (a float subtraction, monotone in tk[j] for sorted tk): a
+    searchsorted estimate, then an exact bisection wherever the estimate is off.
+    """
+    m = tk.size
+    if starts.size == 0:
+        return starts
+    ts = tk[starts]
+    with np.errstate(invalid="ignore", over="ignore"):
+        j = np.maximum(np.searchsorted(tk, ts + hold, "left"), starts)
+    at = tk[np.minimum(j, m - 1)] - ts >= hold
+    before = tk[np.maximum(j - 1, 0)] - ts >= hold
+    bad = ~((j == m) | at) | ((j > starts) & before)
+    for i in np.flatnonzero(bad).tolist():
+        s, t0 = int(starts[i]), tk[starts[i]]
+        lo, hi = s, m  # first x in [s, m) with tk[x] - t0 >= hold, else m
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if tk[mid] - t0 >= hold:
+                hi = mid
+            else:
+                lo = mid + 1
+        j[i] = lo
+    return j
+
+
+def _events(
+    gpu: int,
+    resource: str,
+    val: np.ndarray,
+    t: np.ndarray,
+    u: dict[str, np.ndarray],
+    gph: np.ndarray,
+    ph_names: list[Any],
+    th: Thresholds,
+    act: np.ndarray,
+    t_last: float,
+) -> list[tuple[Event, int]]:
+    """Events of one resource of one GPU, each with the GPU-tick index it opened at; fills ``act``."""
+    ki = np.flatnonzero(~np.isnan(val))  # unknown readings hold the state
+    if ki.size == 0:
+        return []
+    v, tk = val[ki], t[ki]
+    en: Any
+    ex: Any
+    if resource == "memory":
+        proxy = u["proxy"][ki]
+        en = np.where(proxy, th.proxy_memory_enter, th.memory_enter)
+        ex = np.where(proxy, th.proxy_memory_exit, th.memory_exit)
+    else:
+        proxy = np.zeros(ki.size, dtype=bool)
+        en, ex = np.float64(th.enter(resource)), np.float64(th.exit(resource))
+    above = v >= en
+    keep = v >= ex
+    hold = th.hold_s
+    m = ki.size
+    a_st, a_en = _runs(above)
+    b_st, b_en = _runs(~keep)
+    a_j = _reach(tk, a_st, hold)
+    b_c = _reach(tk, b_st, hold)
+    ent = a_j <= a_en
+    ent_st, ent_j = a_st[ent], a_j[ent]
+    cls = b_c <= b_en
+    cls_st, cls_c = b_st[cls], b_c[cls]
+
+    def fresh(starts_all: np.ndarray, ends_all: np.ndarray, p: int) -> tuple[int, int]:
+        """A run entered part-way at p (its true start is earlier): (reach index, run end)."""
+        e = int(ends_all[np.searchsorted(starts_all, p, "right") - 1])
+        return int(_reach(tk, np.array([p]), hold)[0]), e
+
+    out: list[tuple[int, int, int | None, int | None]] = []  # (s, j, close c, first below m)
+    p = 0
+    while p < m:
+        # Inactive from p: the next run of >= enter that lasts hold_s.
+        s = j = -1
+        if above[p] and p > 0 and above[p - 1]:
+            jj, e = fresh(a_st, a_en, p)
+            if jj <= e:
+                s, j = p, jj
+            else:
+                p = e + 1
+        if s < 0:
+            k = int(np.searchsorted(ent_st, p, "left"))
+            if k == ent_st.size:
+                break
+            s, j = int(ent_st[k]), int(ent_j[k])
+        # Active from j + 1: the next run of < exit that lasts hold_s.
+        q = j + 1
+        c = mb = -1
+        if q < m and not keep[q] and not keep[q - 1]:
+            cc, e = fresh(b_st, b_en, q)
+            if cc <= e:
+                c, mb = cc, q
+            else:
+                q = e + 1
+        if c < 0 and q < m:
+            k = int(np.searchsorted(cls_st, q, "left"))
+            if k < cls_st.size:
+                c, mb = int(cls_c[k]), int(cls_st[k])
+        if c < 0:
+            last_below = None
+            if m - 1 > j and not keep[m - 1]:
+                mb = max(int(b_st[np.searchsorted(b_st, m - 1, "right") - 1]), j + 1)
+                last_below = mb
+            out.append((s, j, None, last_below))
+            break
+        out.append((s, j, c, mb))
+        p = c + 1
+
+    events: list[tuple[Event, int]] = []
+    for es, ej, ec, below in out:
+        stop = m if ec is None else ec
+        act[ki[ej] : (act.size if ec is None else ki[ec])] = True
+        tail = np.arange(ej + 1, stop)
+        fi = np.concatenate((np.arange(es, ej + 1), tail[keep[ej + 1 : stop]]))
+        # A close (or a run below exit left open at the end) ends at the last tick still >= exit.
+        end = float(tk[below - 1]) if below is not None else t_last
+        ev = Event(gpu, resource, start=float(tk[es]), end=end, proxy=bool(proxy[ej]))
+        _fill(ev, v[fi], ki[fi], u, gph, ph_names)
+        events.append((ev, int(ki[ej])))
+    return events
+
+
+def _fill(
+    ev: Event, vals: np.ndarray, ticks: np.ndarray, u: dict[str, np.ndarray], gph: np.ndarray, names: list[Any]
+) -> None:
+    """The folds of verdict._fold over an event's ticks, in one go."""
+    ev.n = int(vals.size)
+    ev.sum_util = float(np.cumsum(vals)[-1])  # sequential, as the streaming += is
+    top = float(vals.max())
+    if top >= 0.0:
+        ev.peak_util = top
+        if ev.resource == "link":
+            at = int(ticks[np.flatnonzero(vals == top)[-1]])
+            sc = int(u["src"][at])
+            ev.bus, ev.direction, ev.peak_Bps = _BUS[sc], _DIR[sc], float(u["link_Bps"][at])
+    pc = gph[ticks]
+    pc = pc[pc >= 0]
+    if pc.size:
+        uq, first, cnt = np.unique(pc, return_index=True, return_counts=True)
+        for k in np.argsort(first, kind="stable").tolist():
+            ev.phases[names[int(uq[k])]] = int(cnt[k])
+    if ev.resource == "link":
+        ev.directions = {d for d in (_DIR[x] for x in np.unique(u["src"][ticks]).tolist()) if d}

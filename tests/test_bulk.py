@@ -1,0 +1,441 @@
+"""Bulk analysis (numpy, over runs) equals the streaming SessionAnalyzer, tick for tick.
+
+The streaming path (Sample.from_json -> SessionAnalyzer.feed -> finish) is the reference;
+analyze_rows must leave the same series, events and tracker verdicts, and the numpy
+summary must equal the plain-Python summary the project had before (kept below as
+``_reference_summary``).
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import math
+import random
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from pcie_tui.analyze import bulk
+from pcie_tui.analyze.bulk import analyze_rows
+from pcie_tui.analyze.session import SessionAnalyzer, analyze
+from pcie_tui.analyze.verdict import RESOURCES, VERDICTS, Thresholds
+from pcie_tui.model import PCIE_LANE_Bps, Sample, SessionHeader
+from pcie_tui.record.reader import Recording, SampleList, read_recording, read_rows
+from pcie_tui.report import build_report
+
+REPO = Path(__file__).parent.parent
+REAL = sorted((REPO / "pcie_tui" / "data").glob("*.jsonl.gz")) + [
+    REPO / "tests" / "fixtures" / "h200-probe.jsonl",
+    REPO / "tests" / "fixtures" / "vllm-cpu-session.jsonl",
+]
+DEFAULT = Thresholds()
+SERIES = ("t", "verdict", "link", "link_Bps", "memory", "compute", "phase", "memory_proxy")
+
+
+# ---- the pre-numpy summary, verbatim in logic, as the reference ------------------
+
+
+def _ref_quantile(v: list[float], q: float) -> float:
+    if len(v) == 1:
+        return v[0]
+    pos = q * (len(v) - 1)
+    lo = int(pos)
+    hi = min(lo + 1, len(v) - 1)
+    return v[lo] + (v[hi] - v[lo]) * (pos - lo)
+
+
+def _ref_stats(values: list[float | None]) -> dict[str, Any]:
+    v = sorted(x for x in values if x is not None)
+    if not v:
+        return {"peak": None, "median": None, "p95": None, "mean": None, "n": 0}
+    return {
+        "peak": v[-1],
+        "median": _ref_quantile(v, 0.5),
+        "p95": _ref_quantile(v, 0.95),
+        "mean": sum(v) / len(v),
+        "n": len(v),
+    }
+
+
+def _ref_labels(an: SessionAnalyzer, index: int, times: list[float]) -> list[str]:
+    last = times[-1]
+    intervals: dict[str, list[tuple[float, float]]] = {r: [] for r in RESOURCES}
+    for ev in an.events:
+        if ev.gpu == index:
+            intervals[ev.resource].append((ev.start, ev.end if ev.end is not None else last))
+    for iv in intervals.values():
+        iv.sort()
+    pos = dict.fromkeys(RESOURCES, 0)
+    labels = []
+    for t in times:
+        label = "none"
+        for r in RESOURCES:
+            iv, i = intervals[r], pos[r]
+            while i < len(iv) and iv[i][1] < t:
+                i += 1
+            pos[r] = i
+            if i < len(iv) and iv[i][0] <= t:
+                label = r
+                break
+        labels.append(label)
+    return labels
+
+
+def _reference_summary(an: SessionAnalyzer) -> dict[str, Any]:
+    gpus = []
+    for index in sorted(an.series):
+        ser = an.series[index]
+        labels = _ref_labels(an, index, ser.t) if ser.t else []
+        segs: list[dict[str, Any]] = []
+        for t, label in zip(ser.t, labels, strict=True):
+            if segs and segs[-1]["saturated"] == label:
+                segs[-1]["end"] = t
+            else:
+                if segs:
+                    segs[-1]["end"] = t
+                segs.append({"start": t, "end": t, "saturated": label})
+        time_in = {v: 0.0 for v in VERDICTS}
+        for sg in segs:
+            time_in[sg["saturated"]] += sg["end"] - sg["start"]
+        phases: dict[str, Any] = {}
+        by_phase: dict[str, list[int]] = {}
+        for i, p in enumerate(ser.phase):
+            if p is not None:
+                by_phase.setdefault(p, []).append(i)
+        for p, idx in by_phase.items():
+            n = len(idx)
+            share = {v: sum(1 for i in idx if labels[i] == v) / n for v in VERDICTS}
+            phases[p] = {
+                "ticks": n,
+                "verdict_share": share,
+                "dominant": max(share, key=share.__getitem__),
+                "link_util": _ref_stats([ser.link[i] for i in idx]),
+                "link_Bps": _ref_stats([ser.link_Bps[i] for i in idx]),
+                "dram_util": _ref_stats([ser.memory[i] for i in idx]),
+                "sm_util": _ref_stats([ser.compute[i] for i in idx]),
+            }
+        info = an.header.gpu(index)
+        gpus.append(
+            {
+                "index": index,
+                "name": info.name if info else None,
+                "verdicts": segs,
+                "time_in_verdict_s": time_in,
+                "events": [e.to_json() for e in an.events if e.gpu == index],
+                "link_util": _ref_stats(ser.link),
+                "link_Bps": _ref_stats(ser.link_Bps),
+                "dram_util": _ref_stats(ser.memory),
+                "dram_basis": "proxy (NVML memory busy %, a duty cycle)" if ser.memory_proxy else "GPM DRAM_BW_UTIL",
+                "sm_util": _ref_stats(ser.compute),
+                "phases": phases,
+            }
+        )
+    return {
+        "start": an.t0,
+        "end": an.t_last,
+        "duration_s": (an.t_last - an.t0) if an.t0 is not None and an.t_last is not None else 0.0,
+        "ticks": an.n,
+        "gpus": gpus,
+    }
+
+
+def _close(a: Any, b: Any, path: str = "") -> None:
+    """Equal, floats to 1e-12 relative."""
+    if isinstance(a, float) or isinstance(b, float):
+        assert isinstance(a, int | float) and isinstance(b, int | float), path
+        assert math.isclose(a, b, rel_tol=1e-12, abs_tol=0.0) or a == b, f"{path}: {a!r} != {b!r}"
+    elif isinstance(a, dict):
+        assert isinstance(b, dict) and list(a) == list(b), f"{path}: keys {list(a)} != {list(b)}"
+        for k in a:
+            _close(a[k], b[k], f"{path}.{k}")
+    elif isinstance(a, list):
+        assert isinstance(b, list) and len(a) == len(b), f"{path}: lengths"
+        for i, (x, y) in enumerate(zip(a, b, strict=True)):
+            _close(x, y, f"{path}[{i}]")
+    else:
+        assert a == b, f"{path}: {a!r} != {b!r}"
+
+
+def _event_state(e: Any) -> dict[str, Any]:
+    d = dict(vars(e))
+    d["phases"] = list(d["phases"].items())  # insertion order decides Event.phase on ties
+    return d
+
+
+def assert_same(header: SessionHeader, rows: list[dict[str, Any]], th: Thresholds = DEFAULT) -> SessionAnalyzer:
+    ref = analyze(header, [Sample.from_json(d) for d in rows], th)
+    got = bulk._analyze(header, rows, th)  # the vectorised path itself, never its fallback
+    assert (got.t0, got.t_last, got.n) == (ref.t0, ref.t_last, ref.n)
+    assert list(got.series) == list(ref.series)
+    for i, sr in ref.series.items():
+        sg = got.series[i]
+        for k in SERIES:
+            assert getattr(sg, k) == getattr(sr, k), f"gpu {i} series {k}"
+    assert [_event_state(e) for e in got.events] == [_event_state(e) for e in ref.events]
+    assert list(got.trackers) == list(ref.trackers)
+    for i, tr in ref.trackers.items():
+        assert got.trackers[i].verdict == tr.verdict
+        assert got.trackers[i].last_util == tr.last_util
+    fast = ref.summary()
+    assert got.summary() == fast
+    _close(fast, _reference_summary(ref))
+    for i in ref.series:
+        assert got.timeline(i) == ref.timeline(i)
+        assert got.phase_summary(i) == ref.phase_summary(i)
+    return got
+
+
+# ---- random recordings -------------------------------------------------------------
+
+LEVELS = [None, 0.0, 0.3, 0.54, 0.55, 0.56, 0.69, 0.7, 0.71, 0.84, 0.85, 0.86, 0.9, 0.94, 0.95, 0.96, 1.0]
+GAPS = [0.0, 0.05, 0.1, 0.1, 0.1, 0.25, 0.3, 0.5, 0.7]
+LINKS = [(None, None), (5, 16), (5, 16), (4, 16), (5, 8), (3, 4), (7, 16), (5, 0)]
+PHASES = [None, "", "prefill", "decode", "mixed"]
+G5X16 = PCIE_LANE_Bps[5] * 16
+
+
+def _segments(rnd: random.Random, n: int, choices: list[Any]) -> list[Any]:
+    """n values made of runs (bursts) with occasional single-tick holes and flips."""
+    if n <= 0:
+        return []
+    out: list[Any] = []
+    while len(out) < n:
+        out += [rnd.choice(choices)] * rnd.randint(1, 12)
+    out = out[:n]
+    for _ in range(rnd.randint(0, n // 4 + 1)):
+        out[rnd.randrange(n)] = rnd.choice(choices)
+    return out
+
+
+@st.composite
+def recordings(draw: Any) -> tuple[SessionHeader, list[dict[str, Any]], Thresholds]:
+    n_gpu = draw(st.integers(1, 3))
+    infos = []
+    for gi in range(n_gpu):
+        gen, width = draw(st.sampled_from([(5, 16), (4, 16), (None, None), (5, 8)]))
+        cap = PCIE_LANE_Bps[gen] * width if gen else None
+        infos.append(
+            {
+                "index": gi,
+                "name": f"GPU{gi}",
+                "link": {
+                    "gen": gen,
+                    "width": width,
+                    "capacity_Bps": cap,
+                    "measured_Bps": draw(st.sampled_from([None, None, 50e9, 0.7 * G5X16, 80e9])),
+                },
+                "nvlink_capacity_Bps": draw(st.sampled_from([None, 0.0, 450e9, 450e9])),
+                "metrics_source": draw(st.sampled_from(["gpm", "nvml", None])),
+            }
+        )
+    if draw(st.booleans()) and n_gpu > 1:
+        infos.pop()  # a GPU that ticks but is not in the header
+    n = draw(st.integers(1, 90))
+    # Bulk values from a seeded generator: hypothesis-drawn per value was most of the run time.
+    rnd = random.Random(draw(st.integers(0, 2**32)))
+    t = [1.7e9 + rnd.uniform(0, 1000)]
+    for gap in _segments(rnd, n - 1, GAPS):
+        t.append(t[-1] + gap)
+    phases = _segments(rnd, n, PHASES)
+    use_engine = draw(st.booleans())
+    per_gpu = []
+    proxy_only = [draw(st.booleans()) for _ in range(n_gpu)]  # NVML duty cycle only, no GPM at all
+    for gi, info in enumerate(infos):
+        if proxy_only[gi]:
+            info["metrics_source"] = "nvml"
+    header = SessionHeader.from_json({"created": "x", "host": "h", "tool_version": "t", "gpus": infos})
+    for _gi in range(n_gpu):
+        fields = {
+            k: _segments(rnd, n, LEVELS)
+            for k in ("pcie_rx", "pcie_tx", "nvlink_rx", "nvlink_tx", "dram_bw_util", "mem_busy", "sm_util")
+        }
+        fields["link"] = _segments(rnd, n, LINKS)
+        fields["present"] = _segments(rnd, n, [True, True, True, False])
+        per_gpu.append(fields)
+    rows: list[dict[str, Any]] = []
+    for i in range(n):
+        gpus = []
+        for gi, f in enumerate(per_gpu):
+            if not f["present"][i]:
+                continue
+            gen, width = f["link"][i]
+            g: dict[str, Any] = {"index": gi}
+            for k in ("pcie_rx", "pcie_tx"):
+                lv = f[k][i]
+                g[f"{k}_Bps"] = None if lv is None else lv * G5X16
+            for k in ("nvlink_rx", "nvlink_tx"):
+                lv = f[k][i]
+                g[f"{k}_Bps"] = None if lv is None else lv * 460e9  # a hair above PCIe's share: NVLink wins ties
+            for k in ("dram_bw_util", "mem_busy", "sm_util"):
+                g[k] = f[k][i]
+            if proxy_only[gi]:
+                g["dram_bw_util"] = None
+            if gen is not None:
+                g["link_gen"], g["link_width"] = gen, width
+            gpus.append(g)
+        row: dict[str, Any] = {"t": t[i], "gpus": gpus}
+        if use_engine:
+            row["engine"] = {"kind": "vllm", "up": True, "phase": phases[i]}
+        elif phases[i] is not None:
+            row["label"] = phases[i]
+        rows.append(row)
+    th = draw(
+        st.sampled_from(
+            [
+                Thresholds(),
+                Thresholds(hold_s=0.0),
+                Thresholds(hold_s=0.3),
+                Thresholds(hold_s=1.0),
+                Thresholds(link_enter=0.55, link_exit=0.7),
+            ]
+        )
+    )
+    return header, rows, th
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(recordings())
+def test_bulk_equals_streaming_on_random_recordings(
+    rec: tuple[SessionHeader, list[dict[str, Any]], Thresholds],
+) -> None:
+    header, rows, th = rec
+    assert_same(header, rows, th)
+
+
+def test_generator_reaches_events() -> None:
+    """The random recordings do exercise the automaton: events open, close, stay open."""
+    seen = {"closed": 0, "to_end": 0, "proxy": 0, "nvlink": 0}
+
+    @settings(
+        max_examples=120,
+        derandomize=True,
+        database=None,
+        deadline=None,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+    )
+    @given(recordings())
+    def collect(rec: tuple[SessionHeader, list[dict[str, Any]], Thresholds]) -> None:
+        an = assert_same(*rec)
+        for e in an.events:
+            seen["to_end" if e.end == an.t_last else "closed"] += 1
+            seen["proxy"] += e.proxy
+            seen["nvlink"] += e.bus == "nvlink"
+
+    collect()
+    assert all(v > 0 for v in seen.values()), seen
+
+
+def _one_gpu(link_levels: list[float | None], dt: float = 0.1) -> tuple[SessionHeader, list[dict[str, Any]]]:
+    header = SessionHeader.from_json(
+        {"gpus": [{"index": 0, "link": {"gen": 5, "width": 16, "capacity_Bps": G5X16}, "metrics_source": "gpm"}]}
+    )
+    rows = [
+        {"t": 1000.0 + i * dt, "gpus": [{"index": 0, "pcie_rx_Bps": None if lv is None else lv * G5X16}]}
+        for i, lv in enumerate(link_levels)
+    ]
+    return header, rows
+
+
+@pytest.mark.parametrize(
+    "levels",
+    [
+        [0.6] * 30,  # >= enter but < exit: opens, then closes from the very next tick
+        [0.6] * 8 + [0.8] * 3 + [0.6] * 12 + [0.8] * 2 + [0.6] * 3,
+        [0.8] * 6 + [0.6] * 4 + [None] * 3 + [0.6] * 10 + [0.5] * 3 + [0.6] * 9,
+        [0.6] * 4 + [0.5] + [0.6] * 20,
+    ],
+)
+def test_enter_below_exit_thresholds(levels: list[float | None]) -> None:
+    """Odd thresholds (enter < exit) make runs that began before a state change; mirrored too."""
+    header, rows = _one_gpu(levels)
+    an = assert_same(header, rows, Thresholds(link_enter=0.55, link_exit=0.7))
+    assert an.events
+
+
+def test_equal_timestamps_and_hold_boundaries() -> None:
+    """Ticks sharing a time, and gaps that land exactly on (or a float hair off) hold_s."""
+    levels = [0.9] * 5 + [0.1] * 5 + [0.9] * 7 + [None, 0.9, 0.3, 0.3, 0.3, 0.9, 0.9, 0.9]
+    header, rows = _one_gpu(levels)
+    for i, d in enumerate(rows):
+        d["t"] = 1000.0 + (i // 2) * 0.25  # pairs share a time; 0.25 + 0.25 == hold_s
+    assert_same(header, rows)
+    for i, d in enumerate(rows):
+        d["t"] = 0.1 * i  # 0.1 * 6 - 0.1 * 1 is 0.5000000000000001, 0.1 * 8 - 0.1 * 3 is 0.5
+    assert_same(header, rows)
+
+
+def test_out_of_order_ticks_fall_back_to_streaming() -> None:
+    header, rows, _e, _w = read_rows(REPO / "tests" / "fixtures" / "h200-probe.jsonl")
+    rows = rows[:40] + rows[60:70] + rows[40:60] + rows[70:]
+    with pytest.raises(bulk._Fallback):
+        bulk._analyze(header, rows, DEFAULT)
+    ref = analyze(header, [Sample.from_json(d) for d in rows])
+    got = analyze_rows(header, rows)
+    assert [_event_state(e) for e in got.events] == [_event_state(e) for e in ref.events]
+    assert got.summary() == ref.summary()
+    _close(got.summary(), _reference_summary(ref))
+
+
+# ---- real recordings ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("path", REAL, ids=lambda p: p.name)
+def test_bulk_equals_streaming_on_real_recordings(path: Path) -> None:
+    header, rows, _events, _warnings = read_rows(path)
+    assert_same(header, rows)
+
+
+def test_real_recording_repeated_with_hour_like_length() -> None:
+    """The H200 reference, ticks repeated 20 times in order (events recur, the open one at the end)."""
+    header, rows, _e, _w = read_rows(REPO / "pcie_tui" / "data" / "h200-reference.jsonl.gz")
+    span = rows[-1]["t"] - rows[0]["t"] + 0.1
+    rep = [dict(d, t=d["t"] + k * span) for k in range(20) for d in rows]
+    an = assert_same(header, rep)
+    assert len(an.events) >= 20
+
+
+@pytest.mark.parametrize("path", REAL, ids=lambda p: p.name)
+def test_report_fast_path_equals_streaming_report(path: Path) -> None:
+    rec = read_recording(path, warn=False)
+    fast, _ = build_report(rec)
+    assert isinstance(rec.samples, SampleList) and not rec.samples.built  # no Samples were needed
+    again = read_recording(path, warn=False)
+    slow, _ = build_report(Recording(again.path, again.header, list(again.samples), again.events, again.warnings))
+    assert json.dumps(fast, sort_keys=True) == json.dumps(slow, sort_keys=True)
+
+
+# ---- reader ---------------------------------------------------------------------------
+
+
+def test_reader_rows_and_lazy_samples_match_eager_parse(tmp_path: Path) -> None:
+    src = REPO / "pcie_tui" / "data" / "h200-reference.jsonl.gz"
+    lines = gzip.decompress(src.read_bytes()).decode().splitlines()
+    ticks = [json.loads(x) for x in lines[1:] if x.strip()]
+    bad = [
+        '{"t": "soon", "gpus": []}',
+        '{"t": 1.0, "gpus": [{"pcie_tx_Bps": 1.0}]}',
+        '{"t": 2.0, "gpus": ["gpu0"]}',
+        '{"t": 3.0, "gpus": 5}',
+    ]
+    nan_tick = dict(ticks[3], t=ticks[3]["t"] + 0.01)
+    nan_tick["gpus"] = [dict(nan_tick["gpus"][0], power_W=float("nan"))]
+    body = [lines[0], *lines[1:4], *bad, json.dumps(nan_tick), '{"event": "engine_gap", "t": 5.0}', *lines[4:]]
+    path = tmp_path / "r.jsonl"
+    path.write_text("\n".join(body) + "\n")
+    rec = read_recording(path, warn=False)
+    assert isinstance(rec.samples, SampleList) and not rec.samples.built
+    assert len(rec.samples) == len(ticks) + 1 and rec.samples  # len and truth without building
+    assert not rec.samples.built
+    assert rec.events == [{"event": "engine_gap", "t": 5.0}]
+    assert sum("malformed tick" in w for w in rec.warnings) == len(bad)
+    expected = [Sample.from_json(d) for d in ticks[:3]] + [Sample.from_json(nan_tick)]
+    expected += [Sample.from_json(d) for d in ticks[3:]]
+    assert [s.t for s in rec.samples[:5]] == [s.t for s in expected[:5]]
+    assert math.isnan(rec.samples[3].gpus[0].power_W)  # stdlib json still reads what orjson refuses
+    eq = [s.to_json() for s in rec.samples]
+    assert json.dumps(eq, default=str) == json.dumps([s.to_json() for s in expected], default=str)
+    assert rec.samples.built and rec.rows is not None and len(rec.rows) == len(rec.samples)
