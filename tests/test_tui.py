@@ -25,10 +25,11 @@ from pcie_tui.record.replay import ReplaySource
 from pcie_tui.record.writer import RecordingWriter
 from pcie_tui.tui import fmt
 from pcie_tui.tui.app import FrameReady, PcieTuiApp, make_app
+from pcie_tui.tui.engine_panel import EnginePanel
 from pcie_tui.tui.headless import frame_at, run, saturated_moment, screen_text, wait_until
 from pcie_tui.tui.screens import SourcesScreen
 from pcie_tui.tui.state import Frame
-from pcie_tui.tui.widgets import EnginePanel, EventsPane, GpuPanel, PositionBar, Spark
+from pcie_tui.tui.widgets import EventsPane, GpuPanel, PositionBar, Spark
 
 PROBE = Path(__file__).parent / "fixtures" / "h200-probe.jsonl"
 
@@ -550,9 +551,9 @@ def test_link_trained_down_is_flagged():
 
 def test_looping_replay_starts_the_analysis_over(rec):
     """``pcie-tui demo`` loops: each wrap is a jump back to tick 0, so events and history restart."""
-    short = Recording(rec.path, rec.header, rec.samples[:40])  # idle, then the H2D copy: 5.9 s
+    short = Recording(rec.path, rec.header, rec.samples[:20])  # idle, then the start of the H2D copy: 2.9 s
     n = len(short.samples)
-    src = ReplaySource(short, speed=20.0, loop=True)  # 0.3 s a loop: frames mid-loop and at each wrap
+    src = ReplaySource(short, speed=10.0, loop=True)  # 0.3 s a loop: frames mid-loop and at each wrap
     app = make_app(src)
     seen: list[Frame] = []
 

@@ -16,8 +16,8 @@ from pcie_tui.record.reader import Recording, read_recording
 from pcie_tui.record.replay import ReplaySource
 from pcie_tui.tui import fmt
 from pcie_tui.tui.app import make_app
+from pcie_tui.tui.engine_panel import EnginePanel
 from pcie_tui.tui.headless import frame_at, run, screen_text, wait_until
-from pcie_tui.tui.widgets import EnginePanel
 
 SESSION = Path(__file__).parent / "fixtures" / "vllm-cpu-session.jsonl"
 pytestmark = pytest.mark.skipif(not SESSION.exists(), reason=f"{SESSION.name} not recorded yet")

@@ -24,9 +24,10 @@ from textual.widgets import Footer, Static
 from textual.worker import get_current_worker
 
 from pcie_tui.analyze.verdict import Thresholds
+from pcie_tui.tui.engine_panel import EnginePanel
 from pcie_tui.tui.screens import SourcesScreen
 from pcie_tui.tui.state import HISTORY_TICKS, Frame, ViewModel
-from pcie_tui.tui.widgets import EnginePanel, EventsPane, GpuPanel, PositionBar, header_text, set_text
+from pcie_tui.tui.widgets import EventsPane, GpuPanel, PositionBar, header_text, set_text
 
 # Frames to the UI at most this often (10 Hz); a little slack so 10 Hz ticks are not halved by jitter.
 FRAME_MIN_INTERVAL_S = 0.095
@@ -231,6 +232,10 @@ class PcieTuiApp(App[None]):
             self._post_frame()
 
     def _record(self, s: Any) -> None:
+        # A live source queues non-tick events (engine gap markers) for recordings; drain them
+        # every tick so they neither pile up nor land in a recording started later.
+        drain = getattr(self.source, "drain_events", None)
+        events = drain() if drain is not None else []
         with self._rec_lock:
             rec = self.recorder
             if rec is None:
@@ -238,11 +243,9 @@ class PcieTuiApp(App[None]):
             try:
                 rec.write(s)
                 self.recorded_ticks += 1
-                # Engine gap markers etc. go into the recording as non-tick lines.
-                drain = getattr(self.source, "drain_events", None)
                 write_event = getattr(rec, "write_event", None)
-                if drain is not None and write_event is not None:
-                    for ev in drain():
+                if write_event is not None:
+                    for ev in events:
                         ev = dict(ev)
                         write_event(ev.pop("event", "event"), ev.pop("t", s.t), **ev)
             except Exception as e:

@@ -39,7 +39,8 @@ async def wait_until(pilot: Pilot[Any], predicate: Callable[[], bool], timeout_s
     while not predicate():
         if time.monotonic() > end:
             raise TimeoutError("condition not reached in time")
-        await pilot.pause(0.02)
+        # Plain sleep: pilot.pause() forces a full repaint each call, which would load the app.
+        await asyncio.sleep(0.02)
     await pilot.pause()
 
 

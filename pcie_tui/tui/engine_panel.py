@@ -1,0 +1,97 @@
+"""The engine panel: state, token rates, latency quantiles, requests running over time."""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.containers import Vertical
+from textual.widgets import Static
+
+from pcie_tui.tui import fmt, spark
+from pcie_tui.tui.state import Frame
+from pcie_tui.tui.widgets import MetricRow, set_text
+
+
+def engine_lines(frame: Frame, wide: bool) -> Text:
+    """State, token rates and latency quantiles of the attached engine."""
+    eng = frame.engine
+    if eng is None:
+        return Text("no engine attached", style="dim")
+    out = Text()
+    stats = frame.engine_stats or {}
+    out.append(f"{eng.kind or '?'} {'up' if eng.up else 'DOWN'}", style="bold" if eng.up else "bold red")
+    out.append(f" · phase {eng.phase or fmt.NA}")
+    running = stats.get("requests_running", eng.requests_running)
+    waiting = stats.get("requests_waiting", eng.requests_waiting)
+    out.append(f" · running {fmt.count(running, 'req')} · waiting {fmt.count(waiting, 'req')}")
+    if frame.engine_stats is not None:
+        out.append(f" · KV cache {fmt.pct(stats.get('kv_cache_util'))}")
+    err = stats.get("error") or eng.error
+    if err:
+        out.append(f" · error: {err}", style="red")
+    if frame.engine_stats is None:
+        why = "engine statistics module not in this build" if not frame.engine_stats_available else "no statistics yet"
+        out.append(f"\ntoken timing n/a ({why})", style="dim")
+        return out
+    window = stats.get("window_s")
+    out.append(f"\ntokens prompt {fmt.tokens_per_s(stats.get('prompt_tokens_per_s'))}")
+    out.append(f" · generated {fmt.tokens_per_s(stats.get('generation_tokens_per_s'))}")
+    if window:
+        out.append(f" · over the last {window:g} s", style="dim")
+    names = {"ttft_s": "TTFT", "itl_s": "ITL", "prefill_s": "prefill", "decode_s": "decode", "queue_s": "queue"}
+    groups = [("ttft_s", "itl_s")] + ([("prefill_s", "decode_s", "queue_s")] if wide else [])
+    for keys in groups:
+        parts = []
+        for k in keys:
+            q = stats.get(k)
+            if q is None:
+                parts.append(f"{names[k]} n/a")
+            else:
+                parts.append(
+                    f"{names[k]} p50 {fmt.seconds(q.get('p50'))} p95 {fmt.seconds(q.get('p95'))}"
+                    f" p99 {fmt.seconds(q.get('p99'))}"
+                )
+        out.append("\n" + " · ".join(parts))
+    method = stats.get("quantile_method")
+    if method:
+        out.append(f"\nquantiles: {method}", style="dim")
+    return out
+
+
+class EnginePanel(Vertical):
+    """The engine's state and token timing, and requests running over time shaded by phase."""
+
+    def __init__(self, history_ticks: int) -> None:
+        super().__init__(id="engine")
+        self.history_ticks = history_ticks
+        self.text = Static(Text("no engine attached", style="dim"), classes="engine-text")
+        self.running = MetricRow(classes="row-running")
+        self.legend = Static("", classes="legend")
+
+    def compose(self) -> ComposeResult:
+        yield self.text
+        yield self.running
+        yield self.legend
+
+    def on_mount(self) -> None:
+        self.border_title = "engine"
+        self.running.display = False
+        self.legend.display = False
+
+    def show(self, frame: Frame, wide: bool) -> None:
+        set_text(self.text, engine_lines(frame, wide), layout=True)  # line count may change
+        attached = any(v is not None for v in frame.engine_hist_running) or frame.engine is not None
+        self.running.display = attached
+        self.legend.display = attached
+        if not attached:
+            return
+        hist = frame.engine_hist_running
+        top = max((v for v in hist if v is not None), default=None)
+        now = frame.engine.requests_running if frame.engine is not None and frame.engine.up else None
+        set_text(self.running.label, f"{'running':<8}{fmt.count(now, 'req'):>10}  (bar top {fmt.count(top, 'req')})")
+        self.running.spark.show(
+            hist, frame.engine_hist_phase, frame.engine_hist_start, max(top or 0.0, 1.0), self.history_ticks
+        )
+        legend = Text(f"history {frame.engine_hist_span_s:.1f} s, newest right;", style="dim")
+        legend.append_text(spark.legend(frame.engine_hist_phase))
+        set_text(self.legend, legend)
