@@ -1,7 +1,7 @@
 """Regenerate the README screenshots from a replay, at a moment where LINK SATURATED shows.
 
 The moment is found by running the analyzer over the recording (the middle of
-the first link saturation during a host-to-device copy), not picked by hand.
+the first link saturation), not picked by hand.
 Writes screenshots/demo.svg (140x45) and screenshots/demo-80x24.svg.
 
 usage: python scripts/screenshots.py [RECORDING] [OUT_DIR]
@@ -24,7 +24,7 @@ SHOTS = (("demo.svg", (140, 45)), ("demo-80x24.svg", (80, 24)))
 
 async def shoot(recording: Path, out: Path, size: tuple[int, int]) -> int:
     rec = read_recording(recording)
-    pos = saturated_moment(rec, "link", "h2d")
+    pos = saturated_moment(rec, "link", "")
     src = ReplaySource(rec)
     src.seek_to_index(pos)
     src.set_paused(True)
