@@ -8,6 +8,7 @@ Textual here, so the model can be tested and timed on its own.
 
 from __future__ import annotations
 
+import time
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -135,6 +136,7 @@ class Frame:
     engine_hist_running: tuple[float | None, ...] = ()
     engine_hist_phase: tuple[str | None, ...] = ()
     engine_hist_span_s: float = 0.0
+    built_s: float = 0.0  # monotonic clock when built (for rate checks; never shown)
 
 
 class _GpuHistory:
@@ -356,6 +358,7 @@ class ViewModel:
             engine_hist_running=tuple(self.engine_running),
             engine_hist_phase=tuple(self.engine_phase),
             engine_hist_span_s=(self.engine_t[-1] - self.engine_t[0]) if len(self.engine_t) > 1 else 0.0,
+            built_s=time.monotonic(),
         )
 
     def _gpu_view(self, idx: int, events: tuple[EventView, ...]) -> GpuView:
