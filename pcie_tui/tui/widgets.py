@@ -120,7 +120,7 @@ class MetricRow(Horizontal):
         yield self.spark
 
 
-def badge(g: GpuView, phase: str | None) -> tuple[str, str]:
+def badge(g: GpuView, phase: str | None, wide: bool = False) -> tuple[str, str]:
     """(text, css class) of the verdict badge."""
     u = g.util
     if g.verdict == "link":
@@ -129,8 +129,8 @@ def badge(g: GpuView, phase: str | None) -> tuple[str, str]:
         # The direction carrying the most traffic now; the event says if both did.
         direction = (u.link_dir if u else None) or (ev.direction if ev else None)
         dirs = DIRECTION_WORDS.get(direction or "", "")
-        if ev is not None and ev.direction == "both":
-            dirs += " (both in this event)"
+        if wide and ev is not None and ev.direction == "both":
+            dirs += " (both directions in this event)"
         now = fmt.pct(u.link) if u else fmt.NA
         text = f" LINK SATURATED · {bus} {dirs} {now} · phase {phase or fmt.NA} "
         return text, "-link"
@@ -194,7 +194,7 @@ class GpuPanel(Vertical):
 
     def show(self, g: GpuView, frame: Frame) -> None:
         set_border_title(self, link_title(g))
-        text, cls = badge(g, frame.phase)
+        text, cls = badge(g, frame.phase, self.wide)
         set_text(self.badge, text, layout=True)  # width follows the text
         for c in ("-link", "-memory", "-compute", "-none"):
             self.badge.set_class(c == cls, c)
