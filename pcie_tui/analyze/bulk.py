@@ -67,17 +67,21 @@ def analyze_rows(
         return analyze(header, [Sample.from_json(d) for d in rows], thresholds)
 
 
-def _col(flat: list[dict[str, Any]], key: str) -> np.ndarray:
-    vals = [g.get(key) for g in flat]
-    for v in vals:  # cheap check of the first non-null value's type; the rest must convert exactly
-        if v is not None:
-            if v.__class__ is not float and v.__class__ is not int:
-                raise _Fallback(key)
-            break
-    a = np.array(vals, dtype=_F)
-    if a.dtype != _F or a.ndim != 1:
-        raise _Fallback(key)
-    return a
+_READINGS = ("pcie_rx_Bps", "pcie_tx_Bps", "nvlink_rx_Bps", "nvlink_tx_Bps", "dram_bw_util", "mem_busy", "sm_util")
+
+
+def _columns(flat: list[dict[str, Any]], keys: tuple[str, ...]) -> np.ndarray:
+    """keys x GPU-samples as floats, None -> NaN. One C-level sweep when every key is present."""
+    try:
+        rows = list(map(itemgetter(*keys), flat))
+    except KeyError:
+        rows = [tuple(g.get(k) for k in keys) for g in flat]
+    if len(keys) == 1:
+        rows = [(x,) for x in rows]
+    a = np.array(rows, dtype=_F)
+    if a.shape != (len(flat), len(keys)):
+        raise _Fallback("readings of unexpected shape")
+    return a.T
 
 
 def _analyze(header: SessionHeader, rows: Sequence[dict[str, Any]], th: Thresholds) -> SessionAnalyzer:
@@ -94,27 +98,22 @@ def _analyze(header: SessionHeader, rows: Sequence[dict[str, Any]], th: Threshol
         return an
     tick_of = np.repeat(np.arange(n), counts)
     t_all = np.array(t_tick, dtype=_F)[tick_of]
-    phases = [tick_phase(d) for d in rows]
+    phases = [  # tick_phase, inlined
+        p
+        if isinstance(e := d.get("engine"), dict) and (p := e.get("phase"))
+        else (lb if isinstance(lb := d.get("label"), str) else None)
+        for d in rows
+    ]
     ph_obj = np.empty(n, dtype=object)
     ph_obj[:] = phases
     codes: dict[Any, int] = {}
     ph_code = np.fromiter((codes.setdefault(p, len(codes)) if p else -1 for p in phases), dtype=np.int64, count=n)
     ph_names = list(codes)
     idx = np.fromiter(map(int, map(itemgetter("index"), flat)), dtype=np.int64, count=len(flat))
-    cols = {
-        k: _col(flat, k)
-        for k in (
-            "pcie_rx_Bps",
-            "pcie_tx_Bps",
-            "nvlink_rx_Bps",
-            "nvlink_tx_Bps",
-            "dram_bw_util",
-            "mem_busy",
-            "sm_util",
-            "link_gen",
-            "link_width",
-        )
-    }
+    readings = _columns(flat, _READINGS)
+    link = _columns(flat, ("link_gen", "link_width"))
+    cols = dict(zip(_READINGS, readings, strict=True))
+    cols["link_gen"], cols["link_width"] = link[0], link[1]
     uniq, first = np.unique(idx, return_index=True)
     opened: list[tuple[int, int, Event]] = []  # (flat position, resource order, event)
     for gi in uniq[np.argsort(first)].tolist():
@@ -165,15 +164,16 @@ def _capacity(gen: np.ndarray, width: np.ndarray) -> np.ndarray:
     out = np.full(gen.size, np.nan)
     both = ~np.isnan(gen) & ~np.isnan(width)
     if both.any():
-        pairs, inv = np.unique(np.stack([gen[both], width[both]], axis=1), axis=0, return_inverse=True)
-        caps = []
-        for g, w in pairs.tolist():
-            gi, wi = int(g), int(w)
-            if gi != g or wi != w:
-                raise _Fallback("non-integer link gen/width")
-            c = pcie_capacity_Bps(gi, wi)
-            caps.append(np.nan if c is None else c)
-        out[both] = np.array(caps, dtype=_F)[inv.reshape(-1)]
+        gens, gi = np.unique(gen[both], return_inverse=True)
+        widths, wi = np.unique(width[both], return_inverse=True)
+        table = np.full((gens.size, widths.size), np.nan)
+        for i, g in enumerate(gens.tolist()):
+            for j, w in enumerate(widths.tolist()):
+                if int(g) != g or int(w) != w:
+                    raise _Fallback("non-integer link gen/width")
+                c = pcie_capacity_Bps(int(g), int(w))
+                table[i, j] = np.nan if c is None else c
+        out[both] = table[gi.reshape(-1), wi.reshape(-1)]
     return out
 
 
@@ -389,9 +389,12 @@ def _fill(
             ev.bus, ev.direction, ev.peak_Bps = _BUS[sc], _DIR[sc], float(u["link_Bps"][at])
     pc = gph[ticks]
     pc = pc[pc >= 0]
-    if pc.size:
+    if pc.size and pc[0] == pc[-1] and (pc == pc[0]).all():
+        ev.phases[names[int(pc[0])]] = int(pc.size)
+    elif pc.size:
         uq, first, cnt = np.unique(pc, return_index=True, return_counts=True)
         for k in np.argsort(first, kind="stable").tolist():
             ev.phases[names[int(uq[k])]] = int(cnt[k])
     if ev.resource == "link":
-        ev.directions = {d for d in (_DIR[x] for x in np.unique(u["src"][ticks]).tolist()) if d}
+        used = np.bincount(u["src"][ticks], minlength=len(_DIR))
+        ev.directions = {d for x, d in enumerate(_DIR) if d and used[x]}
