@@ -6,9 +6,10 @@ What a client measured is compared with what pcie-tui recorded:
 * prompt and generation tokens/s over the same steady-state window: within
   15 % (generation) and 25 % or one request's prompt (prompt tokens arrive in
   lumps of one prompt each); the window is >= 6 s and ticks are 0.25 s apart;
-* TTFT: the histogram's mean (sum/count, exact) within 25 % + 50 ms of the
-  client's mean; the interpolated p50 within the client p50's bucket widened
-  by one bucket either side.
+* TTFT: the engine measures a sub-interval of what the client measures, so the
+  histogram's mean (sum/count, exact) must lie in [25 % of the client's mean,
+  client's mean + 10 ms]; the interpolated p50 in [25 % of the client's p50,
+  the upper edge of the bucket above the client p50's bucket].
 """
 
 from __future__ import annotations
@@ -145,11 +146,15 @@ def test_streamed_load_matches_the_client(vllm_server, tmp_path):
     print(
         f"TTFT mean engine {engine_mean * 1e3:.1f} ms vs client {client_mean * 1e3:.1f} ms; p50 {p50 * 1e3:.1f} vs {client_p50 * 1e3:.1f} ms"
     )
-    assert abs(engine_mean - client_mean) <= 0.25 * client_mean + 0.05
-    edges = [0.0, *h["le"]]
+    # The engine's interval (arrival in the API server -> first token out of the engine) lies inside the
+    # client's (send -> first chunk back), so the engine can only read lower; the difference is HTTP
+    # and API-server time, ~20 ms on an idle machine and up to ~0.2 s when colleagues load both cores.
+    # Bounds: engine <= client + 10 ms, and engine >= 25 % of the client's figure (ITL or e2e read by
+    # mistake would be ~10x off either way).
+    assert 0.25 * client_mean <= engine_mean <= client_mean + 0.01
     i = next((k for k, le in enumerate(h["le"]) if client_p50 <= le), len(h["le"]) - 1)
-    lo, hi = edges[max(i - 1, 0)], h["le"][min(i + 1, len(h["le"]) - 1)]
-    assert lo <= p50 <= hi
+    hi = h["le"][min(i + 1, len(h["le"]) - 1)]  # the client's p50 bucket, widened by one bucket up
+    assert 0.25 * client_p50 <= p50 <= hi
 
     # Phases: busy ticks during the load, idle before and after; nothing down.
     phases = [s.engine.phase for s in recording.samples if s.engine is not None]

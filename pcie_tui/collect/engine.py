@@ -193,11 +193,12 @@ class EnginePoller:
 
     def poll_once(self) -> EngineSample:
         """One scrape and its bookkeeping (the thread calls this; tests may too)."""
-        t = time.time()
         try:
             s = self.client.read()
         except Exception as e:  # a client must not raise, but a bug must not kill the thread
             s = EngineSample(kind=self.client.kind, up=False, error=f"{type(e).__name__}: {e}"[:160])
+        # When the answer (or the failure) came: events and staleness are timed from here.
+        t = time.time()
         pid = getattr(self.client, "pid", None)
         alive = pid_alive(pid)
         self.scrapes += 1

@@ -183,6 +183,7 @@ class VllmClient:
             "model": self._model,
             "gpus": self.info.get("gpus"),
             "tree_pids": self.info.get("tree_pids"),
+            "titles": self.info.get("titles"),
             "metrics_url": self.url + "/metrics",
         }
 
