@@ -439,3 +439,17 @@ def test_reader_rows_and_lazy_samples_match_eager_parse(tmp_path: Path) -> None:
     eq = [s.to_json() for s in rec.samples]
     assert json.dumps(eq, default=str) == json.dumps([s.to_json() for s in expected], default=str)
     assert rec.samples.built and rec.rows is not None and len(rec.rows) == len(rec.samples)
+
+
+def test_phase_summary_cache_follows_new_ticks_and_closed_events() -> None:
+    rec = read_recording(REPO / "pcie_tui" / "data" / "h200-reference.jsonl.gz", warn=False)
+    live = SessionAnalyzer(rec.header)
+    half = len(rec.samples) // 2
+    live.feed_all(rec.samples[:half])
+    first = live.phase_summary(0)
+    first.clear()  # a caller's copy; the cache must not see it
+    assert live.phase_summary(0) == SessionAnalyzer(rec.header).feed_all(rec.samples[:half]).phase_summary(0)
+    live.feed_all(rec.samples[half:])
+    live.finish()
+    assert live.phase_summary(0) == analyze(rec.header, rec.samples).phase_summary(0)
+    assert live.summary()["gpus"][0]["phases"] == live.phase_summary(0)

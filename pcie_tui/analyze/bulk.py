@@ -70,14 +70,19 @@ def analyze_rows(
 _READINGS = ("pcie_rx_Bps", "pcie_tx_Bps", "nvlink_rx_Bps", "nvlink_tx_Bps", "dram_bw_util", "mem_busy", "sm_util")
 
 
+_LINK = ("link_gen", "link_width")  # only written when known
+
+
 def _columns(flat: list[dict[str, Any]], keys: tuple[str, ...]) -> np.ndarray:
     """keys x GPU-samples as floats, None -> NaN. One C-level sweep when every key is present."""
     try:
         rows = list(map(itemgetter(*keys), flat))
     except KeyError:
-        rows = [tuple(g.get(k) for k in keys) for g in flat]
-    if len(keys) == 1:
-        rows = [(x,) for x in rows]
+        try:
+            rows = list(map(itemgetter(*keys[:-2]), flat))
+            rows = [(*r, g.get(keys[-2]), g.get(keys[-1])) for r, g in zip(rows, flat, strict=True)]
+        except KeyError:
+            rows = [tuple(g.get(k) for k in keys) for g in flat]
     a = np.array(rows, dtype=_F)
     if a.shape != (len(flat), len(keys)):
         raise _Fallback("readings of unexpected shape")
@@ -110,10 +115,7 @@ def _analyze(header: SessionHeader, rows: Sequence[dict[str, Any]], th: Threshol
     ph_code = np.fromiter((codes.setdefault(p, len(codes)) if p else -1 for p in phases), dtype=np.int64, count=n)
     ph_names = list(codes)
     idx = np.fromiter(map(int, map(itemgetter("index"), flat)), dtype=np.int64, count=len(flat))
-    readings = _columns(flat, _READINGS)
-    link = _columns(flat, ("link_gen", "link_width"))
-    cols = dict(zip(_READINGS, readings, strict=True))
-    cols["link_gen"], cols["link_width"] = link[0], link[1]
+    cols = dict(zip(_READINGS + _LINK, _columns(flat, _READINGS + _LINK), strict=True))
     uniq, first = np.unique(idx, return_index=True)
     opened: list[tuple[int, int, Event]] = []  # (flat position, resource order, event)
     for gi in uniq[np.argsort(first)].tolist():

@@ -197,19 +197,30 @@ class SessionAnalyzer:
         ser = self.series.get(index)
         if ser is None:
             return {}
-        return self._phase_summary(index, self._label_codes(index, ser.t) if ser.t else np.zeros(0, dtype=np.int64))
+        return self._phase_summary(index, None)
 
-    def _phase_summary(self, index: int, codes: np.ndarray) -> dict[str, Any]:
+    def _phase_summary(self, index: int, codes: np.ndarray | None) -> dict[str, Any]:
+        # report asks for the same GPU's phases several times (summary, what-if, phase lines);
+        # the answer depends only on the series (grows with n) and this GPU's event intervals.
         ser = self.series[index]
+        key = (id(ser), len(ser.t), self.n, [(e.resource, e.start, e.end) for e in self.events if e.gpu == index])
+        cache: dict[int, tuple[Any, dict[str, Any]]] = self.__dict__.setdefault("_phase_cache", {})
+        hit = cache.get(index)
+        if hit is None or hit[0] != key:
+            if codes is None:
+                codes = self._label_codes(index, ser.t) if ser.t else np.zeros(0, dtype=np.int64)
+            hit = cache[index] = (key, self._phase_summary_uncached(ser, codes))
+        return {p: {k: dict(v) if isinstance(v, dict) else v for k, v in d.items()} for p, d in hit[1].items()}
+
+    def _phase_summary_uncached(self, ser: _GpuSeries, codes: np.ndarray) -> dict[str, Any]:
         out: dict[str, Any] = {}
-        by_phase: dict[Any, int] = {}
-        pc = np.fromiter(
-            (-1 if p is None else by_phase.setdefault(p, len(by_phase)) for p in ser.phase),
-            dtype=np.int64,
-            count=len(ser.phase),
-        )
+        # Codes in first-appearance order, built at C speed (dict.fromkeys keeps order).
+        names = [p for p in dict.fromkeys(ser.phase) if p is not None]
+        by_phase = {p: i for i, p in enumerate(names)}
         if not by_phase:
             return out
+        lookup: dict[Any, int] = {None: -1, **by_phase}
+        pc = np.fromiter(map(lookup.__getitem__, ser.phase), dtype=np.int64, count=len(ser.phase))
         order = np.argsort(pc, kind="stable")
         bounds = np.searchsorted(pc[order], np.arange(len(by_phase) + 1), "left")
         cols = {k: _floats(getattr(ser, k)) for k in ("link", "link_Bps", "memory", "compute")}

@@ -219,7 +219,7 @@ def read_rows(
         try:  # every line whole and plain JSON (the usual case): one sweep
             loads = _fast_loads
             objs = [loads(x) for x in lines[1:] if x]
-            if not all(o.__class__ is dict for o in objs):
+            if set(map(type, objs)) - {dict}:
                 objs = [o for o in objs if isinstance(o, dict)]
         except ValueError:  # a cut or damaged line, or something only stdlib json reads
             objs = list(_objects(p, lines, warnings))
@@ -228,10 +228,10 @@ def read_rows(
     try:  # the common case in one sweep; on any doubt check tick by tick
         list(map(float, map(itemgetter("t"), ticks)))
         gpus = [d.get("gpus") or () for d in ticks]
-        if not all(g.__class__ is list for g in gpus):
+        if set(map(type, gpus)) - {list, tuple}:
             raise TypeError
         flat = list(chain.from_iterable(gpus))
-        if not all(g.__class__ is dict for g in flat):
+        if set(map(type, flat)) - {dict}:
             raise TypeError
         list(map(int, map(itemgetter("index"), flat)))
     except (KeyError, TypeError, ValueError, AttributeError):
