@@ -14,6 +14,7 @@ time order, odd value types) falls back to the streaming analyzer.
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Sequence
 from itertools import chain
 from operator import itemgetter
@@ -61,10 +62,15 @@ def analyze_rows(
     ``rows`` must be well-formed ticks (``read_rows`` drops the others): a number ``t``, and ``gpus`` a
     list of dicts with an integer ``index``.
     """
+    was = gc.isenabled()
+    gc.disable()  # the columns build ~10 objects per GPU-sample; GC would rescan the rows each time
     try:
         return _analyze(header, rows, thresholds)
     except (_Fallback, TypeError, ValueError, OverflowError):
         return analyze(header, [Sample.from_json(d) for d in rows], thresholds)
+    finally:
+        if was:
+            gc.enable()
 
 
 _READINGS = ("pcie_rx_Bps", "pcie_tx_Bps", "nvlink_rx_Bps", "nvlink_tx_Bps", "dram_bw_util", "mem_busy", "sm_util")
@@ -147,6 +153,7 @@ def _analyze(header: SessionHeader, rows: Sequence[dict[str, Any]], th: Threshol
         ser.compute = _nullable(u["compute"])
         ser.phase = ph_obj[tick_of[pos]].tolist()
         ser.memory_proxy = bool(u["proxy"].any())
+        ser.__dict__["_arrays"] = {k: u[k] for k in ("link", "link_Bps", "memory", "compute")}  # for summary()
     opened.sort(key=lambda x: (x[0], x[1]))
     an.events = [e for _p, _r, e in opened]
     return an

@@ -174,13 +174,13 @@ class SessionAnalyzer:
                     "verdicts": segs,
                     "time_in_verdict_s": time_in,
                     "events": [e.to_json() for e in self.events if e.gpu == index],
-                    "link_util": _stats(ser.link),
-                    "link_Bps": _stats(ser.link_Bps),
-                    "dram_util": _stats(ser.memory),
+                    "link_util": _stats_np(_series_array(ser, "link")),
+                    "link_Bps": _stats_np(_series_array(ser, "link_Bps")),
+                    "dram_util": _stats_np(_series_array(ser, "memory")),
                     "dram_basis": "proxy (NVML memory busy %, a duty cycle)"
                     if ser.memory_proxy
                     else "GPM DRAM_BW_UTIL",
-                    "sm_util": _stats(ser.compute),
+                    "sm_util": _stats_np(_series_array(ser, "compute")),
                     "phases": self._phase_summary(index, codes),
                 }
             )
@@ -223,7 +223,7 @@ class SessionAnalyzer:
         pc = np.fromiter(map(lookup.__getitem__, ser.phase), dtype=np.int64, count=len(ser.phase))
         order = np.argsort(pc, kind="stable")
         bounds = np.searchsorted(pc[order], np.arange(len(by_phase) + 1), "left")
-        cols = {k: _floats(getattr(ser, k)) for k in ("link", "link_Bps", "memory", "compute")}
+        cols = {k: _series_array(ser, k) for k in ("link", "link_Bps", "memory", "compute")}
         nv = len(VERDICTS)
         for p, k in by_phase.items():
             idx = order[bounds[k] : bounds[k + 1]]
@@ -282,6 +282,19 @@ def _segments(times: list[float], codes: np.ndarray) -> list[dict[str, Any]]:
         {"start": times[a], "end": times[b], "saturated": VERDICTS[int(codes[a])]}
         for a, b in zip(starts, ends, strict=True)
     ]
+
+
+def _series_array(ser: _GpuSeries, name: str) -> np.ndarray:
+    """A series column as floats (None -> NaN), kept on the series while its length is unchanged.
+
+    The bulk analyzer leaves the arrays it computed there, so summary() converts nothing.
+    """
+    values = getattr(ser, name)
+    cache: dict[str, np.ndarray] = ser.__dict__.setdefault("_arrays", {})
+    a = cache.get(name)
+    if a is None or a.size != len(values):
+        a = cache[name] = _floats(values)
+    return a
 
 
 def _floats(values: list[float | None]) -> np.ndarray:
