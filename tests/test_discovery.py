@@ -75,7 +75,14 @@ def test_vllm_layout_defaults_and_serve_positional_model():
 )
 def test_llama_layout_all_flag_forms(argv, want):
     lay = parse_llama_layout(argv)
-    assert {k: lay[k] for k in want} == want
+    assert {k: lay.get(k) for k in want} == want
+
+
+def test_llama_layout_from_environment():
+    lay = parse_llama_layout(
+        ["llama-server", "-ngl", "20"], {"LLAMA_ARG_N_GPU_LAYERS": "99", "LLAMA_ARG_SPLIT_MODE": "row"}
+    )
+    assert lay["n_gpu_layers"] == 20 and lay["split_mode"] == "row"  # the flag wins, the variable fills in
 
 
 def test_flag_without_value_reads_true():

@@ -37,17 +37,6 @@ VLLM_FLAGS: dict[str, tuple[str, ...]] = {
     "host": ("--host",),
     "port": ("--port",),
 }
-LLAMA_FLAGS: dict[str, tuple[str, ...]] = {
-    "split_mode": ("--split-mode", "-sm"),
-    "tensor_split": ("--tensor-split", "-ts"),
-    "main_gpu": ("--main-gpu", "-mg"),
-    "n_gpu_layers": ("--n-gpu-layers", "--gpu-layers", "-ngl"),
-    "device": ("--device", "-dev"),
-    "model": ("--model", "-m"),
-    "host": ("--host",),
-    "port": ("--port",),
-    "log_file": ("--log-file",),
-}
 
 
 @dataclass(frozen=True)
@@ -141,29 +130,11 @@ def parse_vllm_layout(argv: Sequence[str]) -> dict[str, Any]:
     return out
 
 
-def parse_llama_layout(argv: Sequence[str]) -> dict[str, Any]:
-    """-sm/-ts/-mg/-ngl (None where absent: llama-server's own default applies) plus model/host/port."""
-    f = flag_values(argv, LLAMA_FLAGS)
-    ts = f.get("tensor_split")
-    split: list[float] | str | None = None
-    if isinstance(ts, str):
-        try:
-            split = [float(x) for x in re.split(r"[,/]", ts) if x]
-        except ValueError:
-            split = ts
-    ngl = f.get("n_gpu_layers")
-    return {
-        "split_mode": f.get("split_mode") if isinstance(f.get("split_mode"), str) else None,
-        "tensor_split": split,
-        "main_gpu": _int_or(f.get("main_gpu")),
-        "n_gpu_layers": _int_or(ngl) if isinstance(ngl, str) else None,
-        "device": f.get("device") if isinstance(f.get("device"), str) else None,
-        "model": f.get("model") if isinstance(f.get("model"), str) else None,
-        "host": f.get("host") if isinstance(f.get("host"), str) else None,
-        "port": _int_or(f.get("port")),
-        "metrics": "--metrics" in argv,
-        "log_file": f.get("log_file") if isinstance(f.get("log_file"), str) else None,
-    }
+def parse_llama_layout(argv: Sequence[str], environ: dict[str, str] | None = None) -> dict[str, Any]:
+    """-sm/-ts/-mg/-ngl (+ LLAMA_ARG_* variables) as llama.cpp support parses them; absent flags are absent."""
+    from pcie_tui.collect.llamaproc import parse_layout
+
+    return parse_layout(list(argv), environ)
 
 
 def classify(argv: Sequence[str], name: str = "") -> str | None:
@@ -267,7 +238,11 @@ def _candidate(root: psutil.Process, kind: str) -> EngineCandidate | None:
         layout = parse_vllm_layout(argv)
         version = _vllm_version_from_venv(argv)
     else:
-        layout = parse_llama_layout(argv)
+        try:
+            environ = root.environ()
+        except psutil.Error:
+            environ = {}
+        layout = parse_llama_layout(argv, environ)
         version = None
     listens = _listens([root.pid]) or _listens(tree[1:])
     expected = layout.get("port") if isinstance(layout.get("port"), int) else DEFAULT_PORT[kind]
