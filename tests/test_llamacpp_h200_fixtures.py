@@ -1,4 +1,4 @@
-"""The two llama-server sessions recorded on the project's H200 (scripts/h200_llama_sessions.py).
+"""The llama-server sessions recorded on the project's H200 (scripts/h200_llama_sessions.py).
 
 These pin what the real hardware showed, so a change in the analysis that alters the story
 is noticed. Model: random-weight llama, 16 layers, hidden 4096, ffn 11008, f16 (6.48 GB).
@@ -71,7 +71,7 @@ def test_partial_offload_prefill_streams_weights_but_the_link_is_not_saturated()
     host copies and CPU-side work (attention of the 12 host layers), not of the link. The
     verdict therefore does not call it link-bound.
     """
-    rec, samples = _load("partial")
+    rec, samples = _load("ngl4")
     assert rec.header.engine["layout"]["n_gpu_layers"] == 4
     prefill_rx = _median(samples, "pcie_rx_Bps", phase="prefill")
     assert 5e9 < prefill_rx < 15e9
@@ -83,3 +83,29 @@ def test_partial_offload_prefill_streams_weights_but_the_link_is_not_saturated()
     (long_prompt,) = [r for r in _log_requests(samples) if r["prompt_n"] == 8000][:1]
     assert long_prompt["prompt_ms"] == pytest.approx(17369.95)  # 8000 tokens in 17.4 s = 461 tok/s
     assert st["generation_tokens_per_s"]["p50"] == pytest.approx(11.7, rel=0.01)
+
+
+def test_partial_offload_ffn_in_host_memory_prefill_is_link_bound():
+    """-ngl 999 --n-cpu-ffn 12 -ub 128: attention and KV cache on the GPU, the FFN weights of
+    12 of 16 layers in host memory. Every 128-token micro-batch of the prefill uploads those
+    weights (12 x 3 x 4096 x 11008 x 2 B = 3.2 GB) over PCIe while the GPU waits.
+
+    What the H200 showed: prefill RX ~45 GB/s (~72 % of Gen5 x16; a bulk pinned copy reads
+    ~94 %), SM ~10 %, DRAM ~5 %: the verdict calls the prefill link-bound. 8000 tokens took
+    5.09 s (1572 tok/s) against 0.45 s fully offloaded.
+    """
+    rec, samples = _load("partial")
+    argv = rec.header.engine["cmdline"]
+    assert rec.header.engine["layout"]["n_gpu_layers"] == 999
+    last_ub = len(argv) - 1 - argv[::-1].index("-ub")  # the last -ub given wins
+    assert argv[argv.index("--n-cpu-ffn") + 1] == "12" and argv[last_ub + 1] == "128"
+    assert _median(samples, "pcie_rx_Bps", phase="prefill") > 40e9
+    assert _median(samples, "sm_util", phase="prefill") < 0.15
+    an = analyze(rec.header, samples)
+    phases = an.phase_summary(0)
+    assert phases["prefill"]["dominant"] == "link" and phases["prefill"]["verdict_share"]["link"] > 0.7
+    assert phases["decode"]["verdict_share"]["link"] == 0.0
+    link_events = [e for e in an.events if e.resource == "link"]
+    assert len(link_events) == 1 and link_events[0].phase == "prefill" and link_events[0].direction_label == "rx"
+    (long_prompt,) = [r for r in _log_requests(samples) if r["prompt_n"] == 8000]
+    assert long_prompt["prompt_ms"] == pytest.approx(5089.63)
