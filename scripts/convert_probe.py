@@ -1,9 +1,11 @@
 """Convert the raw H200 NVML probe (../shared/data) into a pcie-tui recording.
 
-The probe sampled every ~50 ms, below GPM's 100 ms minimum window, so about
-half its GPM readings are NaN or 0; those become null here. PCIe rates come
-from nvmlDeviceGetPcieThroughput (KB/s, x1024), which the probe read every tick.
-Each tick keeps the probe's phase label as ``label``.
+The probe read GPM over windows shorter than GPM's 100 ms minimum, so about
+half its windows are void: DRAM_BW_UTIL is NaN and every other metric reads
+exactly 0. A void window becomes null for every GPM figure (never 0), as the
+live collector does. PCIe, DRAM and SM all come from GPM (PCIe MiB/s x 2^20);
+mem_busy is NVML's utilization.memory. Each tick keeps the probe's phase label
+as ``label``.
 
 usage: python scripts/convert_probe.py PROBE.json OUT.jsonl[.gz]
 """
@@ -58,14 +60,19 @@ def convert(probe: dict, out: str) -> int:
         for s in probe["samples"]:
             gpm = s.get("gpm") or {}
             dram = _finite(gpm.get("NVML_GPM_METRIC_DRAM_BW_UTIL"))
-            sm = _finite(gpm.get("NVML_GPM_METRIC_SM_UTIL"))
+            void = dram is None
+
+            def metric(name: str, scale: float, gpm: dict = gpm, void: bool = void) -> float | None:
+                v = None if void else _finite(gpm.get(name))
+                return v * scale if v is not None else None
+
             g = GpuSample(
                 index=0,
-                pcie_tx_Bps=s["tx"] * 1024.0,
-                pcie_rx_Bps=s["rx"] * 1024.0,
-                dram_bw_util=dram / 100.0 if dram is not None else None,
+                pcie_tx_Bps=metric("NVML_GPM_METRIC_PCIE_TX_PER_SEC", 1 << 20),
+                pcie_rx_Bps=metric("NVML_GPM_METRIC_PCIE_RX_PER_SEC", 1 << 20),
+                dram_bw_util=metric("NVML_GPM_METRIC_DRAM_BW_UTIL", 0.01),
                 mem_busy=s["util"][1] / 100.0,
-                sm_util=sm / 100.0 if sm is not None else None,
+                sm_util=metric("NVML_GPM_METRIC_SM_UTIL", 0.01),
             )
             w.write(Sample(t=s["t"], gpus=(g,), extra={"label": s["phase"]}))
             n += 1

@@ -66,7 +66,10 @@ def saturated_moment(rec: Recording, resource: str = "link", phase_contains: str
             break
     if not hits:
         raise ValueError(f"no {resource} saturation during a {phase_contains!r} phase in {rec.path}")
-    return hits[len(hits) // 2] + 1  # replay position: ticks 0..i analysed
+    # Prefer a tick whose readings are all there (a void GPM window shows n/a).
+    full = [i for i in hits if all(g.pcie_rx_Bps is not None and g.pcie_tx_Bps is not None for g in rec.samples[i].gpus)]
+    pick = full or hits
+    return pick[len(pick) // 2] + 1  # replay position: ticks 0..i analysed
 
 
 def run(coro: Any) -> Any:
