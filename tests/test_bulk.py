@@ -453,3 +453,14 @@ def test_phase_summary_cache_follows_new_ticks_and_closed_events() -> None:
     live.finish()
     assert live.phase_summary(0) == analyze(rec.header, rec.samples).phase_summary(0)
     assert live.summary()["gpus"][0]["phases"] == live.phase_summary(0)
+
+
+@pytest.mark.parametrize("path", REAL, ids=lambda p: p.name)
+def test_lazy_samples_equal_from_json(path: Path) -> None:
+    from pcie_tui.record import reader
+
+    assert reader._sample is reader._sample_fast  # the positional fast path is live, not the fallback
+    _h, rows, _e, _w = read_rows(path)
+    trimmed = [dict(d, gpus=[{k: v for k, v in g.items() if k != "power_W"} for g in d["gpus"]]) for d in rows[:50]]
+    for batch in (rows, trimmed):
+        assert SampleList(batch).as_list() == [Sample.from_json(d) for d in batch]
