@@ -166,7 +166,9 @@ def test_streamed_load_matches_the_client(vllm_server, tmp_path):
     assert busy >= 0.75 * len(during), Counter(during)
     assert phases[0] == "idle" and phases[-1] == "idle"
     assert "down" not in phases and "loading" not in phases
-    assert rec.max_tick_s < 0.01  # ticks never waited on HTTP
+    # Ticks never waited on HTTP. (The exact check is test_discovery's 2-s-slow endpoint; here the
+    # bound only allows for GIL hand-over and a contended CPU.)
+    assert rec.max_tick_s < 0.1
 
 
 def test_stacks_of_the_real_engine(vllm_server):

@@ -45,6 +45,30 @@ def test_real_exposition_parses():
     assert 0 < q["p50"] <= q["p95"] <= q["p99"]
 
 
+def test_line_selection_loses_nothing_we_read():
+    """Pre-selecting lines by name gives the same buckets as parsing the whole text."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    full: dict[tuple[str, str], float] = {}
+    for fam in text_string_to_metric_families(REAL):
+        for smp in fam.samples:
+            if smp.name.endswith("_bucket"):
+                key = (smp.name, smp.labels["le"])
+                full[key] = full.get(key, 0.0) + smp.value
+    m = parse_vllm_metrics(REAL)
+    names = {"ttft_s": "vllm:time_to_first_token_seconds", "itl_s": "vllm:inter_token_latency_seconds"}
+    names |= {"e2e_s": "vllm:e2e_request_latency_seconds", "queue_s": "vllm:request_queue_time_seconds"}
+    for key, name in names.items():
+        h = m["hist"][key]
+        want = [
+            full[(name + "_bucket", le)]
+            for le in sorted({le for (n, le) in full if n == name + "_bucket"}, key=float)
+            if le != "+Inf"
+        ]
+        assert h["cum"] == want, key
+        assert h["count"] == full[(name + "_bucket", "+Inf")]
+
+
 def test_older_metric_names_are_accepted():
     # vLLM < 0.9 called KV use gpu_cache_usage_perc; < 0.11 had time_per_output_token instead of ITL.
     old = REAL.replace("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc").replace(
