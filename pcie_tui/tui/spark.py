@@ -65,10 +65,15 @@ def buckets(
         if cell < 0 or lo >= hi:
             out.append((None, None, False))
             continue
-        seg = [values[i - start] for i in range(lo, hi)]
-        present = [v for v in seg if v is not None]
-        ph = Counter(phases[i - start] for i in range(lo, hi)).most_common(1)[0][0] if phases else None
-        out.append((max(present) if present else None, ph, True))
+        # Slices and filter/max run in C: this is redrawn for every sparkline at 10 Hz.
+        peak = max([v for v in values[lo - start : hi - start] if v is not None], default=None)
+        if not phases:
+            ph = None
+        elif hi - lo == 1:
+            ph = phases[lo - start]
+        else:
+            ph = Counter(phases[lo - start : hi - start]).most_common(1)[0][0]
+        out.append((peak, ph, True))
     return out
 
 
