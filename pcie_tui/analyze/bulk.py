@@ -100,7 +100,7 @@ def _analyze(header: SessionHeader, rows: Sequence[dict[str, Any]], th: Threshol
     n = len(rows)
     if n == 0:
         return an
-    t_tick = [float(d["t"]) for d in rows]
+    t_tick = list(map(float, map(itemgetter("t"), rows)))
     an.t0, an.t_last, an.n = t_tick[0], t_tick[-1], n
     glists = [d.get("gpus") or () for d in rows]
     counts = np.fromiter(map(len, glists), dtype=np.int64, count=n)
@@ -117,9 +117,11 @@ def _analyze(header: SessionHeader, rows: Sequence[dict[str, Any]], th: Threshol
     ]
     ph_obj = np.empty(n, dtype=object)
     ph_obj[:] = phases
-    codes: dict[Any, int] = {}
-    ph_code = np.fromiter((codes.setdefault(p, len(codes)) if p else -1 for p in phases), dtype=np.int64, count=n)
-    ph_names = list(codes)
+    # Event phase codes in first-appearance order (dict.fromkeys keeps it); falsy phases are not counted.
+    ph_names = [p for p in dict.fromkeys(phases) if p]
+    lookup = {p: -1 for p in dict.fromkeys(phases) if not p}
+    lookup.update((p, i) for i, p in enumerate(ph_names))
+    ph_code = np.fromiter(map(lookup.__getitem__, phases), dtype=np.int64, count=n)
     idx = np.fromiter(map(int, map(itemgetter("index"), flat)), dtype=np.int64, count=len(flat))
     cols = dict(zip(_READINGS + _LINK, _columns(flat, _READINGS + _LINK), strict=True))
     uniq, first = np.unique(idx, return_index=True)
