@@ -42,6 +42,11 @@ def counter_phase(prev: EngineSample | None, cur: EngineSample) -> str | None:
     is inside a long prefill: vLLM counts a prompt when its prefill completes,
     while decode adds tokens every step.
     """
+    # llama-server counts generated tokens only when a request ends, so its counters
+    # would call a running decode "prefill"; its /slots say what each slot is doing.
+    sp, sd = cur.extra.get("slots_prefill"), cur.extra.get("slots_decode")
+    if isinstance(sp, int) and isinstance(sd, int):
+        return "mixed" if sp and sd else "prefill" if sp else "decode" if sd else "idle"
     if prev is None:
         return None
 

@@ -134,6 +134,7 @@ class EnginePoller:
         self._restarted = False
         self._last_reattach_try = 0.0
         self._hist_sent: Any = None  # the histograms last handed out (omitted from ticks while unchanged)
+        self._pending_requests: list[dict[str, Any]] = []  # finished requests not yet put in a tick
         self.scrapes = 0
         self.stacks = None
         if stacks:
@@ -197,6 +198,12 @@ class EnginePoller:
             s = self.client.read()
         except Exception as e:  # a client must not raise, but a bug must not kill the thread
             s = EngineSample(kind=self.client.kind, up=False, error=f"{type(e).__name__}: {e}"[:160])
+        finished = s.extra.get("requests")
+        if finished:
+            # Requests finished since the last scrape: each goes into exactly one tick,
+            # however scrapes and ticks interleave.
+            with self._lock:
+                self._pending_requests.extend(finished)
         # When the answer (or the failure) came: events and staleness are timed from here.
         t = time.time()
         pid = getattr(self.client, "pid", None)
@@ -330,6 +337,12 @@ class EnginePoller:
         rx = engine_rx_Bps(gpu_samples, gpus)
         phase = tick_phase(s, cphase, alive=alive, served=self._served, rx_Bps=rx, loading_rx_Bps=self.loading_rx_Bps)
         extra = s.extra
+        if "requests" in extra or self._pending_requests:
+            with self._lock:
+                finished, self._pending_requests = self._pending_requests, []
+            extra = {k: v for k, v in extra.items() if k != "requests"}
+            if finished:
+                extra["requests"] = finished
         hist = extra.get("hist")
         if hist is not None:
             if hist == self._hist_sent:

@@ -15,6 +15,7 @@ from pcie_tui.model import GpuInfo, GpuSample, Sample, SessionHeader
 class GpuCollector(Protocol):
     def gpu_infos(self) -> tuple[GpuInfo, ...]: ...
     def read(self) -> tuple[GpuSample, ...]: ...
+    def running_pids(self) -> dict[int, list[int]]: ...
     def close(self) -> None: ...
 
 
@@ -68,6 +69,7 @@ class LiveSource:
             extra=dict(extra_header or {}),
         )
         self._next = time.monotonic()
+        self._gpus_checked = float("-inf")
         self._closed = False
         self.pending_events: list[dict[str, Any]] = []
 
@@ -83,6 +85,10 @@ class LiveSource:
         gpu_samples = self.gpus.read() if self.gpus is not None else ()
         eng = None
         if self.engine is not None:
+            if self.gpus is not None and hasattr(self.engine, "update_gpus") and now - self._gpus_checked >= 5.0:
+                # Which GPUs the engine's processes hold (NVML), so "loading" looks at its GPUs only.
+                self._gpus_checked = now
+                self.engine.update_gpus(self.gpus.running_pids())
             eng = self.engine.sample_for_tick(t, gpu_samples, self.infos)
             self.pending_events.extend(self.engine.drain_events())
         return Sample(t=t, gpus=tuple(gpu_samples), engine=eng)
