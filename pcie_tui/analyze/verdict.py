@@ -221,19 +221,19 @@ class GpuVerdictTracker:
                     tr.above_since = None
                     tr.pending.clear()
             else:
-                ev = tr.event
-                assert ev is not None
+                cur = tr.event
+                assert cur is not None
                 if val < th.exit(r, proxy):
                     if tr.below_since is None:
                         tr.below_since = t
                     if t - tr.below_since >= th.hold_s:
-                        ev.end = tr.last_above
+                        cur.end = tr.last_above
                         tr.active, tr.event, tr.above_since = False, None, None
-                        closed.append(ev)
+                        closed.append(cur)
                 else:
                     tr.below_since = None
                     tr.last_above = t
-                    _fold(ev, val, u, phase)
+                    _fold(cur, val, u, phase)
         self.verdict = next((r for r in RESOURCES if self._trackers[r].active), "none")
         return self.verdict, opened, closed
 
