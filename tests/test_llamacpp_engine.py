@@ -21,6 +21,7 @@ import pytest
 from engines.gguf_model import write_llama_gguf
 from engines.llama_server import LlamaServer, llama_available, random_prompt, stream_completion
 
+from pcie_tui.analyze.phases import counter_phase
 from pcie_tui.collect.llamacpp import METRICS_OFF_NOTE, LlamaCppClient, slot_phase
 from pcie_tui.collect.llamalog import request_stats
 
@@ -139,6 +140,8 @@ def test_slots_show_decode_while_a_long_request_runs(server):
         s, _ = _read_until(client, lambda s: slot_phase(s) == "decode", timeout_s=30)
         assert slot_phase(s) == "decode", s.extra.get("slots")
         assert s.requests_running == 1 and s.extra["slots_decode"] == 1
+        # The phase the poller records agrees, though the generation counter has not moved yet.
+        assert counter_phase(None, s) == "decode"
         busy = [x for x in s.extra["slots"] if x["processing"]]
         assert (
             busy
