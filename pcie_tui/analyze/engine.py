@@ -13,11 +13,11 @@ and the snapshot says so in ``quantile_method``.
 
 from __future__ import annotations
 
-import math
 from collections import deque
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from pcie_tui.analyze.session import quantile
 from pcie_tui.model import EngineSample, Sample
 
 QUANTILES = (("p50", 0.50), ("p95", 0.95), ("p99", 0.99))
@@ -244,7 +244,7 @@ def per_request_summary(requests: Sequence[dict[str, Any]]) -> dict[str, Any] | 
         if not vals:
             return None
         v = sorted(vals)
-        return {name: _exact_quantile(v, q) for name, q in QUANTILES}
+        return {name: quantile(v, q) for name, q in QUANTILES}
 
     def rate(r: dict[str, Any], n: str, s: str) -> float | None:
         tok, sec = r.get(n), r.get(s)
@@ -264,13 +264,6 @@ def per_request_summary(requests: Sequence[dict[str, Any]]) -> dict[str, Any] | 
         "ttft_s": q3(ttft),
         "quantile_method": "exact over per-request timings",
     }
-
-
-def _exact_quantile(v: list[float], q: float) -> float:
-    pos = q * (len(v) - 1)
-    lo = int(math.floor(pos))
-    hi = min(lo + 1, len(v) - 1)
-    return v[lo] + (v[hi] - v[lo]) * (pos - lo)
 
 
 def engine_report(samples: Iterable[Sample], analyzer: Any = None) -> dict[str, Any] | None:

@@ -41,6 +41,8 @@ import re
 import time
 from typing import Any
 
+from pcie_tui.analyze.session import quantile
+
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 _TIMING = re.compile(
     r"(?P<what>prompt eval time|generation eval time|eval time|total time)\s*=\s*"
@@ -249,23 +251,14 @@ class LogTailer:
         return out
 
 
-def _quantile(sorted_values: list[float], q: float) -> float:
-    if len(sorted_values) == 1:
-        return sorted_values[0]
-    pos = q * (len(sorted_values) - 1)
-    lo = int(pos)
-    hi = min(lo + 1, len(sorted_values) - 1)
-    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)
-
-
 def _dist(values: list[float]) -> dict[str, float | None]:
     v = sorted(values)
     if not v:
         return {"p50": None, "p95": None, "p99": None, "mean": None, "n": 0}
     return {
-        "p50": _quantile(v, 0.50),
-        "p95": _quantile(v, 0.95),
-        "p99": _quantile(v, 0.99),
+        "p50": quantile(v, 0.50),
+        "p95": quantile(v, 0.95),
+        "p99": quantile(v, 0.99),
         "mean": sum(v) / len(v),
         "n": len(v),
     }
