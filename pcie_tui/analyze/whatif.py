@@ -18,6 +18,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from pcie_tui.analyze.session import SessionAnalyzer
 from pcie_tui.model import SessionHeader, pcie_capacity_Bps
 
@@ -51,7 +53,9 @@ def scenarios(gen: int | None, width: int | None) -> list[tuple[str, float]]:
     if cur is None or gen is None or width is None:
         return out
     if width < 16:
-        out.append((f"x{width} -> x{min(16, width * 2)} (Gen{gen})", float(pcie_capacity_Bps(gen, min(16, width * 2)) or 0)))
+        out.append(
+            (f"x{width} -> x{min(16, width * 2)} (Gen{gen})", float(pcie_capacity_Bps(gen, min(16, width * 2)) or 0))
+        )
     if gen < 5:
         out.append((f"Gen{gen} -> Gen{gen + 1} (x{width})", float(pcie_capacity_Bps(gen + 1, width) or 0)))
     if (gen, width) != (5, 16):
@@ -75,25 +79,27 @@ def link_shares(header: SessionHeader, analyzer: SessionAnalyzer, index: int) ->
     calibrated = bool(info and info.link.measured_Bps)
     scale = 1.0 if calibrated else 1.0 / UNCALIBRATED_SATURATION
     verdict_share = {p: v["verdict_share"]["link"] for p, v in analyzer.phase_summary(index).items()}
+    # Each interval between two ticks belongs to the later tick's phase and reading.
+    t = np.asarray(ser.t, dtype=float)
+    dt = np.diff(t)
+    link = np.asarray(ser.link, dtype=float)[1:]  # None -> NaN
+    phases = np.asarray([p or "unlabelled" for p in ser.phase[1:]], dtype=object)
+    ok = dt > 0
+    known = ok & ~np.isnan(link)
+    busy = np.where(known, dt * np.minimum(1.0, np.nan_to_num(link) * scale), 0.0)
     acc: dict[str, list[float]] = {}  # phase -> [seconds, seconds with a reading, busy seconds]
-    for i in range(1, len(ser.t)):
-        dt = ser.t[i] - ser.t[i - 1]
-        if dt <= 0:
-            continue
-        phase = ser.phase[i] or "unlabelled"
-        a = acc.setdefault(phase, [0.0, 0.0, 0.0])
-        a[0] += dt
-        u = ser.link[i]
-        if u is not None:
-            a[1] += dt
-            a[2] += dt * min(1.0, u * scale)
+    for phase in dict.fromkeys(phases[ok].tolist()):
+        m = phases == phase
+        acc[phase] = [float(dt[m & ok].sum()), float(dt[m & known].sum()), float(busy[m].sum())]
     out: dict[str, Any] = {}
     for phase, (secs, known, busy) in acc.items():
         out[phase] = {
             "duration_s": secs,
             "link_bound_share": verdict_share.get(phase),
             "link_busy_share": (busy / known) if known > 0 else None,
-            "basis": "calibrated ceiling" if calibrated else f"theoretical x {UNCALIBRATED_SATURATION:.2f} (uncalibrated)",
+            "basis": "calibrated ceiling"
+            if calibrated
+            else f"theoretical x {UNCALIBRATED_SATURATION:.2f} (uncalibrated)",
         }
     return out
 
@@ -124,25 +130,29 @@ def whatif_report(header: SessionHeader, analyzer: SessionAnalyzer) -> dict[str,
                 per_phase[ph] = {"time_ratio": tr, "speedup": 1.0 / tr}
                 new_total += p["duration_s"] * tr
             overall = (new_total / total) if known and total > 0 else None
-            rows.append({
-                "scenario": name,
-                "target_Bps": target,
-                "bandwidth_ratio": r,
-                "phases": per_phase,
-                "time_ratio": overall,
-                "speedup": (1.0 / overall) if overall else None,
-                # Time per token (+ = slower) and tokens/s (- = slower), both bounds.
-                "time_change_pct": (overall - 1.0) * 100 if overall else None,
-                "throughput_change_pct": ((1.0 / overall) - 1.0) * 100 if overall else None,
-            })
-        gpus.append({
-            "index": index,
-            "name": info.name if info else None,
-            "link": {"gen": gen, "width": width, "capacity_Bps": cur},
-            "phases": phases,
-            "duration_s": total,
-            "scenarios": rows,
-        })
+            rows.append(
+                {
+                    "scenario": name,
+                    "target_Bps": target,
+                    "bandwidth_ratio": r,
+                    "phases": per_phase,
+                    "time_ratio": overall,
+                    "speedup": (1.0 / overall) if overall else None,
+                    # Time per token (+ = slower) and tokens/s (- = slower), both bounds.
+                    "time_change_pct": (overall - 1.0) * 100 if overall else None,
+                    "throughput_change_pct": ((1.0 / overall) - 1.0) * 100 if overall else None,
+                }
+            )
+        gpus.append(
+            {
+                "index": index,
+                "name": info.name if info else None,
+                "link": {"gen": gen, "width": width, "capacity_Bps": cur},
+                "phases": phases,
+                "duration_s": total,
+                "scenarios": rows,
+            }
+        )
     return {
         "formula": "T_new/T_old = (1 - f) + f / r; f = link busy share, r = new/old bandwidth; upper bound (no overlap)",
         "gpus": gpus,
@@ -154,19 +164,28 @@ def render_whatif(rep: dict[str, Any]) -> str:
     for g in rep["gpus"]:
         link = g["link"]
         cap = link["capacity_Bps"]
-        lines.append(f"GPU{g['index']} {g['name'] or ''}: Gen{link['gen']} x{link['width']}"
-                     + (f" ({cap / 1e9:.1f} GB/s per direction)" if cap else " (link unknown)"))
+        lines.append(
+            f"GPU{g['index']} {g['name'] or ''}: Gen{link['gen']} x{link['width']}"
+            + (f" ({cap / 1e9:.1f} GB/s per direction)" if cap else " (link unknown)")
+        )
         for ph, p in g["phases"].items():
-            lines.append(f"  {ph:<14} {p['duration_s']:7.1f} s  link busy {_pct(p['link_busy_share'])}  "
-                         f"link-bound {_pct(p['link_bound_share'])}  ({p['basis']})")
+            lines.append(
+                f"  {ph:<14} {p['duration_s']:7.1f} s  link busy {_pct(p['link_busy_share'])}  "
+                f"link-bound {_pct(p['link_bound_share'])}  ({p['basis']})"
+            )
         for s in g["scenarios"]:
             if s["time_ratio"] is None:
                 lines.append(f"  {s['scenario']}: n/a (no link readings)")
                 continue
-            lines.append(f"  {s['scenario']} (x{s['bandwidth_ratio']:.2f} bandwidth): time {s['time_change_pct']:+.1f}%, "
-                         f"throughput {s['throughput_change_pct']:+.1f}% at most")
-            moved = [f"{ph} {v['time_ratio'] * 100 - 100:+.0f}%" for ph, v in s["phases"].items()
-                     if v is not None and abs(v["time_ratio"] - 1) >= 0.005]
+            lines.append(
+                f"  {s['scenario']} (x{s['bandwidth_ratio']:.2f} bandwidth): time {s['time_change_pct']:+.1f}%, "
+                f"throughput {s['throughput_change_pct']:+.1f}% at most"
+            )
+            moved = [
+                f"{ph} {v['time_ratio'] * 100 - 100:+.0f}%"
+                for ph, v in s["phases"].items()
+                if v is not None and abs(v["time_ratio"] - 1) >= 0.005
+            ]
             if moved:
                 lines.append("      by phase (time): " + ", ".join(moved))
     return "\n".join(lines)
