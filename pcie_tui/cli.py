@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import signal
 import sys
 import time
@@ -36,9 +37,12 @@ def _positive(kind: type = float) -> Callable[[str], Any]:
 
 def _gpu_list(s: str) -> list[int]:
     try:
-        return [int(x) for x in s.split(",") if x.strip()]
+        out = [int(x) for x in s.split(",") if x.strip()]
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected GPU indices like 0,1: {s!r}") from None
+        out = []
+    if not out or any(i < 0 for i in out):
+        raise argparse.ArgumentTypeError(f"expected GPU indices like 0,1: {s!r}")
+    return out
 
 
 def _add_live_options(p: argparse.ArgumentParser) -> None:
@@ -171,8 +175,11 @@ def cmd_watch(args: argparse.Namespace) -> int:
 def cmd_record(args: argparse.Namespace) -> int:
     from pcie_tui.record.writer import RecordingWriter
 
-    if Path(args.out).is_dir():
+    out = Path(args.out)
+    if out.is_dir():
         raise UserError(f"--out {args.out} is a directory; give a file name such as session.jsonl.gz")
+    if not out.parent.is_dir():
+        raise UserError(f"--out {args.out}: folder {out.parent} does not exist")
     source, status = open_live(args, interactive=not args.headless)
     try:
         writer = RecordingWriter(args.out, source.header)
@@ -228,8 +235,15 @@ def cmd_report(args: argparse.Namespace) -> int:
         json.dump(report, sys.stdout, indent=1, allow_nan=False)
         sys.stdout.write("\n")
     else:
-        render_text(report, rec, Console())
+        # Piped or redirected: no terminal width to follow, so don't wrap at 80 columns.
+        console = Console() if sys.stdout.isatty() else Console(width=160)
+        console.on_broken_pipe = _broken_pipe  # type: ignore[method-assign]  # rich would exit 1
+        render_text(report, rec, console)
     return 0
+
+
+def _broken_pipe() -> None:
+    raise BrokenPipeError
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -312,4 +326,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:
+        # `pcie-tui report x | head`: the reader left. Quietly, and without a second
+        # error when the interpreter flushes stdout on the way out.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
         return 0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -61,6 +62,8 @@ def test_report_text_names_phases_and_events(probe_recording_path):
         (("watch", "--interval", "abc"), "not a number"),
         (("demo", "nope"), "no demo named"),
         (("record", "--out", "/"), "is a directory"),
+        (("record", "--out", "/no/such/folder/x.jsonl"), "does not exist"),
+        (("watch", "--gpus", "-1"), "expected GPU indices"),
     ],
 )
 def test_bad_input_is_one_line_and_nonzero(args, needle):
@@ -86,3 +89,33 @@ def test_demo_list_names_bundled_sessions():
     p = run("demo", "--list")
     assert p.returncode == 0
     assert "h200-probe" in p.stdout
+
+
+def test_gzip_cut_inside_the_header_says_so(tmp_path):
+    src = REPO / "pcie_tui" / "data" / "h200-reference.jsonl.gz"
+    cut = tmp_path / "cut.jsonl.gz"
+    cut.write_bytes(src.read_bytes()[:100])
+    assert_one_line_error(run("report", str(cut)), "cut short")
+
+
+def test_report_into_a_closed_pipe_exits_quietly():
+    """`pcie-tui report x | head -1`: the reader is gone before we write."""
+    src = REPO / "pcie_tui" / "data" / "h200-reference.jsonl.gz"
+    for args in (("report", str(src)), ("report", str(src), "--json")):
+        r, w = os.pipe()
+        os.close(r)  # every write now fails with EPIPE
+        try:
+            p = subprocess.run(
+                [sys.executable, "-m", "pcie_tui", *args], stdout=w, stderr=subprocess.PIPE, cwd=REPO, timeout=120
+            )
+        finally:
+            os.close(w)
+        err = p.stderr.decode()
+        assert p.returncode == 0 and "Traceback" not in err and "Exception" not in err, (args, p.returncode, err)
+
+
+def test_piped_text_report_does_not_wrap_at_80_columns():
+    p = run("report", str(REPO / "pcie_tui" / "data" / "h200-reference.jsonl.gz"))
+    assert p.returncode == 0
+    first = p.stdout.splitlines()[0]
+    assert "ticks" in first and len(first) > 80

@@ -208,7 +208,11 @@ def _open(path: str | os.PathLike[str]) -> tuple[Path, SessionHeader, list[bytes
     warnings: list[str] = [warning] if warning else []
     lines = data.split(b"\n")
     if not lines or not lines[0].strip():
+        if warning:  # a gzip stream cut before its first line ended
+            raise UserError(f"{p} is cut short before its first line ended: no recording to read")
         raise UserError(f"{p} is empty, not a recording")
+    if len(lines) == 1 and warning:
+        raise UserError(f"{p} is cut short inside its first line: no recording to read")
     try:
         first = _loads(lines[0])
     except ValueError:
