@@ -18,7 +18,7 @@ REFERENCE_SESSION = Path(__file__).parent.parent / "pcie_tui" / "data" / "h200-r
 
 
 def test_tp_bytes_per_token_matches_the_ring_allreduce_formula():
-    # REFERENCE.md: Llama-70B, TP=2, bf16: ~2.6 MB per GPU per token.
+    # Ring all-reduce arithmetic: Llama-70B, TP=2, bf16: ~2.6 MB per GPU per token.
     assert lm.tp_bytes_per_token(LLAMA70B, 2) == 2 * 80 * 2 * (1 / 2) * 8192 * 2 == 2_621_440
     assert lm.tp_bytes_per_token(LLAMA70B, 4) == pytest.approx(2_621_440 * 1.5)  # 2(N-1)/N: 1 -> 1.5
     assert lm.tp_bytes_per_token(LLAMA70B, 8) == pytest.approx(2_621_440 * 1.75)

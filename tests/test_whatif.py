@@ -21,11 +21,11 @@ from pcie_tui.model import pcie_capacity_Bps
 from pcie_tui.record.reader import read_recording
 
 REFERENCE_SESSION = Path(__file__).parent.parent / "pcie_tui" / "data" / "h200-reference.jsonl.gz"
-# REFERENCE.md section 3: Gen4 x16 pinned copies reach ~25 GB/s of 31.5; assume the same
+# docs/whatif.md link table: Gen4 x16 pinned copies reach ~25 GB/s of 31.5; assume the same
 # efficiency on other widths (x8: 12.5, x4: 6.25 GB/s).
 GEN4_X16_ACHIEVED_Bps = 25e9
 EFF = GEN4_X16_ACHIEVED_Bps / pcie_capacity_Bps(4, 16)
-PCIE_ALLREDUCE_S = 25e-6  # REFERENCE.md: 20-40 us per all-reduce on PCIe
+PCIE_ALLREDUCE_S = 25e-6  # docs/whatif.md: 20-40 us per all-reduce on PCIe
 
 
 def test_formula_limits():
@@ -126,3 +126,31 @@ def test_no_link_readings_is_na_not_zero():
     assert all(p["link_busy_share"] is None for p in g["phases"].values())
     assert all(s["time_ratio"] is None for s in g["scenarios"])
     assert "n/a (no link readings)" in render_whatif(rep)
+
+
+def test_nvlink_is_not_offered_to_a_single_gpu_host_copy_session():
+    """Host<->device copies never move to NVLink: a 1-GPU recording gets no NVLink scenario."""
+    from pcie_tui.analyze.whatif import scenarios
+
+    rec = read_recording(REFERENCE_SESSION)
+    assert len(rec.header.gpus) == 1
+    rep = whatif_report(rec.header, analyze(rec.header, rec.samples))
+    names = [s["scenario"] for s in rep["gpus"][0]["scenarios"]]
+    assert names and not any("NVLink" in n for n in names)
+    assert "NVLink" not in render_whatif(rep)
+    assert not any("NVLink" in n for n, _ in scenarios(4, 16))
+    assert any("NVLink" in n for n, _ in scenarios(4, 16, n_gpus=2))
+
+
+def test_nvlink_on_two_gpus_is_labelled_an_upper_bound_on_peer_traffic():
+    rec = read_recording(REFERENCE_SESSION)
+    g0 = rec.header.gpus[0]
+    g1 = dataclasses.replace(g0, index=1, uuid="GPU-second")
+    header = dataclasses.replace(rec.header, gpus=(g0, g1))
+    samples = [dataclasses.replace(s, gpus=(s.gpus[0], dataclasses.replace(s.gpus[0], index=1))) for s in rec.samples]
+    rep = whatif_report(header, analyze(header, samples))
+    for g in rep["gpus"]:
+        nv = [s for s in g["scenarios"] if "NVLink" in s["scenario"]]
+        assert nv and all(s["note"] and "upper bound" in s["note"] and "peer" in s["note"] for s in nv)
+        assert all(s["note"] is None for s in g["scenarios"] if "NVLink" not in s["scenario"])
+    assert "assuming all link traffic was GPU<->GPU peer traffic" in render_whatif(rep)

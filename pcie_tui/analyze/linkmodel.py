@@ -28,7 +28,7 @@ from pcie_tui.errors import UserError
 from pcie_tui.model import Sample, SessionHeader
 
 DTYPE_BYTES = {"float32": 4, "float": 4, "fp32": 4, "bfloat16": 2, "bf16": 2, "float16": 2, "fp16": 2, "half": 2}
-# Default per all-reduce latency on PCIe (REFERENCE.md: ~20-40 us).
+# Default per all-reduce latency on PCIe (~20-40 us: launch + sync + hops; docs/whatif.md).
 PCIE_ALLREDUCE_LATENCY_S = 25e-6
 
 

@@ -24,9 +24,10 @@ from pcie_tui.analyze.session import SessionAnalyzer
 from pcie_tui.model import SessionHeader, pcie_capacity_Bps
 
 # Counter reading at saturation as a fraction of the theoretical rate, used when no
-# calibration exists (H200 Gen5 x16: GPM 56.7 / 63.0 = 0.90; REFERENCE.md).
+# calibration exists (H200 Gen5 x16: GPM 56.7 / 63.0 = 0.90, measured; docs/whatif.md).
 UNCALIBRATED_SATURATION = 0.90
-# Per direction, theoretical (REFERENCE.md section 3).
+# Per direction, theoretical: NVLink 3 bridge 4 links x 14.0625 GB/s = 56.25 GB/s;
+# NVLink 4 on H100 SXM 18 links x 25 GB/s = 450 GB/s (docs/whatif.md).
 NVLINK_BRIDGES_Bps = {
     "NVLink 3 bridge (2x RTX 3090 / A6000 class)": 56.25e9,
     "NVLink 4 (H100 SXM)": 450e9,
@@ -46,8 +47,15 @@ def speedup(f: float, r: float) -> float:
     return 1.0 / time_ratio(f, r)
 
 
-def scenarios(gen: int | None, width: int | None) -> list[tuple[str, float]]:
-    """(name, target capacity bytes/s) for the usual changes from a Gen ``gen`` x ``width`` link."""
+NVLINK_NOTE = "upper bound assuming all link traffic was GPU<->GPU peer traffic; host<->GPU traffic stays on PCIe"
+
+
+def scenarios(gen: int | None, width: int | None, n_gpus: int = 1) -> list[tuple[str, float]]:
+    """(name, target capacity bytes/s) for the usual changes from a Gen ``gen`` x ``width`` link.
+
+    NVLink only carries GPU<->GPU (peer) traffic, so its scenarios are offered only
+    when the recording has two or more GPUs; host<->device copies never move to it.
+    """
     out: list[tuple[str, float]] = []
     cur = pcie_capacity_Bps(gen, width)
     if cur is None or gen is None or width is None:
@@ -61,7 +69,7 @@ def scenarios(gen: int | None, width: int | None) -> list[tuple[str, float]]:
     if (gen, width) != (5, 16):
         out.append(("Gen5 x16", float(pcie_capacity_Bps(5, 16) or 0)))
     for name, bps in NVLINK_BRIDGES_Bps.items():
-        if bps > cur:
+        if n_gpus >= 2 and bps > cur:
             out.append((f"PCIe -> {name} (peer traffic only)", bps))
     if width > 1:
         out.append((f"x{width} -> x{width // 2} (narrower, Gen{gen})", float(pcie_capacity_Bps(gen, width // 2) or 0)))
@@ -115,7 +123,7 @@ def whatif_report(header: SessionHeader, analyzer: SessionAnalyzer) -> dict[str,
         phases = link_shares(header, analyzer, index)
         total = sum(p["duration_s"] for p in phases.values())
         rows = []
-        for name, target in scenarios(gen, width):
+        for name, target in scenarios(gen, width, max(len(header.gpus), len(analyzer.series))):
             r = target / cur if cur else None
             per_phase: dict[str, dict[str, float] | None] = {}
             new_total = 0.0
@@ -141,6 +149,8 @@ def whatif_report(header: SessionHeader, analyzer: SessionAnalyzer) -> dict[str,
                     # Time per token (+ = slower) and tokens/s (- = slower), both bounds.
                     "time_change_pct": (overall - 1.0) * 100 if overall else None,
                     "throughput_change_pct": ((1.0 / overall) - 1.0) * 100 if overall else None,
+                    # PCIe counters do not split host from peer bytes per tick.
+                    "note": NVLINK_NOTE if "NVLink" in name else None,
                 }
             )
         gpus.append(
@@ -181,6 +191,8 @@ def render_whatif(rep: dict[str, Any]) -> str:
                 f"  {s['scenario']} (x{s['bandwidth_ratio']:.2f} bandwidth): time {s['time_change_pct']:+.1f}%, "
                 f"throughput {s['throughput_change_pct']:+.1f}% at most"
             )
+            if s.get("note"):
+                lines.append(f"      ({s['note']})")
             moved = [
                 f"{ph} {v['time_ratio'] * 100 - 100:+.0f}%"
                 for ph, v in s["phases"].items()
