@@ -9,6 +9,20 @@ histogram buckets (``engine.extra["hist"]``): bucket deltas over the window,
 then quantiles linearly interpolated within a bucket, the way Prometheus'
 ``histogram_quantile`` does. That is an estimate bounded by the bucket edges,
 and the snapshot says so in ``quantile_method``.
+
+llama-server has no histograms. Its latencies come from the per-request timings
+its log prints when a request ends (``engine.extra["requests"]``: ``prompt_n``,
+``prompt_ms``, ``predicted_n``, ``predicted_ms``), exact order statistics over the
+requests that ended in the window. The server starts ``predicted_ms`` at the first
+token (``t_start_generation`` is set when ``n_decoded`` reaches 1) and ends
+``prompt_ms`` there, so: prefill = TTFT (server side, queue and HTTP excluded, a
+lower bound of what a client sees) = ``prompt_ms``; decode = ``predicted_ms``;
+ITL = ``predicted_ms / (predicted_n - 1)``, the mean gap of each request (requests
+with fewer than 2 tokens have no gap). Its token counters move only when a prompt
+is done / a request ends, so live rates come from /slots (``extra["slots"]``: per
+slot ``n_prompt_processed`` and ``n_decoded``), summed increases across ticks, a
+slot's count that drops (or a new ``task``) being a new request; ``rate_source``
+says which was used.
 """
 
 from __future__ import annotations
@@ -17,11 +31,15 @@ from collections import deque
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from pcie_tui.analyze.engine_llama import QUANTILES, request_latencies, slot_tokens_total, unique_requests
 from pcie_tui.analyze.session import quantile
 from pcie_tui.model import EngineSample, Sample
 
-QUANTILES = (("p50", 0.50), ("p95", 0.95), ("p99", 0.99))
 QUANTILE_METHOD = "interpolated within histogram buckets"
+QUANTILE_METHOD_LLAMA = (
+    "per request, from llama-server's log timings (server side: TTFT = prompt eval time, "
+    "queue and HTTP excluded, so a lower bound; ITL = mean gap per request)"
+)
 # Histograms the snapshot reports, by their key in extra["hist"].
 LATENCIES = ("ttft_s", "itl_s", "prefill_s", "decode_s", "queue_s")
 SNAPSHOT_KEYS = (
@@ -37,6 +55,8 @@ SNAPSHOT_KEYS = (
     "requests_waiting",
     "kv_cache_util",
     "quantile_method",
+    "rate_source",
+    "requests_timed",
 )
 
 Hist = dict[str, Any]  # {"le": [finite upper bounds], "cum": [cumulative counts], "count": n, "sum": s}
@@ -196,23 +216,47 @@ class EngineStats:
         """Current figures; None wherever the engine does not expose one or no data yet."""
         last = self._ticks[-1][1] if self._ticks else None
         engines = [e for _, e in self._ticks if e.up]
+        llama = last is not None and last.kind == "llamacpp"
+        sources: list[str] = []
         out: dict[str, Any] = {
             "kind": last.kind if last else None,
             "up": last.up if last else False,
             "phase": last.phase if last else None,
             "error": last.error if last else None,
             "window_s": self.window_s,
-            "prompt_tokens_per_s": self._rate("prompt_tokens_total"),
-            "generation_tokens_per_s": self._rate("generation_tokens_total"),
         }
+        for key, attr, slot_key in (
+            ("prompt_tokens_per_s", "prompt_tokens_total", "n_prompt_processed"),
+            ("generation_tokens_per_s", "generation_tokens_total", "n_decoded"),
+        ):
+            got = slot_tokens_total(self._ticks, slot_key) if llama else None
+            if got is not None:
+                out[key] = got[0] / got[1]
+                sources.append(f"{key.split('_')[0]}: /slots {slot_key}")
+            else:
+                out[key] = self._rate(attr)
+                if out[key] is not None:
+                    sources.append(f"{key.split('_')[0]}: counter")
+        # Ticks that left the window are dropped; the first tick may be the base at or
+        # before the window start, whose requests ended before the window.
+        ticks = list(self._ticks)
+        if ticks and last is not None and ticks[0][0] <= ticks[-1][0] - self.window_s:
+            ticks = ticks[1:]
+        reqs = unique_requests(e for _, e in ticks) if llama else []
+        per_req = request_latencies(reqs) if llama else {}
         for name in LATENCIES:
-            out[name] = hist_quantiles(hist_window(engines, name, self._base.get(name)))
+            if llama:
+                out[name] = per_req.get(name)
+            else:
+                out[name] = hist_quantiles(hist_window(engines, name, self._base.get(name)))
         up = last is not None and last.up
         out["requests_running"] = last.requests_running if up and last else None
         out["requests_waiting"] = last.requests_waiting if up and last else None
         kv = last.extra.get("kv_cache_util") if up and last else None
         out["kv_cache_util"] = kv if isinstance(kv, int | float) else None
-        out["quantile_method"] = QUANTILE_METHOD
+        out["quantile_method"] = QUANTILE_METHOD_LLAMA if llama else QUANTILE_METHOD
+        out["rate_source"] = ", ".join(sources) or None
+        out["requests_timed"] = len(reqs) if llama else None
         return out
 
 
@@ -246,15 +290,22 @@ def per_request_summary(requests: Sequence[dict[str, Any]]) -> dict[str, Any] | 
         v = sorted(vals)
         return {name: quantile(v, q) for name, q in QUANTILES}
 
-    def rate(r: dict[str, Any], n: str, s: str) -> float | None:
-        tok, sec = r.get(n), r.get(s)
-        if isinstance(tok, int | float) and isinstance(sec, int | float) and sec > 0:
-            return tok / sec
-        return None
+    def num(r: dict[str, Any], key: str, raw: str, scale: float = 1.0) -> float | None:
+        # Older recordings carry only the server's own names (prompt_n, prompt_ms, ...).
+        v = r.get(key)
+        if isinstance(v, int | float):
+            return float(v)
+        v = r.get(raw)
+        return float(v) * scale if isinstance(v, int | float) else None
 
-    prompt_rates = [x for r in requests if (x := rate(r, "prompt_tokens", "prompt_s")) is not None]
-    gen_rates = [x for r in requests if (x := rate(r, "generation_tokens", "generation_s")) is not None]
-    prompt_s = [float(r["prompt_s"]) for r in requests if isinstance(r.get("prompt_s"), int | float)]
+    def rate(r: dict[str, Any], kind: str) -> float | None:
+        raw = "prompt" if kind == "prompt" else "predicted"
+        tok, sec = num(r, f"{kind}_tokens", f"{raw}_n"), num(r, f"{kind}_s", f"{raw}_ms", 1e-3)
+        return tok / sec if tok is not None and sec is not None and tok > 0 and sec > 0 else None
+
+    prompt_rates = [x for r in requests if (x := rate(r, "prompt")) is not None]
+    gen_rates = [x for r in requests if (x := rate(r, "generation")) is not None]
+    prompt_s = [x for r in requests if (x := num(r, "prompt_s", "prompt_ms", 1e-3)) is not None]
     ttft = [float(r["ttft_s"]) for r in requests if isinstance(r.get("ttft_s"), int | float)]
     return {
         "n": len(requests),
@@ -288,11 +339,8 @@ def engine_report(samples: Iterable[Sample], analyzer: Any = None) -> dict[str, 
         inc = counter_total(getattr(e, attr) for e in up)
         return inc / span if inc is not None and span > 0 else None
 
-    per_request: list[dict[str, Any]] = []
-    for e in engines:
-        reqs = e.extra.get("requests")
-        if isinstance(reqs, list):
-            per_request.extend(r for r in reqs if isinstance(r, dict))
+    per_request = unique_requests(engines)
+    llama = engines[0].kind == "llamacpp"
 
     e2e = hist_window(up, "e2e_s")
     finished = counter_total(
@@ -330,13 +378,21 @@ def engine_report(samples: Iterable[Sample], analyzer: Any = None) -> dict[str, 
         "generation_tokens_per_s": rate("generation_tokens_total"),
         "prompt_tokens": counter_total(e.prompt_tokens_total for e in up),
         "generation_tokens": counter_total(e.generation_tokens_total for e in up),
-        "ttft_s": hist_quantiles(hist_window(up, "ttft_s")),
-        "itl_s": hist_quantiles(hist_window(up, "itl_s")),
-        "prefill_s": hist_quantiles(hist_window(up, "prefill_s")),
-        "decode_s": hist_quantiles(hist_window(up, "decode_s")),
-        "queue_s": hist_quantiles(hist_window(up, "queue_s")),
+        **{name: hist_quantiles(hist_window(up, name)) for name in LATENCIES},
         "quantile_method": QUANTILE_METHOD,
+        "basis": "engine histograms (bucket estimates)",
         "per_request": per_request_summary(per_request),
         "phases": phases,
     }
+    if llama:
+        # No histograms: exact quantiles over the requests the log timed; queue time unknown.
+        out.update(request_latencies(per_request))
+        out["queue_s"] = None
+        out["quantile_method"] = QUANTILE_METHOD_LLAMA
+        out["basis"] = (
+            f"{len(per_request)} requests timed by llama-server's log: prefill = TTFT = prompt eval time "
+            "(server side, lower bound of client TTFT), decode = eval time, ITL = eval time / (tokens - 1)"
+            if per_request
+            else "no per-request timings (llama-server log not read)"
+        )
     return out

@@ -1,0 +1,120 @@
+"""llama-server token timing: per-request log timings and /slots token counts.
+
+Pure functions over :class:`~pcie_tui.model.EngineSample` ticks; no I/O. Used by
+:mod:`pcie_tui.analyze.engine` for engines of kind ``"llamacpp"``, which have no
+latency histograms and whose token counters move only when a prompt is done / a
+request ends.
+
+Per-request timings (``extra["requests"]``, from the log; ``prompt_n``, ``prompt_ms``,
+``predicted_n``, ``predicted_ms``): llama-server sets ``t_start_generation`` when a
+slot's ``n_decoded`` reaches 1 and ends ``prompt_ms`` there, so ``prompt_ms`` is the
+server-side time to first token (queue and HTTP excluded: a lower bound of a client's
+TTFT) and ``predicted_ms`` spans ``predicted_n - 1`` inter-token gaps.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from pcie_tui.analyze.session import quantile
+from pcie_tui.model import EngineSample
+
+QUANTILES = (("p50", 0.50), ("p95", 0.95), ("p99", 0.99))
+
+
+_IDENTITY = ("t", "seq", "slot", "task", "prompt_n", "prompt_ms", "predicted_n", "predicted_ms")
+
+
+def _num(v: Any) -> float | None:
+    return float(v) if isinstance(v, int | float) and not isinstance(v, bool) else None
+
+
+def unique_requests(engines: Iterable[EngineSample | None]) -> list[dict[str, Any]]:
+    """Finished requests of ``extra["requests"]`` over ticks, each once (a tick may repeat a scrape)."""
+    seen: set[tuple[Any, ...]] = set()
+    out: list[dict[str, Any]] = []
+    for e in engines:
+        reqs = e.extra.get("requests") if e is not None else None
+        if not isinstance(reqs, list):
+            continue
+        for r in reqs:
+            if not isinstance(r, dict):
+                continue
+            key = tuple(r.get(k) for k in _IDENTITY)
+            if key not in seen:
+                seen.add(key)
+                out.append(r)
+    return out
+
+
+def _q3(vals: list[float]) -> dict[str, float] | None:
+    if not vals:
+        return None
+    v = sorted(vals)
+    return {name: quantile(v, q) for name, q in QUANTILES}
+
+
+def request_latencies(requests: Sequence[dict[str, Any]]) -> dict[str, dict[str, float] | None]:
+    """p50/p95/p99 of ttft_s, itl_s, prefill_s, decode_s over per-request llama-server timings.
+
+    prefill_s = ttft_s = prompt_ms / 1e3 (server side); decode_s = predicted_ms / 1e3 and
+    itl_s = predicted_ms / (predicted_n - 1) / 1e3 for requests that generated >= 2 tokens.
+    """
+    prefill: list[float] = []
+    decode: list[float] = []
+    itl: list[float] = []
+    for r in requests:
+        pn, pms = _num(r.get("prompt_n")), _num(r.get("prompt_ms"))
+        gn, gms = _num(r.get("predicted_n")), _num(r.get("predicted_ms"))
+        if pms is not None and pms >= 0 and (pn is None or pn > 0):
+            prefill.append(pms / 1e3)
+        if gn is not None and gms is not None and gn >= 2 and gms >= 0:
+            decode.append(gms / 1e3)
+            itl.append(gms / (gn - 1) / 1e3)
+    return {"ttft_s": _q3(prefill), "itl_s": _q3(itl), "prefill_s": _q3(prefill), "decode_s": _q3(decode)}
+
+
+# ---- /slots token counts (llama-server) -----------------------------------
+
+
+def slot_tokens_total(engines: Iterable[tuple[float, EngineSample]], key: str) -> tuple[float, float] | None:
+    """(tokens, seconds) counted by /slots' per-slot ``key`` (n_decoded / n_prompt_processed).
+
+    Sum over slots of each count's increases between ticks that carried /slots; a count
+    that drops, or a slot that moved to another ``task``, belongs to a new request and
+    adds its whole value; an idle slot that shows no count starts again from 0. Tokens a
+    request produced after the last scrape before it ended are not seen. None with fewer
+    than two ticks carrying the count.
+    """
+    prev: dict[Any, tuple[float, Any]] = {}
+    total = 0.0
+    t_first: float | None = None
+    t_last: float | None = None
+    for t, e in engines:
+        slots = e.extra.get("slots") if e.up else None
+        if not isinstance(slots, list):
+            continue
+        seen = False
+        for s in slots:
+            if not isinstance(s, dict):
+                continue
+            sid, cur, task = s.get("id"), _num(s.get(key)), s.get("task")
+            if cur is None:
+                if s.get("processing") is False:
+                    prev[sid] = (0.0, None)
+                continue
+            seen = True
+            if sid in prev:
+                p, ptask = prev[sid]
+                new_req = cur < p or (task is not None and ptask is not None and task != ptask)
+                total += cur if new_req else cur - p
+            prev[sid] = (cur, task)
+        if seen:
+            if t_first is None:
+                t_first = t
+            else:
+                t_last = t
+    if t_first is None or t_last is None or t_last <= t_first:
+        return None
+    return total, t_last - t_first
