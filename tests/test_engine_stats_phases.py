@@ -85,7 +85,7 @@ def test_phase_verdicts_on_real_h200_readings(probe_recording_path):
     an = analyze(rec.header, rec.samples)
     lines = phase_verdicts(an)[0]
     assert lines["h2d_pinned"].startswith("h2d_pinned: link-bound")
-    assert "of 63 GB/s median" in lines["h2d_pinned"]
+    assert "GB/s of 63.0 GB/s median" in lines["h2d_pinned"]
     assert lines["d2d_copy"].startswith("d2d_copy: memory-bound")
     assert lines["idle"].startswith("idle: nothing saturated")
 
@@ -100,7 +100,19 @@ def test_phase_line_format():
         "dram_util": {"median": 0.31},
     }
     assert phase_line("prefill", entry, 15.75e9) == (
-        "prefill: link-bound 62 % of the time (link 14.1 of 15.8 GB/s median), DRAM 31 % median, 40 ticks"
+        "prefill: link-bound 62 % of the time; link 14.1 GB/s of 15.8 GB/s median, DRAM 31 % median, 40 ticks"
+    )
+    # A minority verdict never leads the line; small rates keep a readable unit; one tick is singular.
+    entry = {
+        "ticks": 1,
+        "verdict_share": {"link": 0.03, "memory": 0.0, "compute": 0.0, "none": 0.97},
+        "dominant": "none",
+        "link_Bps": {"median": 249e3},
+        "link_util": {"median": 0.0},
+        "dram_util": {"median": 0.0},
+    }
+    assert phase_line("idle", entry, 63.0e9) == (
+        "idle: nothing saturated most of the time (link-bound 3 %); link 249 kB/s of 63.0 GB/s median, DRAM 0 % median, 1 tick"
     )
 
 

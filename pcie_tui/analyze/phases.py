@@ -134,34 +134,43 @@ def tick_phase(
 _BOUND = {"link": "link-bound", "memory": "memory-bound", "compute": "compute-bound", "none": "nothing saturated"}
 
 
-def _fmt_GBps(v: float | None) -> str:
-    return "n/a" if v is None else f"{v / 1e9:.3g}"
+def fmt_rate(v: float | None) -> str:
+    """A rate in bytes/s with a unit that keeps it readable: GB/s, MB/s or kB/s."""
+    if v is None:
+        return "n/a"
+    for scale, unit in ((1e9, "GB/s"), (1e6, "MB/s"), (1e3, "kB/s")):
+        if abs(v) >= scale or unit == "kB/s":
+            x = v / scale
+            return f"{x:.1f} {unit}" if x < 100 else f"{x:.0f} {unit}"
+    return f"{v:.0f} B/s"
 
 
 def phase_line(phase: str, entry: dict[str, Any], link_ceiling_Bps: float | None, dram_basis: str = "DRAM") -> str:
-    """One line such as ``prefill: link-bound 62 % of the time (link 14.1 of 15.75 GB/s median), DRAM 31 %``.
+    """One line such as ``prefill: link-bound 84 % of the time (link 45.3 of 63.0 GB/s median), DRAM 5 %``.
 
-    ``entry`` is one value of :meth:`SessionAnalyzer.phase_summary`.
+    ``entry`` is one value of :meth:`SessionAnalyzer.phase_summary`. The line leads
+    with the verdict that held most of the phase; a minority verdict is named after it.
     """
     share = entry.get("verdict_share") or {}
     dom = entry.get("dominant") or "none"
-    if dom == "none":
-        busy = {k: v for k, v in share.items() if k != "none" and v}
-        if busy:
-            dom = max(busy, key=busy.__getitem__)
-    pct = share.get(dom, 0.0) * 100
     link_med = (entry.get("link_Bps") or {}).get("median")
     link_util = (entry.get("link_util") or {}).get("median")
     dram = (entry.get("dram_util") or {}).get("median")
-    ceiling = f" of {_fmt_GBps(link_ceiling_Bps)}" if link_ceiling_Bps else ""
-    link_txt = f"link {_fmt_GBps(link_med)}{ceiling} GB/s median"
+    ceiling = f" of {link_ceiling_Bps / 1e9:.1f} GB/s" if link_ceiling_Bps else ""
+    link_txt = f"link {fmt_rate(link_med)}{ceiling} median"
     if link_util is not None and not link_ceiling_Bps:
         link_txt += f" ({link_util * 100:.0f} %)"
     dram_txt = f"{dram_basis} {dram * 100:.0f} %" if dram is not None else f"{dram_basis} n/a"
     head = f"{phase}: {_BOUND.get(dom, dom)}"
     if dom != "none":
-        head += f" {pct:.0f} % of the time"
-    return f"{head} ({link_txt}), {dram_txt} median, {entry.get('ticks', 0)} ticks"
+        head += f" {share.get(dom, 0.0) * 100:.0f} % of the time"
+    else:
+        head += " most of the time"
+    others = [f"{_BOUND[k]} {v * 100:.0f} %" for k, v in share.items() if k not in (dom, "none") and v >= 0.005]
+    if others:
+        head += " (" + ", ".join(others) + ")"
+    ticks = entry.get("ticks", 0)
+    return f"{head}; {link_txt}, {dram_txt} median, {ticks} tick{'s' if ticks != 1 else ''}"
 
 
 def phase_verdicts(analyzer: Any) -> dict[int, dict[str, str]]:
