@@ -7,7 +7,7 @@ from pathlib import Path
 
 from pcie_tui.errors import UserError
 
-DEFAULT_DEMO = "h200-reference"
+DEFAULT_DEMO = "h200-llama-partial"
 
 # name -> one-line description; files live in pcie_tui/data/<name>.jsonl.gz
 DESCRIPTIONS = {
