@@ -59,7 +59,7 @@ def test_slots_keep_numbers_only_and_give_the_phase():
     got = _slot_numbers(slots)
     assert got == [
         {"id": 0, "processing": False},
-        {"id": 1, "processing": True, "n_prompt_processed": 14, "n_decoded": 18},
+        {"id": 1, "processing": True, "task": 0, "n_prompt_processed": 14, "n_decoded": 18},
     ]
     assert "text" not in json.dumps(got)
     s = EngineSample(kind="llamacpp", up=True, extra={"slots_prefill": 0, "slots_decode": 1})

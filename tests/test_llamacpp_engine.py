@@ -146,7 +146,7 @@ def test_slots_show_decode_while_a_long_request_runs(server):
         assert (
             busy
             and busy[0]["n_decoded"] > 0
-            and set(busy[0]) <= {"id", "processing", "n_decoded", "n_prompt_processed"}
+            and set(busy[0]) <= {"id", "processing", "task", "n_decoded", "n_prompt_processed"}
         )
         assert fut.result().tokens == 400
     s, _ = _read_until(client, lambda s: slot_phase(s) == "idle")

@@ -12,9 +12,9 @@ Where the numbers come from (all as the server reports them):
 * ``requests_running`` / ``requests_waiting``: ``llamacpp:requests_processing`` /
   ``requests_deferred``; without ``--metrics``, slots with ``is_processing`` (waiting: None).
 * ``extra``: ``n_decode_total`` and the other counters, ``slots`` (per slot: processing,
-  prompt tokens processed, tokens decoded - numbers only, the text /slots returns is
-  dropped), ``slots_prefill`` / ``slots_decode`` (busy slots that have / have not produced
-  a token yet), ``server_state`` and ``requests`` (requests completed since the last read,
+  prompt tokens processed, tokens decoded, ``task`` id - numbers only, the text /slots
+  returns is dropped), ``slots_prefill`` / ``slots_decode`` (busy slots that have / have
+  not produced a token yet), ``server_state`` and ``requests`` (requests completed since the last read,
   parsed from the log by :mod:`pcie_tui.collect.llamalog`).
 
 llama-server answers /metrics and /slots from its main loop, between two batches; a
@@ -333,6 +333,8 @@ def _slot_numbers(slots: list[Any]) -> list[dict[str, Any]]:
         nt = s.get("next_token")
         nt0 = nt[0] if isinstance(nt, list) and nt and isinstance(nt[0], dict) else nt if isinstance(nt, dict) else {}
         rec: dict[str, Any] = {"id": s.get("id"), "processing": bool(s.get("is_processing", s.get("state", 0)))}
+        if isinstance(s.get("id_task"), int):
+            rec["task"] = s["id_task"]  # tells a new request on the slot from the one before
         if isinstance(s.get("n_prompt_tokens_processed"), int):
             rec["n_prompt_processed"] = s["n_prompt_tokens_processed"]
         if isinstance(nt0.get("n_decoded"), int):

@@ -1,0 +1,187 @@
+"""Engine token timing for llama-server: per-request log timings and /slots token counts.
+
+Pinned on the sessions recorded on the project's H200 (pcie_tui/data/h200-llama-*.jsonl.gz):
+each request's prompt_ms / predicted_ms as llama-server printed them, so the expected
+quantiles are computed here from those printed figures, not from the code under test.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from pcie_tui.analyze.engine import (
+    QUANTILE_METHOD,
+    QUANTILE_METHOD_LLAMA,
+    SNAPSHOT_KEYS,
+    EngineStats,
+    engine_report,
+)
+from pcie_tui.analyze.engine_llama import request_latencies, slot_tokens_total, unique_requests
+from pcie_tui.analyze.session import quantile
+from pcie_tui.model import EngineSample, Sample
+from pcie_tui.record.reader import read_recording
+
+DATA = Path(__file__).resolve().parents[1] / "pcie_tui" / "data"
+
+
+def _samples(name: str) -> list[Sample]:
+    return list(read_recording(DATA / f"h200-llama-{name}.jsonl.gz").samples)
+
+
+def _q3(vals):
+    v = sorted(vals)
+    return {k: quantile(v, q) for k, q in (("p50", 0.5), ("p95", 0.95), ("p99", 0.99))}
+
+
+def _approx(d):
+    return {k: pytest.approx(v, rel=1e-9) for k, v in d.items()}
+
+
+# ---- whole session (report --json) ------------------------------------------
+
+
+def test_partial_session_report_has_per_request_latencies():
+    rep = engine_report(_samples("partial"))
+    assert rep is not None and rep["kind"] == "llamacpp"
+    assert rep["requests"] == 6  # one 8000-token prefill + five 32-token prompts generating 16 tokens
+    prompt_ms = [5089.63, 77.08, 71.97, 81.72, 65.92, 68.38]
+    predicted_ms = [887.72, 944.93, 804.02, 710.85, 737.78]  # 16 tokens each
+    assert rep["prefill_s"] == _approx(_q3([x / 1e3 for x in prompt_ms]))
+    assert rep["prefill_s"]["p50"] == pytest.approx(0.074525)
+    assert rep["ttft_s"] == rep["prefill_s"]  # server side: TTFT is the prompt eval time
+    assert rep["decode_s"] == _approx(_q3([x / 1e3 for x in predicted_ms]))
+    # 16 tokens: 15 gaps after the first token (which ends the prompt eval time).
+    assert rep["itl_s"] == _approx(_q3([x / 15 / 1e3 for x in predicted_ms]))
+    assert 0.047 < rep["itl_s"]["p50"] < 0.064
+    assert rep["queue_s"] is None  # llama-server does not report queueing
+    assert rep["quantile_method"] == QUANTILE_METHOD_LLAMA
+    assert "6 requests" in rep["basis"] and "lower bound" in rep["basis"]
+    pr = rep["per_request"]
+    assert pr["n"] == 6
+    assert pr["prompt_tokens_per_s"]["p99"] == pytest.approx(
+        _q3([32e3 / x for x in prompt_ms[1:]] + [8000e3 / 5089.63])["p99"]
+    )
+
+
+def test_full_session_counts_each_logged_request_once():
+    """That recording repeats a scrape in several ticks; each request counts once."""
+    rep = engine_report(_samples("full"))
+    assert rep["requests"] == 5
+    assert rep["prefill_s"] == _approx(_q3([0.64208, 0.34698, 0.33625, 0.02002, 0.0055]))
+    assert rep["itl_s"] == _approx(_q3([688.64 / 255 / 1e3, 681.63 / 255 / 1e3]))
+    # Older recordings carry only prompt_n/prompt_ms: per-request rates still come out.
+    assert rep["per_request"]["generation_tokens_per_s"]["p50"] == pytest.approx((256 / 0.68864 + 256 / 0.68163) / 2)
+
+
+def test_ngl4_session_slow_prefill():
+    rep = engine_report(_samples("ngl4"))
+    assert rep["requests"] == 2
+    assert rep["prefill_s"]["p99"] == pytest.approx(quantile([0.51355, 17.36995], 0.99))
+    assert rep["itl_s"] == _approx({"p50": 1.36744 / 15, "p95": 1.36744 / 15, "p99": 1.36744 / 15})
+
+
+# ---- live window --------------------------------------------------------------
+
+
+def _replay(samples, window_s, stop):
+    st = EngineStats(window_s)
+    t0 = samples[0].t
+    for s in samples:
+        st.feed(s)
+        if stop(s, s.t - t0):
+            return st.snapshot(), s
+    raise AssertionError("condition never met")
+
+
+def test_snapshot_shows_the_8000_token_prompt_when_it_ends():
+    samples = _samples("partial")
+
+    def ended(s, _):
+        return s.engine is not None and any(r.get("prompt_n") == 8000 for r in s.engine.extra.get("requests", []))
+
+    snap, _ = _replay(samples, 10.0, ended)
+    assert tuple(snap) == SNAPSHOT_KEYS
+    assert snap["ttft_s"] == _approx({"p50": 5.08963, "p95": 5.08963, "p99": 5.08963})  # prompt eval 5089.63 ms
+    assert snap["prefill_s"] == snap["ttft_s"]
+    assert snap["itl_s"] is None and snap["decode_s"] is None  # 1 token: no gap, no decode
+    assert snap["queue_s"] is None and snap["requests_timed"] == 1
+    assert snap["quantile_method"] == QUANTILE_METHOD_LLAMA
+
+
+def test_snapshot_rates_from_slots_while_decoding_and_prefilling():
+    samples = _samples("partial")
+    # Mid-decode of a 16-token request: the generation counter has not moved for > 1 s.
+    snap, s = _replay(samples, 1.0, lambda s, _: s.engine is not None and s.engine.phase == "decode"
+                      and s.engine.extra["slots"][0].get("n_decoded") == 15)  # fmt: skip
+    assert "generation: /slots n_decoded" in snap["rate_source"]
+    # The requests' own mean gap is 47-63 ms: 16-21 tokens/s; the scrape sees 1-2 tokens a tick.
+    assert 12.0 < snap["generation_tokens_per_s"] < 22.0
+    # Mid-prefill of the 8000-token prompt (server: 8000 tokens in 5.09 s = 1572 tokens/s).
+    snap, _ = _replay(samples, 2.0, lambda s, t: t > 8.5 and s.engine is not None and s.engine.phase == "prefill")
+    assert "prompt: /slots n_prompt_processed" in snap["rate_source"]
+    assert snap["prompt_tokens_per_s"] == pytest.approx(8000 / 5.08963, rel=0.15)
+    assert snap["generation_tokens_per_s"] == 0.0
+
+
+def test_vllm_kind_keeps_histogram_method_and_counters():
+    st = EngineStats(10.0)
+    for i in range(3):
+        st.feed(
+            Sample(t=float(i), gpus=(), engine=EngineSample(kind="vllm", up=True, generation_tokens_total=10.0 * i))
+        )
+    snap = st.snapshot()
+    assert snap["quantile_method"] == QUANTILE_METHOD
+    assert snap["generation_tokens_per_s"] == pytest.approx(10.0)
+    assert snap["rate_source"] == "generation: counter" and snap["requests_timed"] is None
+
+
+# ---- units -------------------------------------------------------------------
+
+
+def _tick(t, slots, up=True):
+    return (float(t), EngineSample(kind="llamacpp", up=up, extra={"slots": slots} if slots is not None else {}))
+
+
+def test_slot_counts_add_increases_and_new_requests():
+    ticks = [
+        _tick(0, [{"id": 0, "processing": True, "n_decoded": 0}]),
+        _tick(1, [{"id": 0, "processing": True, "n_decoded": 5}]),  # +5
+        _tick(2, [{"id": 0, "processing": True, "n_decoded": 12}]),  # +7
+        _tick(3, None),  # busy scrape: no /slots, nothing known
+        _tick(4, [{"id": 0, "processing": True, "n_decoded": 3}]),  # dropped: a new request, +3
+        _tick(5, [{"id": 0, "processing": True, "n_decoded": 8}], up=False),  # down: ignored
+        _tick(6, [{"id": 0, "processing": True, "n_decoded": 9}]),  # +6
+    ]
+    assert slot_tokens_total(ticks, "n_decoded") == (21.0, 6.0)
+
+
+def test_slot_counts_new_task_and_idle_slot_and_two_slots():
+    ticks = [
+        _tick(0, [{"id": 0, "processing": True, "task": 7, "n_decoded": 10}, {"id": 1, "processing": False}]),
+        _tick(
+            1,
+            [{"id": 0, "processing": True, "task": 9, "n_decoded": 14}, {"id": 1, "processing": True, "n_decoded": 4}],
+        ),  # fmt: skip
+        _tick(2, [{"id": 0, "processing": False}, {"id": 1, "processing": True, "n_decoded": 6}]),
+        _tick(3, [{"id": 0, "processing": True, "n_decoded": 2}, {"id": 1, "processing": True, "n_decoded": 6}]),
+    ]
+    # slot 0: new task +14, idle (back to 0), then +2; slot 1: idle -> 4 (+4), +2, +0
+    assert slot_tokens_total(ticks, "n_decoded") == (22.0, 3.0)
+
+
+def test_slot_counts_need_two_ticks():
+    assert slot_tokens_total([_tick(0, [{"id": 0, "processing": True, "n_decoded": 4}])], "n_decoded") is None
+    assert slot_tokens_total([_tick(0, None), _tick(1, None)], "n_decoded") is None
+
+
+def test_request_latencies_and_duplicates():
+    r = {"t": 1.0, "seq": 1, "prompt_n": 10, "prompt_ms": 20.0, "predicted_n": 11, "predicted_ms": 50.0}
+    e = EngineSample(kind="llamacpp", up=True, extra={"requests": [r]})
+    reqs = unique_requests([e, e, None])
+    assert reqs == [r]
+    lat = request_latencies(reqs + [{"prompt_n": 0, "prompt_ms": 0.0, "predicted_n": 1, "predicted_ms": 0.0}])
+    assert lat["itl_s"] == {"p50": 0.005, "p95": 0.005, "p99": 0.005}
+    assert lat["prefill_s"] == {"p50": 0.02, "p95": 0.02, "p99": 0.02}  # a fully cached prompt has no prefill
+    assert request_latencies([]) == {"ttft_s": None, "itl_s": None, "prefill_s": None, "decode_s": None}
