@@ -146,24 +146,51 @@ def render_text(report: dict[str, Any], rec: Recording, console: Console) -> Non
         console.print(f"[yellow]warning:[/] {w}")
 
 
-def _q(d: dict[str, Any] | None, unit: str = "ms", scale: float = 1e3) -> str:
+def _q(d: dict[str, Any] | None, unit: str = "auto", scale: float = 1e3) -> str:
+    """p50/p95/p99 of a quantile dict in seconds; ``unit="auto"``: ms, or s from 10 s up."""
     if not d or d.get("p50") is None:
         return "n/a"
-    return " / ".join(f"{d[k] * scale:.1f}" for k in ("p50", "p95", "p99")) + f" {unit} (p50/p95/p99)"
+    if unit == "auto":
+        big = max((v for v in d.values() if isinstance(v, int | float)), default=0.0) >= 10.0
+        unit, scale = ("s", 1.0) if big else ("ms", 1e3)
+    vals = [d.get(k) for k in ("p50", "p95", "p99")]
+    return " / ".join("n/a" if v is None else f"{v * scale:.1f}" for v in vals) + f" {unit} (p50/p95/p99)"
 
 
 def _render_engine(eng: dict[str, Any], console: Console) -> None:
     def rate(v: float | None) -> str:
         return "n/a" if v is None else f"{v:.1f} tok/s"
 
-    console.print(
-        f"\n[bold]Engine[/] {eng.get('kind')}  requests {eng.get('requests') if eng.get('requests') is not None else 'n/a'}"
-    )
-    console.print(
-        f"  prompt {rate(eng.get('prompt_tokens_per_s'))}, generation {rate(eng.get('generation_tokens_per_s'))}"
-    )
-    console.print(f"  time to first token {_q(eng.get('ttft_s'))}")
-    console.print(f"  inter-token latency {_q(eng.get('itl_s'))}")
+    def q_rate(d: dict[str, Any] | None) -> str:
+        if not d or d.get("p50") is None:
+            return "n/a"
+        return " / ".join(f"{d[k]:.1f}" for k in ("p50", "p95", "p99")) + " tok/s (p50/p95/p99)"
+
+    out = console.print
+    req = eng.get("requests")
+    out(f"\n[bold]Engine[/] {eng.get('kind')}  requests {req if req is not None else 'n/a'}")
+    up_s = eng.get("up_s")
+    over = f" (token counters over {up_s:.1f} s up)" if isinstance(up_s, int | float) and up_s > 0 else ""
+    out(f"  prompt {rate(eng.get('prompt_tokens_per_s'))}, generation {rate(eng.get('generation_tokens_per_s'))}{over}")
+    for label, key in (
+        ("prefill (prompt eval)", "prefill_s"),
+        ("decode               ", "decode_s"),
+        ("time to first token  ", "ttft_s"),
+        ("inter-token latency  ", "itl_s"),
+        ("queue                ", "queue_s"),
+    ):
+        out(f"  {label} {_q(eng.get(key))}", markup=False, highlight=False)
+    pr = eng.get("per_request") or {}
+    if pr.get("n"):
+        out(
+            f"  per request ({pr['n']}): prompt {q_rate(pr.get('prompt_tokens_per_s'))}, "
+            f"generation {q_rate(pr.get('generation_tokens_per_s'))}",
+            markup=False,
+            highlight=False,
+        )
+    basis = eng.get("basis") or eng.get("quantile_method")
+    if basis:
+        out(f"  latency basis: {basis}", markup=False, highlight=False)
 
 
 def json_line(d: dict[str, Any]) -> str:

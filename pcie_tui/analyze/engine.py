@@ -380,7 +380,7 @@ def engine_report(samples: Iterable[Sample], analyzer: Any = None) -> dict[str, 
         "generation_tokens": counter_total(e.generation_tokens_total for e in up),
         **{name: hist_quantiles(hist_window(up, name)) for name in LATENCIES},
         "quantile_method": QUANTILE_METHOD,
-        "basis": "engine histograms (bucket estimates)",
+        "basis": "engine histograms, quantiles interpolated within buckets (estimates bounded by bucket edges)",
         "per_request": per_request_summary(per_request),
         "phases": phases,
     }
@@ -391,7 +391,8 @@ def engine_report(samples: Iterable[Sample], analyzer: Any = None) -> dict[str, 
         out["quantile_method"] = QUANTILE_METHOD_LLAMA
         out["basis"] = (
             f"{len(per_request)} requests timed by llama-server's log: prefill = TTFT = prompt eval time "
-            "(server side, lower bound of client TTFT), decode = eval time, ITL = eval time / (tokens - 1)"
+            "(server side, lower bound of client TTFT), decode = eval time, ITL = eval time / (tokens - 1); "
+            "queue time not reported"
             if per_request
             else "no per-request timings (llama-server log not read)"
         )
