@@ -132,7 +132,7 @@ def _args(**kw):
 def test_cli(capsys):
     assert linkmodel_main(_args(hidden=8192, layers=80, tp=2)) == 0
     out = capsys.readouterr().out
-    assert "2.621 MB each way" in out and "latency-bound" in out and "Gen4 x16 theoretical = 31.5 GB/s" in out
+    assert "2.62 MB each way" in out and "latency-bound" in out and "Gen4 x16 theoretical = 31.5 GB/s" in out
     assert linkmodel_main(_args(hidden=8192, layers=80, tp=2, json=True, recording=str(REFERENCE_SESSION))) == 0
     got = json.loads(capsys.readouterr().out)
     assert got["tp_bytes_per_token"] == 2_621_440 and "measured" in got
@@ -159,3 +159,100 @@ def test_report_linkmodel_reads_the_engine_facts(tmp_path):
     got = lm.report_linkmodel(missing, samples)
     assert got == {"available": False, "reason": got["reason"]} and "cannot read model config" in got["reason"]
     assert lm.report_linkmodel(dataclasses.replace(header, engine=None), samples)["available"] is False
+
+
+LLAMA_PARTIAL = Path(__file__).parent.parent / "pcie_tui" / "data" / "h200-llama-partial.jsonl.gz"
+
+
+def _cli(argv, capsys):
+    from pcie_tui.cli import main
+
+    try:
+        rc = main(argv)
+    except SystemExit as e:
+        rc = e.code
+    cap = capsys.readouterr()
+    return rc, cap.out, cap.err
+
+
+@pytest.mark.parametrize("flag,value", [("--hidden", "-5"), ("--latency-us", "-3"), ("--dtype-bytes", "0"),
+                                        ("--layers", "0"), ("--tp", "0"), ("--pp", "-1"), ("--batch", "0"),
+                                        ("--prompt-tokens", "0"), ("--ceiling-gbps", "0"), ("--hidden", "abc")])
+def test_cli_rejects_bad_numbers_in_one_line_naming_the_flag(flag, value, capsys):
+    argv = ["linkmodel", "--hidden", "64", "--layers", "2", flag, value]
+    rc, out, err = _cli(argv, capsys)
+    assert rc != 0 and out == ""
+    assert len(err.strip().splitlines()) == 1 and flag in err and "Traceback" not in err
+
+
+def test_cli_direct_call_does_not_silently_replace_zero(capsys):
+    # Without argparse's types (a direct call), 0 is still refused, not read as "unset".
+    with pytest.raises(UserError, match="--dtype-bytes must be >= 1"):
+        linkmodel_main(_args(hidden=64, layers=2, dtype_bytes=0))
+    with pytest.raises(UserError, match="--layers must be >= 1"):
+        linkmodel_main(_args(hidden=64, layers=0))
+
+
+def test_every_linkmodel_option_has_help():
+    from pcie_tui.cli import build_parser
+
+    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    for cmd in ("linkmodel", "doctor", "calibrate"):
+        for a in sub.choices[cmd]._actions:
+            if a.help is not argparse.SUPPRESS:
+                assert a.help, (cmd, a.option_strings)
+
+
+def test_single_gpu_layout_says_there_is_no_inter_gpu_traffic(capsys):
+    rc, out, _ = _cli(["linkmodel", "--hidden", "4096", "--layers", "32"], capsys)
+    assert rc == 0
+    assert "no inter-GPU traffic per token" in out
+    assert "bandwidth-bound" not in out and "0.00 ms" not in out
+
+
+def test_small_rates_and_singulars_are_formatted(capsys):
+    assert lm.fmt_rate(0.000249e9) == "249 kB/s" and lm.fmt_rate(63e9) == "63.0 GB/s"
+    assert lm.fmt_gbs(0.000249e9) == "249 kB/s" and lm.fmt_gbs(53.84e9) == "53.8 GB/s"
+    assert lm.fmt_bytes(2_621_440) == "2.62 MB" and lm.count(1, "token") == "1 token" and lm.count(2, "tick") == "2 ticks"
+    rc, out, _ = _cli(["linkmodel", "--hidden", "8192", "--layers", "80", "--tp", "2", "--ceiling-gbps", "0.000249"], capsys)
+    assert rc == 0
+    assert "249 kB/s per direction" in out and "0.000249" not in out and "0.0 GB/s" not in out
+    assert "(1 token)" in out and "1 tokens" not in out and "e+" not in out
+
+
+def test_llama_server_recording_counts_tokens_per_finished_request(capsys):
+    """llama-server's counters move at request end; the finished requests carry prompt_n / predicted_n."""
+    from pcie_tui.record.reader import read_recording
+
+    rec = read_recording(LLAMA_PARTIAL)
+    reqs = {r["seq"]: r for s in rec.samples if s.engine for r in s.engine.extra.get("requests", [])}
+    assert len(reqs) == 6
+    m = lm.measured_bytes_per_token(rec.header, rec.samples)
+    assert m["prefill"]["tokens"] == sum(r["prompt_n"] for r in reqs.values()) == 8160
+    assert m["decode"]["tokens"] == sum(r["predicted_n"] for r in reqs.values()) == 81
+    assert m["decode"]["gpus"][0]["bytes_per_token"] == pytest.approx(m["decode"]["gpus"][0]["bytes"] / 81)
+    assert "6 finished requests" in m["decode"]["tokens_basis"]
+    rc, out, _ = _cli(["linkmodel", "--recording", str(LLAMA_PARTIAL), "--hidden", "4096", "--layers", "32"], capsys)
+    assert rc == 0 and "no engine attached" not in out
+    assert "recording prefill GPU0: measured" in out and "over 8160 tokens" in out and "over 81 tokens" in out
+
+
+def test_missing_tokens_give_the_real_reason():
+    import dataclasses
+
+    header, samples = _two_gpu_session(1e6, tokens_per_s=10.0)
+    no_engine = [dataclasses.replace(s, engine=None, extra={"label": "decode"}) for s in samples]
+    assert "no engine attached" in lm.measured_bytes_per_token(header, no_engine)["decode"]["tokens_reason"]
+    no_counters = [dataclasses.replace(s, engine=EngineSample("vllm", True, phase="decode")) for s in samples]
+    m = lm.measured_bytes_per_token(header, no_counters)
+    assert m["decode"]["tokens"] is None and "no token counters" in m["decode"]["tokens_reason"]
+    still = [dataclasses.replace(s, engine=dataclasses.replace(s.engine, generation_tokens_total=5.0)) for s in samples]
+    assert "did not move during decode" in lm.measured_bytes_per_token(header, still)["decode"]["tokens_reason"]
+    pred = lm.predict(LLAMA70B, lm.Layout(tp=2), 25e9)
+    pred["ceiling_label"] = "given"
+    pred["measured"] = lm.measured_bytes_per_token(header, no_counters)
+    pred["comparison"] = lm.compare(pred, pred["measured"])
+    from pcie_tui.doctor.cli import render_linkmodel
+
+    text = render_linkmodel(pred)
+    assert "bytes per token n/a (the engine reported no token counters)" in text and "no engine attached" not in text

@@ -169,18 +169,42 @@ def from_gguf(path: str | Path, dtype_bytes: int = 4) -> ModelShape:
 def measured_bytes_per_token(header: SessionHeader, samples: Iterable[Sample]) -> dict[str, Any]:
     """Per phase and GPU: link bytes moved (busier direction, PCIe + NVLink) and tokens the engine counted.
 
-    Tokens come from the engine's cumulative counters (prompt tokens in prefill,
-    generated tokens in decode); without an engine the tokens are unknown (None).
+    Tokens, in order of preference:
+
+    * per-request counts (llama-server): its cumulative counters move only when a
+      request ends, usually in a later tick of another phase, so per-tick deltas
+      would credit the tokens to the wrong phase. Its ticks carry the finished
+      requests (``engine.extra["requests"]``, each with ``prompt_n`` /
+      ``predicted_n``); prefill gets the prompt tokens of every request that
+      finished in the recording, decode their generated tokens.
+    * the engine's cumulative counters, tick by tick (vLLM updates them each step).
+
+    ``tokens`` is None when unknown, with ``tokens_reason`` saying why.
     """
     acc: dict[str, dict[str, Any]] = {}
     prev: Sample | None = None
+    engine_seen = header.engine is not None
+    counters_seen = False
+    requests: dict[Any, tuple[float, float]] = {}  # request key -> (prompt tokens, generated tokens)
     for s in samples:
+        if s.engine is not None:
+            engine_seen = True
+            if s.engine.prompt_tokens_total is not None or s.engine.generation_tokens_total is not None:
+                counters_seen = True
+            for i, r in enumerate(s.engine.extra.get("requests") or ()):
+                if not isinstance(r, dict):
+                    continue
+                pn, gn = r.get("prompt_n", r.get("prompt_tokens")), r.get("predicted_n", r.get("generation_tokens"))
+                if isinstance(pn, (int, float)) or isinstance(gn, (int, float)):
+                    key = r.get("seq") if r.get("seq") is not None else (s.t, i)
+                    requests[key] = (float(pn or 0), float(gn or 0))
         if prev is not None:
             dt = s.t - prev.t
             phase = _phase(s)
             if phase and dt > 0:
-                a = acc.setdefault(phase, {"seconds": 0.0, "bytes": {}, "prompt_tokens": 0.0, "gen_tokens": 0.0})
+                a = acc.setdefault(phase, {"seconds": 0.0, "ticks": 0, "bytes": {}, "prompt_tokens": 0.0, "gen_tokens": 0.0})
                 a["seconds"] += dt
+                a["ticks"] += 1
                 for g in s.gpus:
                     b = _dir_max(g.pcie_tx_Bps, g.pcie_rx_Bps) + _dir_max(g.nvlink_tx_Bps, g.nvlink_rx_Bps)
                     a["bytes"][g.index] = a["bytes"].get(g.index, 0.0) + b * dt
@@ -188,13 +212,36 @@ def measured_bytes_per_token(header: SessionHeader, samples: Iterable[Sample]) -
                     a["prompt_tokens"] += _delta(prev.engine.prompt_tokens_total, s.engine.prompt_tokens_total)
                     a["gen_tokens"] += _delta(prev.engine.generation_tokens_total, s.engine.generation_tokens_total)
         prev = s
+    per_request = bool(requests)
     out: dict[str, Any] = {}
     for phase, a in acc.items():
-        tokens = a["prompt_tokens"] if phase == "prefill" else a["gen_tokens"] if phase == "decode" else None
+        tokens: float | None
+        reason: str | None = None
+        basis: str | None = None
+        if phase not in ("prefill", "decode"):
+            tokens, reason = None, f"tokens are counted for prefill and decode only, not {phase!r} ticks"
+        elif not engine_seen:
+            tokens, reason = None, "no engine attached to the recording"
+        elif per_request:
+            k = 0 if phase == "prefill" else 1
+            tokens = sum(v[k] for v in requests.values())
+            basis = f"token counts of {count(len(requests), 'finished request')}"
+            if not tokens:
+                reason = f"the {count(len(requests), 'finished request')} counted no " + (
+                    "prompt tokens" if phase == "prefill" else "generated tokens")
+        elif not counters_seen:
+            tokens, reason = None, "the engine reported no token counters"
+        else:
+            tokens = a["prompt_tokens"] if phase == "prefill" else a["gen_tokens"]
+            basis = "engine counters, tick by tick"
+            if not tokens:
+                reason = f"the engine's counters did not move during {phase} ticks"
         per_gpu = {}
         for idx, b in sorted(a["bytes"].items()):
             per_gpu[idx] = {"bytes": b, "mean_Bps": b / a["seconds"], "bytes_per_token": (b / tokens) if tokens else None}
-        out[phase] = {"seconds": a["seconds"], "tokens": tokens or None, "gpus": per_gpu}
+        out[phase] = {"seconds": a["seconds"], "ticks": a["ticks"], "tokens": tokens or None,
+                      "tokens_basis": basis if tokens else None, "tokens_reason": None if tokens else reason,
+                      "gpus": per_gpu}
     return out
 
 
@@ -211,11 +258,47 @@ def compare(prediction: dict[str, Any], measured: dict[str, Any]) -> dict[str, A
             bpt = g["bytes_per_token"]
             rows[idx] = {
                 "measured_bytes_per_token": bpt,
+                "tokens_reason": m.get("tokens_reason"),
                 "predicted_bytes_per_token": predicted_bpt,
                 "ratio": (bpt / predicted_bpt) if bpt is not None and predicted_bpt > 0 else None,
             }
         out[phase] = rows
     return out
+
+
+def _plural(n: float, word: str) -> str:
+    return word if n == 1 else word + "s"
+
+
+def count(n: float, word: str) -> str:
+    """'1 token', '2 tokens', '1.5 ticks'."""
+    return f"{n:g} {_plural(n, word)}"
+
+
+def fmt_rate(Bps: float | None) -> str:
+    """Bytes/s with a unit that keeps 3 significant digits: 63.0 GB/s, 249 kB/s, 0 B/s."""
+    return "n/a" if Bps is None else _fmt(Bps, "/s")
+
+
+def fmt_gbs(Bps: float | None) -> str:
+    """Link rates: GB/s with one decimal from 1 GB/s up (53.8 GB/s); below, MB/s or kB/s (249 kB/s, not 0.0 GB/s)."""
+    if Bps is None:
+        return "n/a"
+    return f"{Bps / 1e9:.1f} GB/s" if Bps >= 0.9995e9 else fmt_rate(Bps)
+
+
+def fmt_bytes(n: float | None) -> str:
+    """Bytes with a unit that keeps 3 significant digits: 2.62 MB, 16.4 kB."""
+    return "n/a" if n is None else _fmt(n, "")
+
+
+def _fmt(v: float, suffix: str) -> str:
+    a = abs(v)
+    for scale, unit in ((1e12, "TB"), (1e9, "GB"), (1e6, "MB"), (1e3, "kB")):
+        if a >= scale * 0.9995:
+            x = v / scale
+            return f"{x:.{0 if abs(x) >= 99.95 else 1 if abs(x) >= 9.995 else 2}f} {unit}{suffix}"
+    return f"{v:.0f} B{suffix}" if a >= 1 or v == 0 else f"{v:.2g} B{suffix}"
 
 
 def _phase(s: Sample) -> str | None:

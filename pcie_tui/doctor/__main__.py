@@ -4,13 +4,20 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import NoReturn
 
 from pcie_tui.doctor.cli import register
 from pcie_tui.errors import UserError
 
 
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        # One line, like the main CLI, not argparse's usage block.
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m pcie_tui.doctor")
+    ap = _Parser(prog="python -m pcie_tui.doctor")
     sub = ap.add_subparsers(dest="command", required=True)
     register(sub)
     args = ap.parse_args(argv)

@@ -49,7 +49,9 @@ class DoctorData:
 
 
 def _gb(bps: float | None) -> str:
-    return "n/a" if bps is None else f"{bps / 1e9:.1f} GB/s"
+    from pcie_tui.analyze.linkmodel import fmt_gbs
+
+    return fmt_gbs(bps)
 
 
 def _link(gen: Any, width: Any) -> str:

@@ -17,19 +17,44 @@ from pcie_tui.errors import UserError
 from pcie_tui.model import pcie_capacity_Bps
 
 
+def _number(kind: type, minimum: float, inclusive: bool) -> Any:
+    """argparse type: a number of ``kind`` above (or at, when inclusive) ``minimum``; one-line error otherwise."""
+
+    def conv(text: str) -> Any:
+        try:
+            v = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not {'an integer' if kind is int else 'a number'}: {text!r}") from None
+        if v != v or v < minimum or (v == minimum and not inclusive):  # NaN too
+            raise argparse.ArgumentTypeError(f"must be {'>=' if inclusive else '>'} {minimum:g}, not {text!r}")
+        return v
+
+    conv.__name__ = f"{kind.__name__}"
+    return conv
+
+
+positive_int = _number(int, 0, inclusive=False)
+positive_float = _number(float, 0, inclusive=False)
+nonneg_int = _number(int, 0, inclusive=True)
+nonneg_float = _number(float, 0, inclusive=True)
+
+
 def register(subparsers: Any) -> None:
     p = subparsers.add_parser("doctor", help="check slot wiring, link training, NUMA placement, P2P and PCIe errors")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
-    p.add_argument("--pid", type=int, help="check this process's CPU/memory placement against the GPUs' NUMA nodes")
-    p.add_argument("--load-s", type=float, default=3.0, help="seconds of generated copy load to judge links under (0: none)")
-    p.add_argument("--sysfs-root", default="/sys", help="sysfs mount to read (default /sys)")
+    p.add_argument("--pid", type=positive_int, metavar="PID",
+                   help="check this process's CPU/memory placement against the GPUs' NUMA nodes")
+    p.add_argument("--load-s", type=nonneg_float, default=3.0, metavar="S",
+                   help="seconds of generated copy load to judge links under (default 3; 0: none)")
+    p.add_argument("--sysfs-root", default="/sys", metavar="DIR", help="sysfs mount to read (default /sys)")
     p.add_argument("--proc-root", default="/proc", help=argparse.SUPPRESS)
     p.set_defaults(func=doctor_main)
 
     c = subparsers.add_parser("calibrate", help="measure achievable host<->GPU copy rates and store them as link ceilings")
-    c.add_argument("--gpu", type=int, help="only this GPU (NVML index)")
-    c.add_argument("--size-mib", type=int, default=256, help="copy size in MiB (default 256)")
-    c.add_argument("--seconds", type=float, default=1.5, help="seconds of copies per direction (default 1.5)")
+    c.add_argument("--gpu", type=nonneg_int, metavar="INDEX", help="only this GPU (NVML index)")
+    c.add_argument("--size-mib", type=positive_int, default=256, metavar="MIB", help="copy size in MiB (default 256)")
+    c.add_argument("--seconds", type=positive_float, default=1.5, metavar="S",
+                   help="seconds of copies per direction (default 1.5)")
     c.add_argument("--backend", choices=("torch", "cuda-python"), help="copy backend (default: torch, else cuda-python)")
     c.add_argument("--no-save", action="store_true", help="measure only; do not store the result")
     c.add_argument("--json", action="store_true", help="print the result as JSON")
@@ -39,18 +64,26 @@ def register(subparsers: Any) -> None:
     src = m.add_mutually_exclusive_group()
     src.add_argument("--model", metavar="DIR", help="vLLM/HF model directory (reads config.json)")
     src.add_argument("--gguf", metavar="FILE", help="GGUF model file (reads its metadata)")
-    m.add_argument("--hidden", type=int, help="hidden size (overrides the config)")
-    m.add_argument("--layers", type=int, help="number of layers (overrides the config)")
-    m.add_argument("--dtype-bytes", type=int, help="bytes per activation element (bf16 2, f32 4)")
-    m.add_argument("--tp", type=int, default=1)
-    m.add_argument("--pp", type=int, default=1)
-    m.add_argument("--batch", type=int, default=1, help="sequences decoded together")
-    m.add_argument("--prompt-tokens", type=int, default=2048)
+    m.add_argument("--hidden", type=positive_int, metavar="N", help="hidden size (overrides the config)")
+    m.add_argument("--layers", type=positive_int, metavar="N", help="number of layers (overrides the config)")
+    m.add_argument("--dtype-bytes", type=positive_int, metavar="B",
+                   help="bytes per activation element on the wire (bf16 2, f32 4; default: the config's, "
+                        "GGUF 4, flags 2)")
+    m.add_argument("--tp", type=positive_int, default=1, metavar="N",
+                   help="tensor-parallel GPUs (default 1: no all-reduces)")
+    m.add_argument("--pp", type=positive_int, default=1, metavar="N",
+                   help="pipeline-parallel stages (default 1: no hand-offs)")
+    m.add_argument("--batch", type=positive_int, default=1, metavar="N",
+                   help="sequences decoded together per step (default 1)")
+    m.add_argument("--prompt-tokens", type=positive_int, default=2048, metavar="N",
+                   help="tokens per prefill step (default 2048)")
     m.add_argument("--link", default="4x16", metavar="GENxWIDTH", help="link to price, e.g. 4x16, 5x8 (default 4x16)")
-    m.add_argument("--ceiling-gbps", type=float, help="link ceiling in GB/s per direction (overrides --link)")
-    m.add_argument("--latency-us", type=float, default=25.0, help="per all-reduce latency in us (default 25, PCIe)")
+    m.add_argument("--ceiling-gbps", type=positive_float, metavar="GB/S",
+                   help="link ceiling in GB/s per direction (overrides --link)")
+    m.add_argument("--latency-us", type=nonneg_float, default=25.0, metavar="US",
+                   help="fixed latency per all-reduce in us (default 25, PCIe; 0 prices bandwidth only)")
     m.add_argument("--recording", metavar="FILE", help="compare with the traffic measured in this recording")
-    m.add_argument("--json", action="store_true")
+    m.add_argument("--json", action="store_true", help="print the prediction (and comparison) as JSON")
     m.set_defaults(func=linkmodel_main)
 
 
@@ -71,6 +104,8 @@ def doctor_main(args: argparse.Namespace, nvml: Any = None) -> int:
 
     if args.load_s < 0:
         raise UserError("--load-s must be >= 0")
+    if args.pid is not None and args.pid < 1:
+        raise UserError(f"--pid must be a process id >= 1, not {args.pid}")
     report = run_doctor(nvml=nvml, sysfs_root=args.sysfs_root, proc_root=args.proc_root, pid=args.pid, load_s=args.load_s)
     _add_calibration_items(report)
     if args.json:
@@ -82,6 +117,7 @@ def doctor_main(args: argparse.Namespace, nvml: Any = None) -> int:
 
 def _add_calibration_items(report: dict[str, Any]) -> None:
     """One item per GPU: is the stored ceiling still valid for this link?"""
+    from pcie_tui.analyze.linkmodel import fmt_gbs
     from pcie_tui.calibration import lookup_entry, shape_matches
 
     for g in report["gpus"]:
@@ -96,8 +132,8 @@ def _add_calibration_items(report: dict[str, Any]) -> None:
                     "Run pcie-tui calibrate once so link % is shown against what this link really achieves.", [])
         elif shape_matches(e, gen if isinstance(gen, int) else None, width if isinstance(width, int) else None) or \
                 shape_matches(e, mgen if isinstance(mgen, int) else None, mwidth if isinstance(mwidth, int) else None):
-            item = ("pass", f"calibrated ceiling {e.get('counter_Bps', 0) / 1e9:.1f} GB/s (counter) on Gen{e.get('gen')} x{e.get('width')}",
-                    "Nothing to do.", [f"calibrated {_when(e.get('time'))} with {e.get('backend')}: payload {(e.get('payload_Bps') or 0) / 1e9:.1f} GB/s"])
+            item = ("pass", f"calibrated ceiling {fmt_gbs(e.get('counter_Bps'))} (counter) on Gen{e.get('gen')} x{e.get('width')}",
+                    "Nothing to do.", [f"calibrated {_when(e.get('time'))} with {e.get('backend')}: payload {fmt_gbs(e.get('payload_Bps'))}"])
         else:
             item = ("warn", "machine changed shape, recalibrate",
                     "Run pcie-tui calibrate again: the stored ceiling was measured on a different link.",
@@ -159,19 +195,29 @@ def linkmodel_main(args: argparse.Namespace) -> int:
     if args.model:
         shape = lm.from_hf_config(args.model, args.dtype_bytes)
     elif args.gguf:
-        shape = lm.from_gguf(args.gguf, args.dtype_bytes or 4)
+        shape = lm.from_gguf(args.gguf, 4 if args.dtype_bytes is None else args.dtype_bytes)
     else:
-        if not (args.hidden and args.layers):
+        if args.hidden is None or args.layers is None:
             raise UserError("give --model DIR, --gguf FILE, or --hidden and --layers")
-        shape = lm.ModelShape(args.hidden, args.layers, args.dtype_bytes or 2)
-    if args.hidden or args.layers or args.dtype_bytes:
-        shape = lm.ModelShape(args.hidden or shape.hidden_size, args.layers or shape.num_layers,
-                              args.dtype_bytes or shape.dtype_bytes, shape.name, shape.source)
-    for name in ("tp", "pp", "batch", "prompt_tokens"):
-        if getattr(args, name) < 1:
-            raise UserError(f"--{name.replace('_', '-')} must be >= 1")
+        shape = lm.ModelShape(args.hidden, args.layers, 2 if args.dtype_bytes is None else args.dtype_bytes)
+    # Direct calls (tests, other front ends) skip argparse's types: check again, naming the flag.
+    for name in ("hidden", "layers", "dtype_bytes", "tp", "pp", "batch", "prompt_tokens"):
+        v = getattr(args, name)
+        if v is not None and v < 1:
+            raise UserError(f"--{name.replace('_', '-')} must be >= 1, not {v}")
+    if args.latency_us is not None and args.latency_us < 0:
+        raise UserError(f"--latency-us must be >= 0, not {args.latency_us:g}")
+    if args.ceiling_gbps is not None and args.ceiling_gbps <= 0:
+        raise UserError(f"--ceiling-gbps must be > 0, not {args.ceiling_gbps:g}")
+    shape = lm.ModelShape(
+        shape.hidden_size if args.hidden is None else args.hidden,
+        shape.num_layers if args.layers is None else args.layers,
+        shape.dtype_bytes if args.dtype_bytes is None else args.dtype_bytes,
+        shape.name,
+        shape.source,
+    )
     if args.ceiling_gbps is not None:
-        ceiling, label = args.ceiling_gbps * 1e9, f"{args.ceiling_gbps:g} GB/s (given)"
+        ceiling, label = args.ceiling_gbps * 1e9, "given"
     else:
         gen, width = parse_link(args.link)
         ceiling, label = float(pcie_capacity_Bps(gen, width) or 0.0), f"Gen{gen} x{width} theoretical"
@@ -193,26 +239,58 @@ def linkmodel_main(args: argparse.Namespace) -> int:
 
 
 def render_linkmodel(p: dict[str, Any]) -> str:
+    from pcie_tui.analyze.linkmodel import count, fmt_bytes, fmt_rate
+
     m, lay = p["model"], p["layout"]
     lines = [
-        f"{m['name']}: hidden {m['hidden_size']}, {m['num_layers']} layers, {m['dtype_bytes']} B/activation ({m['source']})",
-        f"layout TP={lay['tp']} PP={lay['pp']}, decode batch {lay['batch']}, prompt {lay['prompt_tokens']} tokens; "
-        f"link {p['ceiling_label']} = {p['ceiling_Bps'] / 1e9:.1f} GB/s per direction",
-        f"per token per GPU: TP all-reduce {p['tp_bytes_per_token'] / 1e6:.3f} MB each way, "
-        f"PP hand-off {p['pp_bytes_per_token'] / 1e3:.1f} kB per stage boundary; "
-        f"{p['allreduces_per_step']:.0f} all-reduces per step at {p['allreduce_latency_s'] * 1e6:.0f} us",
+        f"{m['name']}: hidden {m['hidden_size']}, {count(m['num_layers'], 'layer')}, "
+        f"{m['dtype_bytes']} B/activation ({m['source']})",
+        f"layout TP={lay['tp']} PP={lay['pp']}, decode batch {lay['batch']}, prompt {count(lay['prompt_tokens'], 'token')}; "
+        f"link {p['ceiling_label']} = {fmt_rate(p['ceiling_Bps'])} per direction",
     ]
-    for ph in ("prefill", "decode"):
-        r = p[ph]
+    no_traffic = p["tp_bytes_per_token"] <= 0 and p["pp_bytes_per_token"] <= 0
+    if no_traffic:
         lines.append(
-            f"{ph:>7}: {r['bytes_per_step'] / 1e6:.2f} MB per step ({r['tokens_per_step']} tokens) -> "
-            f"{r['bandwidth_time_s'] * 1e3:.2f} ms on the wire + {r['latency_floor_s'] * 1e3:.2f} ms latency floor"
-            f" = {r['link_time_s'] * 1e3:.2f} ms ({'latency' if r['latency_bound'] else 'bandwidth'}-bound)"
+            f"TP={lay['tp']} and PP={lay['pp']}: one GPU holds the whole model, so there is no inter-GPU traffic per token "
+            "(give --tp or --pp > 1 to price a split model; host<->GPU copies are not modelled)"
         )
+    else:
+        n_ar = p["allreduces_per_step"]
+        lines.append(
+            f"per token per GPU: TP all-reduce {fmt_bytes(p['tp_bytes_per_token'])} each way, "
+            f"PP hand-off {fmt_bytes(p['pp_bytes_per_token'])} per stage boundary; "
+            f"{count(round(n_ar), 'all-reduce')} per step at {p['allreduce_latency_s'] * 1e6:g} us"
+        )
+        for ph in ("prefill", "decode"):
+            r = p[ph]
+            lines.append(
+                f"{ph:>7}: {fmt_bytes(r['bytes_per_step'])} per step ({count(r['tokens_per_step'], 'token')}) -> "
+                f"{_ms(r['bandwidth_time_s'])} on the wire + {_ms(r['latency_floor_s'])} latency floor"
+                f" = {_ms(r['link_time_s'])} ({'latency' if r['latency_bound'] else 'bandwidth'}-bound)"
+            )
+    measured = p.get("measured") or {}
     for ph, rows in (p.get("comparison") or {}).items():
+        mph = measured.get(ph) or {}
         for idx, r in rows.items():
             mb = r["measured_bytes_per_token"]
-            lines.append(f"recording {ph} GPU{idx}: measured {mb / 1e6:.3f} MB/token vs predicted "
-                         f"{r['predicted_bytes_per_token'] / 1e6:.3f}" + (f" (x{r['ratio']:.2f})" if r["ratio"] else "")
-                         if mb is not None else f"recording {ph} GPU{idx}: no token counts (no engine attached)")
+            head = f"recording {ph} GPU{idx}"
+            if mb is None:
+                lines.append(f"{head}: bytes per token n/a ({r.get('tokens_reason') or 'no token counts'})")
+            elif no_traffic:
+                lines.append(f"{head}: measured {fmt_bytes(mb)}/token over {count(mph.get('tokens') or 0, 'token')} "
+                             "(host<->GPU traffic: the model predicts none between GPUs)")
+            else:
+                lines.append(f"{head}: measured {fmt_bytes(mb)}/token vs predicted {fmt_bytes(r['predicted_bytes_per_token'])}"
+                             + (f" (x{r['ratio']:.2f})" if r["ratio"] else ""))
     return "\n".join(lines)
+
+
+def _ms(s: float) -> str:
+    """A duration with 3 significant digits and no exponent: 83.2 us, 4.08 ms, 174 ms, 21600 s."""
+    if s >= 100:
+        return f"{s:.0f} s"
+    if s >= 1:
+        return f"{s:.3g} s"
+    if s >= 1e-3 or s == 0:
+        return f"{s * 1e3:.3g} ms"
+    return f"{s * 1e6:.3g} us"

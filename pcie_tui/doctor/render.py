@@ -50,4 +50,6 @@ def render_calibration(result: dict[str, Any]) -> str:
 
 
 def _gb(v: float | None) -> str:
-    return "n/a" if v is None else f"{v / 1e9:.1f} GB/s"
+    from pcie_tui.analyze.linkmodel import fmt_gbs
+
+    return fmt_gbs(v)
