@@ -521,6 +521,9 @@ def test_measured_ceiling_from_calibration(rec):
             assert f"{measured / 1e9:.1f} GB/s/dir measured" in p.border_title
             await pilot.press("question_mark")
             await wait_until(pilot, lambda: isinstance(app.screen, SourcesScreen))
+            body = app.screen.query_one("#sources-body")
+            body.scroll_end(animate=False)
+            await pilot.pause()
             assert "pcie-tui calibrate" in screen_text(app)
 
     run(go())

@@ -29,13 +29,38 @@ from pcie_tui.tui.screens import SourcesScreen
 from pcie_tui.tui.state import HISTORY_TICKS, Frame, ViewModel
 from pcie_tui.tui.widgets import EventsPane, GpuPanel, PositionBar, header_text, set_text
 
-# Frames to the UI at most this often (~4 Hz, a human rate; every tick still reaches the history
+# Frames to the UI at most this often (~3 Hz, a human rate; every tick still reaches the history
 # and the verdicts, and peaks between frames are kept). Slack so 100 ms ticks are not skipped by jitter.
 FRAME_MIN_INTERVAL_S = 0.245
 SEEK_STEP_S = 5.0
 WIDE_AT_COLUMNS = 120
 TALL_AT_ROWS = 40
 REPLAY_ACTIONS = {"seek", "seek_home", "seek_end", "speed"}
+# Replay speeds `-` and `+` step through (so 1x is always one key away).
+SPEEDS = (0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0)
+
+
+def next_speed(current: float, step: int) -> float:
+    """The speed ``step`` places along SPEEDS from ``current`` (an off-list speed snaps to its neighbour)."""
+    if step > 0:
+        return next((v for v in SPEEDS if v > current + 1e-9), SPEEDS[-1])
+    return next((v for v in reversed(SPEEDS) if v < current - 1e-9), SPEEDS[0])
+
+
+def tick_near(samples: Any, t: float) -> int:
+    """Index of the tick whose time is nearest ``t`` (the earlier one on a tie)."""
+    lo, hi = 0, len(samples)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if samples[mid].t < t:
+            lo = mid + 1
+        else:
+            hi = mid
+    if lo >= len(samples):
+        return len(samples) - 1
+    if lo > 0 and t - samples[lo - 1].t <= samples[lo].t - t:
+        return lo - 1
+    return lo
 
 
 class FrameReady(Message):
@@ -69,10 +94,10 @@ class PcieTuiApp(App[None]):
         Binding("r", "toggle_record", "record"),
         Binding("left", "seek(-5)", "-5 s"),
         Binding("right", "seek(5)", "+5 s"),
-        Binding("minus", "speed(0.5)", "slower"),
-        Binding("plus,equals_sign", "speed(2)", "faster", key_display="+"),
+        Binding("minus", "speed(-1)", "slower"),
+        Binding("plus,equals_sign", "speed(1)", "faster", key_display="+"),
         Binding("home", "seek_home", "start", show=False),
-        Binding("end", "seek_end", "end", show=False),
+        Binding("end", "seek_end", "end (stops there)", show=False),
         Binding("question_mark,i", "sources", "sources", key_display="?"),
         Binding("up", "scroll_gpus(-1)", show=False),
         Binding("down", "scroll_gpus(1)", show=False),
@@ -107,6 +132,7 @@ class PcieTuiApp(App[None]):
         self._wake = threading.Event()
         self._drained = threading.Event()  # the reader thread has returned
         self._panels: dict[int, GpuPanel] = {}
+        self._loop_held = False  # End on a looping replay: stop at the end until the next seek
 
     # ---- layout -------------------------------------------------------------
 
@@ -332,23 +358,40 @@ class PcieTuiApp(App[None]):
         self._resync()
 
     def action_seek(self, delta_s: float) -> None:
-        self.source.seek(float(delta_s))
-        self._after_seek()
+        """Move the shown tick to the one nearest its time + ``delta_s`` (so +5 then -5 comes back)."""
+        src = self.source
+        samples = src.samples
+        shown = src.position - 1  # the tick on screen; -1 before the first
+        t = (samples[shown].t if shown >= 0 else samples[0].t) + float(delta_s)
+        if shown < 0 and delta_s <= 0:
+            self._seek_to(0)
+            return
+        self._seek_to(tick_near(samples, t) + 1)
 
     def action_seek_home(self) -> None:
-        self.source.seek_to_index(0)
-        self._after_seek()
+        self._seek_to(0)
 
     def action_seek_end(self) -> None:
+        """Play the last tick and stop there, even in a looping demo (any other seek resumes looping)."""
+        if self.source.loop:
+            self._loop_held = True
+            self.source.loop = False
         self.source.seek_to_index(len(self.source.samples) - 1)
+        self._after_seek()
+
+    def _seek_to(self, position: int) -> None:
+        if self._loop_held:
+            self.source.loop = True
+            self._loop_held = False
+        self.source.seek_to_index(position)
         self._after_seek()
 
     def _after_seek(self) -> None:
         self._wake.set()
         self._resync()
 
-    def action_speed(self, factor: float) -> None:
-        self.source.set_speed(self.source.speed * float(factor))
+    def action_speed(self, step: int) -> None:
+        self.source.set_speed(next_speed(float(self.source.speed), int(step)))
         self._resync()
 
     def action_toggle_record(self) -> None:
@@ -373,7 +416,8 @@ class PcieTuiApp(App[None]):
         if isinstance(self.screen, SourcesScreen):
             self.pop_screen()
         else:
-            self.push_screen(SourcesScreen(self.source.header))
+            f = self.frame
+            self.push_screen(SourcesScreen(self.source.header, f.engine if f else None, f.engine_stats if f else None))
 
     def action_scroll_gpus(self, lines: int) -> None:
         self._gpus_w.scroll_relative(y=int(lines), animate=False)

@@ -54,6 +54,8 @@ def engine_lines(frame: Frame, wide: bool) -> Text:
         out.append("\n" + " · ".join(parts))
     method = stats.get("quantile_method")
     if method:
+        if not wide and " (" in method:
+            method = method.split(" (")[0] + " (details: ?)"  # one line at 80 columns
         out.append(f"\nquantiles: {method}", style="dim")
     return out
 

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from rich.console import Group
+from rich.table import Table
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -11,12 +14,28 @@ from textual.screen import ModalScreen
 from textual.widgets import Static
 
 from pcie_tui.model import SessionHeader
-from pcie_tui.tui.sources import figure_sources
+from pcie_tui.tui.sources import FigureSource, engine_kind, engine_sources, figure_sources
+
+FIGURE_WIDTH = 17
 
 
-def sources_renderable(header: SessionHeader) -> Group:
-    """Per GPU, each figure: its source on one line, units and window indented below."""
-    parts: list[Text] = [
+def _rows_table(rows: list[FigureSource]) -> Table:
+    """Figure name in its own column, so wrapped lines keep their indent."""
+    grid = Table.grid(padding=(0, 1), expand=True)
+    grid.add_column(width=FIGURE_WIDTH, style="bold", overflow="fold")
+    grid.add_column(ratio=1, overflow="fold")
+    for row in rows:
+        detail = Text(row.source)
+        detail.append(f"\nunits: {row.units} · window: {row.window}", style="dim")
+        grid.add_row(Text(row.figure), detail)
+    return grid
+
+
+def sources_renderable(
+    header: SessionHeader, engine: Any = None, engine_stats: dict[str, Any] | None = None
+) -> Group:
+    """Per GPU, each figure: its source, then units and window, indented under it; then the engine's."""
+    parts: list[Any] = [
         Text("Where each number comes from", style="bold"),
         Text(
             "GB/s = 10^9 bytes/s, GiB = 2^30 bytes. Missing readings show as n/a, never 0. "
@@ -33,18 +52,18 @@ def sources_renderable(header: SessionHeader) -> Group:
                 style="bold underline",
             )
         )
-        for row in figure_sources(header, info):
-            line = Text()
-            line.append(f"{row.figure:<17}", style="bold")
-            line.append(row.source)
-            line.append(f"\n{'':<17}units: {row.units} · window: {row.window}", style="dim")
-            parts.append(line)
-    parts.append(Text("\nescape, ? or i: back", style="dim"))
+        parts.append(_rows_table(figure_sources(header, info)))
+    kind = engine_kind(engine, header)
+    if engine is not None or kind:
+        window = (engine_stats or {}).get("window_s")
+        parts.append(Text(f"\nEngine panel · {kind or 'engine'}", style="bold underline"))
+        parts.append(_rows_table(engine_sources(kind, engine_stats, window)))
+    parts.append(Text("\nescape, ? or i: back · up/down: scroll", style="dim"))
     return Group(*parts)
 
 
 class SourcesScreen(ModalScreen[None]):
-    """Lists each figure's NVML call or GPM metric, units and sampling window."""
+    """Lists each figure's NVML call, GPM metric or engine metric, with units and window."""
 
     BINDINGS = [
         Binding("escape", "dismiss", "back"),
@@ -52,10 +71,12 @@ class SourcesScreen(ModalScreen[None]):
         Binding("i", "dismiss", "back", show=False),
     ]
 
-    def __init__(self, header: SessionHeader) -> None:
+    def __init__(self, header: SessionHeader, engine: Any = None, engine_stats: dict[str, Any] | None = None) -> None:
         super().__init__(id="sources-screen")
         self.header = header
+        self.engine = engine
+        self.engine_stats = engine_stats
 
     def compose(self) -> ComposeResult:
         with VerticalScroll(id="sources-body"):
-            yield Static(sources_renderable(self.header), id="sources-text")
+            yield Static(sources_renderable(self.header, self.engine, self.engine_stats), id="sources-text")

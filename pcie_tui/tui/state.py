@@ -97,6 +97,7 @@ class GpuView:
     # "gpm": true DRAM bandwidth; "proxy": only NVML's memory-busy duty cycle; None: neither.
     memory_basis: str | None = None
     mem_util: float | None = None  # the figure to show for memory_basis
+    link_enter: float = DEFAULT_THRESHOLDS.link_enter  # below it an open link event is easing
 
     @property
     def memory_proxy(self) -> bool:
@@ -193,6 +194,7 @@ class ViewModel:
         self.history_ticks = history_ticks
         self._stats_cls = _engine_stats_class()
         self.seq = 0
+        self.engine_session = header.engine is not None
         self.generation = 0  # the replay generation this state belongs to
         self.reset()
 
@@ -215,11 +217,24 @@ class ViewModel:
         self.analyzer.feed(s)
         self.n += 1
         self.last = s
-        self.phase = sample_phase(s)
+        if s.engine is not None:
+            self.engine_session = True
+        self.phase = self.phase_of(s)
         if self.engine_stats is not None and s.engine is not None:
             self.engine_stats.feed(s)
         if history:
             self._remember(s)
+
+    def phase_of(self, s: Sample) -> str | None:
+        """sample_phase (the engine's phase wins), applied to the whole session.
+
+        In a session with an engine, a tick the engine gave no phase for has no
+        phase: the recording's own label is not mixed in (its words differ, e.g.
+        ``load`` vs the engine's ``loading``). Without an engine, the label.
+        """
+        if self.engine_session and (s.engine is None or not s.engine.phase):
+            return None
+        return sample_phase(s)
 
     def _remember(self, s: Sample) -> None:
         e = s.engine
@@ -397,6 +412,7 @@ class ViewModel:
             hist_span_s=(h.t[-1] - h.t[0]) if len(h.t) > 1 else 0.0,
             memory_basis=basis,
             mem_util=mem_util,
+            link_enter=self.thresholds.link_enter,
         )
         h.peak_tx = h.peak_rx = None
         return view

@@ -18,6 +18,8 @@ from pcie_tui.tui.state import EventView, Frame, GpuView
 
 DIRECTION_WORDS = {"rx": "RX (into GPU)", "tx": "TX (out of GPU)", "both": "TX+RX"}
 BUS_WORDS = {"pcie": "PCIe", "nvlink": "NVLink"}
+# An event's direction label: "both" when both directions crossed the threshold in it.
+EVENT_DIRECTION_WORDS = {**DIRECTION_WORDS, "both": "TX+RX (both directions)"}
 
 
 def set_text(widget: Static, content: str | Text, *, layout: bool = False) -> None:
@@ -120,19 +122,37 @@ class MetricRow(Horizontal):
         yield self.spark
 
 
+# What fits on the badge row of a GPU panel at 80 columns (border and padding off).
+NARROW_BADGE_CHARS = 76
+
+
 def badge(g: GpuView, phase: str | None, wide: bool = False) -> tuple[str, str]:
     """(text, css class) of the verdict badge."""
     u = g.util
     if g.verdict == "link":
         ev = next((e for e in g.open_events if e.resource == "link"), None)
-        bus = BUS_WORDS.get((u.link_bus if u else None) or (ev.bus if ev else "") or "", "link")
-        # The direction carrying the most traffic now; the event says if both did.
-        direction = (u.link_dir if u else None) or (ev.direction if ev else None)
-        dirs = DIRECTION_WORDS.get(direction or "", "")
-        if wide and ev is not None and ev.direction == "both":
-            dirs += " (both directions in this event)"
-        now = fmt.pct(u.link) if u else fmt.NA
-        text = f" LINK SATURATED · {bus} {dirs} {now} · phase {phase or fmt.NA} "
+        bus = BUS_WORDS.get((ev.bus if ev else None) or (u.link_bus if u else None) or "", "link")
+        # The event's direction(s); before it is recorded, the busiest direction now.
+        direction = (ev.direction if ev else None) or (u.link_dir if u else None)
+        dirs = EVENT_DIRECTION_WORDS.get(direction or "", "")
+        now_util = u.link if u else None
+        parts = ["LINK SATURATED", f"{bus} {dirs}".strip()]
+        if ev is not None:
+            parts.append(f"peak {fmt.pct(ev.peak_util)}")
+        now = f"now {fmt.pct(now_util)}"
+        if now_util is None or now_util < g.link_enter:
+            now += " (easing)"  # held open by the exit hysteresis, not saturated at this moment
+        parts.append(now)
+        parts.append(f"phase {phase or fmt.NA}")
+        text = f" {' · '.join(parts)} "
+        if not wide and len(text) > NARROW_BADGE_CHARS and ev is not None and "easing" not in now:
+            # 80 columns: at full use the peak is about the reading now; it goes first
+            parts = [p for p in parts if not p.startswith("peak ")]
+            text = f" {' · '.join(parts)} "
+        if not wide and len(text) > NARROW_BADGE_CHARS:
+            # then the words in brackets (the rows below name TX and RX)
+            parts[1] = f"{bus} {(direction or '').upper()}".strip() if direction != "both" else f"{bus} TX+RX"
+            text = f" {' · '.join(parts)} "
         return text, "-link"
     if g.verdict == "memory":
         now = fmt.pct(g.mem_util)
@@ -268,15 +288,18 @@ def _event_cells(e: EventView) -> tuple[str, ...]:
     )
 
 
+# (key, label, width): wide enough for "+99.99 s", "memory (proxy)", "99.9 GB/s 100 %", plus one
+# space between columns (the table has no cell padding, so all of it fits in 80 columns);
+# a longer cell widens its column (update_width) rather than being cut.
 EVENT_COLUMNS = (
-    ("start", "start"),
-    ("end", "end"),
-    ("gpu", "GPU"),
-    ("res", "resource"),
-    ("dir", "dir"),
-    ("peak", "peak"),
-    ("mean", "mean"),
-    ("phase", "phase"),
+    ("start", "start", 9),
+    ("end", "end", 9),
+    ("gpu", "GPU", 4),
+    ("res", "resource", 15),
+    ("dir", "dir", 5),
+    ("peak", "peak", 16),
+    ("mean", "mean", 6),
+    ("phase", "phase", None),
 )
 
 
@@ -285,7 +308,9 @@ class EventsPane(Vertical):
 
     def __init__(self) -> None:
         super().__init__(id="events")
-        self.table: DataTable[str] = DataTable(cursor_type="none", zebra_stripes=False, show_cursor=False)
+        self.table: DataTable[str] = DataTable(
+            cursor_type="none", zebra_stripes=False, show_cursor=False, cell_padding=0
+        )
         self.table.can_focus = False
         self._order: tuple[str, ...] = ()
         self._cells: dict[str, tuple[str, ...]] = {}
@@ -294,8 +319,8 @@ class EventsPane(Vertical):
         yield self.table
 
     def on_mount(self) -> None:
-        for key, label in EVENT_COLUMNS:
-            self.table.add_column(label, key=key)
+        for key, label, width in EVENT_COLUMNS:
+            self.table.add_column(label, key=key, width=width)
         self.border_title = "saturation events: none yet"
 
     def show(self, events: Sequence[EventView], total: int) -> None:
@@ -315,9 +340,9 @@ class EventsPane(Vertical):
                 old = self._cells.get(key)
                 new = cells[key]
                 if old != new:
-                    for (col, _), a, b in zip(EVENT_COLUMNS, old or (), new, strict=False):
+                    for (col, _, _), a, b in zip(EVENT_COLUMNS, old or (), new, strict=False):
                         if a != b:
-                            t.update_cell(key, col, b)
+                            t.update_cell(key, col, b, update_width=True)
         self._order, self._cells = order, cells
 
 
