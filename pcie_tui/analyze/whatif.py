@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from pcie_tui.analyze.linkmodel import fmt_gbs
 from pcie_tui.analyze.session import SessionAnalyzer
 from pcie_tui.model import SessionHeader, pcie_capacity_Bps
 
@@ -176,7 +177,7 @@ def render_whatif(rep: dict[str, Any]) -> str:
         cap = link["capacity_Bps"]
         lines.append(
             f"GPU{g['index']} {g['name'] or ''}: Gen{link['gen']} x{link['width']}"
-            + (f" ({cap / 1e9:.1f} GB/s per direction)" if cap else " (link unknown)")
+            + (f" ({fmt_gbs(cap)} per direction)" if cap else " (link unknown)")
         )
         for ph, p in g["phases"].items():
             lines.append(
