@@ -185,3 +185,19 @@ def test_request_latencies_and_duplicates():
     assert lat["itl_s"] == {"p50": 0.005, "p95": 0.005, "p99": 0.005}
     assert lat["prefill_s"] == {"p50": 0.02, "p95": 0.02, "p99": 0.02}  # a fully cached prompt has no prefill
     assert request_latencies([]) == {"ttft_s": None, "itl_s": None, "prefill_s": None, "decode_s": None}
+
+
+def test_report_text_shows_llama_latencies_with_units_and_basis():
+    from rich.console import Console
+
+    from pcie_tui.report import _render_engine
+
+    con = Console(record=True, width=400)
+    _render_engine(engine_report(_samples("ngl4")), con)
+    text = con.export_text()
+    assert "prefill (prompt eval) 8.9 / 16.5 / 17.2 s (p50/p95/p99)" in text  # 513.55 and 17369.95 ms
+    assert "inter-token latency   91.2 / 91.2 / 91.2 ms (p50/p95/p99)" in text  # 1367.44 ms / 15 gaps
+    assert "queue                 n/a" in text
+    assert "per request (2): prompt" in text and "generation 11.7 / 11.7 / 11.7 tok/s" in text  # 16 / 1.36744 s
+    assert "latency basis: 2 requests timed by llama-server's log" in text
+    assert "histogram" not in text

@@ -21,9 +21,12 @@ import pytest
 from engines.gguf_model import write_llama_gguf
 from engines.llama_server import LlamaServer, llama_available, random_prompt, stream_completion
 
+from pcie_tui.analyze.engine import QUANTILE_METHOD_LLAMA, EngineStats
+from pcie_tui.analyze.engine_llama import slot_tokens_total
 from pcie_tui.analyze.phases import counter_phase
 from pcie_tui.collect.llamacpp import METRICS_OFF_NOTE, LlamaCppClient, slot_phase
 from pcie_tui.collect.llamalog import request_stats
+from pcie_tui.model import Sample
 
 pytestmark = pytest.mark.engine
 
@@ -151,6 +154,46 @@ def test_slots_show_decode_while_a_long_request_runs(server):
         assert fut.result().tokens == 400
     s, _ = _read_until(client, lambda s: slot_phase(s) == "idle")
     assert slot_phase(s) == "idle" and s.requests_running == 0
+
+
+def test_engine_stats_live_rate_from_slots_and_latencies_from_the_log(server):
+    """While a request decodes the generation counter stands still; the /slots counts move.
+
+    After it ends, the window's TTFT/ITL are the server's own timings of that request.
+    """
+    client = LlamaCppClient(server.url, pid=server.pid)
+    st = EngineStats(window_s=120.0)
+    ticks: list[tuple[float, object]] = []
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        fut = pool.submit(stream_completion, server.url, "abc", server.n_tokens("abc"), 400)
+        counters, decoded, snap = set(), [], None
+        end = time.monotonic() + 60
+        while time.monotonic() < end and not fut.done():
+            s, t = client.read(), time.time()
+            st.feed(Sample(t=t, gpus=(), engine=s))
+            ticks.append((t, s))
+            if slot_phase(s) == "decode":
+                counters.add(s.generation_tokens_total)
+                decoded.append(max(x.get("n_decoded") or 0 for x in s.extra["slots"]))
+                snap = st.snapshot()
+            time.sleep(0.1)
+        res = fut.result()
+    assert snap is not None and len(decoded) >= 3, decoded
+    assert len(counters) == 1  # the counter did not move while the request ran ...
+    assert "generation: /slots n_decoded" in snap["rate_source"]
+    assert snap["generation_tokens_per_s"] > 0  # ... the slots did
+    # One request on a slot that started idle: at least the last count seen, never more than it made.
+    got = slot_tokens_total(ticks, "n_decoded")
+    assert got is not None and decoded[-1] <= got[0] <= 400
+    s, reqs = _read_until(client, lambda s: bool(s.extra.get("requests")))
+    st.feed(Sample(t=time.time(), gpus=(), engine=s))
+    snap = st.snapshot()
+    assert [(r["prompt_n"], r["predicted_n"]) for r in reqs] == [(res.prompt_tokens, 400)]
+    assert snap["quantile_method"] == QUANTILE_METHOD_LLAMA and snap["requests_timed"] == 1
+    itl = res.timings["predicted_ms"] / 399 / 1e3  # 400 tokens: 399 gaps after the first
+    assert snap["itl_s"]["p50"] == pytest.approx(itl, rel=1e-3)
+    assert snap["ttft_s"]["p50"] == pytest.approx(res.timings["prompt_ms"] / 1e3, abs=1e-5)
+    assert snap["ttft_s"]["p50"] <= res.ttft_s + 0.005  # server side: a lower bound of the client's TTFT
 
 
 def test_metrics_off_falls_back_to_slots_and_log(model, tmp_path):
