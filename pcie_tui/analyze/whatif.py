@@ -101,11 +101,11 @@ def link_shares(header: SessionHeader, analyzer: SessionAnalyzer, index: int) ->
         m = phases == phase
         acc[phase] = [float(dt[m & ok].sum()), float(dt[m & known].sum()), float(busy[m].sum())]
     out: dict[str, Any] = {}
-    for phase, (secs, known, busy) in acc.items():
+    for phase, (secs, known_s, busy_s) in acc.items():
         out[phase] = {
             "duration_s": secs,
             "link_bound_share": verdict_share.get(phase),
-            "link_busy_share": (busy / known) if known > 0 else None,
+            "link_busy_share": (busy_s / known_s) if known_s > 0 else None,
             "basis": "calibrated ceiling"
             if calibrated
             else f"theoretical x {UNCALIBRATED_SATURATION:.2f} (uncalibrated)",
