@@ -1,10 +1,13 @@
 """Regenerate the README screenshots from a replay, at a moment where LINK SATURATED shows.
 
-The moment is found by running the analyzer over the recording (the middle of
-the first link saturation), not picked by hand.
+The default recording is the llama-server session on the H200
+(pcie_tui/data/h200-llama-partial.jsonl.gz): the moment is the tick of the
+first link saturation during the engine's prefill with the highest reading, found by running the
+analyzer over the recording, not picked by hand; the engine panel shows the
+engine's figures at that tick.
 Writes screenshots/demo.svg (140x45) and screenshots/demo-80x24.svg.
 
-usage: python scripts/screenshots.py [RECORDING] [OUT_DIR]
+usage: python scripts/screenshots.py [RECORDING [PHASE [OUT_DIR]]]
 """
 
 from __future__ import annotations
@@ -18,13 +21,18 @@ from pcie_tui.tui.app import make_app
 from pcie_tui.tui.headless import frame_at, run, saturated_moment, wait_until
 
 REPO = Path(__file__).resolve().parents[1]
-RECORDINGS = (REPO / "pcie_tui/data/h200-reference.jsonl.gz", REPO / "tests/fixtures/h200-probe.jsonl")
+# (recording, the phase the saturation must fall in), first found is used
+RECORDINGS = (
+    (REPO / "pcie_tui/data/h200-llama-partial.jsonl.gz", "prefill"),
+    (REPO / "pcie_tui/data/h200-reference.jsonl.gz", ""),
+    (REPO / "tests/fixtures/h200-probe.jsonl", ""),
+)
 SHOTS = (("demo.svg", (140, 45)), ("demo-80x24.svg", (80, 24)))
 
 
-async def shoot(recording: Path, out: Path, size: tuple[int, int]) -> int:
+async def shoot(recording: Path, phase: str, out: Path, size: tuple[int, int]) -> int:
     rec = read_recording(recording)
-    pos = saturated_moment(rec, "link", "")
+    pos = saturated_moment(rec, "link", phase, peak=True)
     src = ReplaySource(rec)
     src.seek_to_index(pos)
     src.set_paused(True)
@@ -40,12 +48,15 @@ async def shoot(recording: Path, out: Path, size: tuple[int, int]) -> int:
 
 
 def main(argv: list[str]) -> int:
-    recording = Path(argv[1]) if len(argv) > 1 else next(p for p in RECORDINGS if p.exists())
-    out_dir = Path(argv[2]) if len(argv) > 2 else REPO / "screenshots"
+    if len(argv) > 1:
+        recording, phase = Path(argv[1]), (argv[2] if len(argv) > 2 else "")
+    else:
+        recording, phase = next((p, ph) for p, ph in RECORDINGS if p.exists())
+    out_dir = Path(argv[3]) if len(argv) > 3 else REPO / "screenshots"
     out_dir.mkdir(parents=True, exist_ok=True)
     for name, size in SHOTS:
-        pos = run(shoot(recording, out_dir / name, size))
-        print(f"{out_dir / name}: {size[0]}x{size[1]}, {recording.name} at tick {pos}")
+        pos = run(shoot(recording, phase, out_dir / name, size))
+        print(f"{out_dir / name}: {size[0]}x{size[1]}, {recording.name} at tick {pos} (phase {phase or 'any'})")
     return 0
 
 

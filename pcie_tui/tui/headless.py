@@ -50,18 +50,24 @@ def frame_at(app: Any, ticks: int) -> bool:
     return f is not None and f.ticks == ticks
 
 
-def saturated_moment(rec: Recording, resource: str = "link", phase_contains: str = "h2d") -> int:
+def saturated_moment(rec: Recording, resource: str = "link", phase_contains: str = "h2d", peak: bool = False) -> int:
     """Index of the tick in the middle of the first ``resource`` saturation during a matching phase.
 
     Found by running the analyzer, so screenshots show a real verdict, not a staged one.
+    With ``peak``, the tick of that saturation whose reading of ``resource`` is highest
+    (a short saturation's middle may already be easing below the enter threshold).
     """
     an = SessionAnalyzer(rec.header, keep_series=False)
     hits: list[int] = []
+    util: dict[int, float] = {}
     for i, s in enumerate(rec.samples):
         an.feed(s)
         phase = sample_phase(s) or ""
-        if any(tr.verdict == resource for tr in an.trackers.values()) and phase_contains in phase:
+        sat = [tr for tr in an.trackers.values() if tr.verdict == resource]
+        if sat and phase_contains in phase:
             hits.append(i)
+            u = sat[0].last_util
+            util[i] = float(getattr(u, resource, None) or 0.0) if u is not None else 0.0
         elif hits:
             break
     if not hits:
@@ -69,6 +75,8 @@ def saturated_moment(rec: Recording, resource: str = "link", phase_contains: str
     # Prefer a tick whose readings are all there (a void GPM window shows n/a).
     full = [i for i in hits if all(g.pcie_rx_Bps is not None and g.pcie_tx_Bps is not None for g in rec.samples[i].gpus)]
     pick = full or hits
+    if peak:
+        return max(pick, key=lambda i: util[i]) + 1
     return pick[len(pick) // 2] + 1  # replay position: ticks 0..i analysed
 
 
