@@ -179,8 +179,15 @@ def test_sources_screen_lists_engine_figures_cleanly(llama):
                 body.scroll_relative(y=10, animate=False)
                 await pilot.pause()
                 seen += screen_text(app)
-            for needle in ("Engine panel", "llama-server log", "prompt eval time", "/slots", "KV cache",
-                           "nvmlDeviceGetMaxPcieLinkGeneration", "nvmlDeviceGetMaxPcieLinkWidth"):
+            for needle in (
+                "Engine panel",
+                "llama-server log",
+                "prompt eval time",
+                "/slots",
+                "KV cache",
+                "nvmlDeviceGetMaxPcieLinkGeneration",
+                "nvmlDeviceGetMaxPcieLinkWidth",
+            ):
                 assert needle in seen, needle
             assert "..." not in seen and "…" not in seen
             # opaque: around the box (its margin) nothing of the monitor below shows

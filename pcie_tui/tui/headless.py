@@ -73,7 +73,9 @@ def saturated_moment(rec: Recording, resource: str = "link", phase_contains: str
     if not hits:
         raise ValueError(f"no {resource} saturation during a {phase_contains!r} phase in {rec.path}")
     # Prefer a tick whose readings are all there (a void GPM window shows n/a).
-    full = [i for i in hits if all(g.pcie_rx_Bps is not None and g.pcie_tx_Bps is not None for g in rec.samples[i].gpus)]
+    full = [
+        i for i in hits if all(g.pcie_rx_Bps is not None and g.pcie_tx_Bps is not None for g in rec.samples[i].gpus)
+    ]
     pick = full or hits
     if peak:
         return max(pick, key=lambda i: util[i]) + 1

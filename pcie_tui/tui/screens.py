@@ -31,9 +31,7 @@ def _rows_table(rows: list[FigureSource]) -> Table:
     return grid
 
 
-def sources_renderable(
-    header: SessionHeader, engine: Any = None, engine_stats: dict[str, Any] | None = None
-) -> Group:
+def sources_renderable(header: SessionHeader, engine: Any = None, engine_stats: dict[str, Any] | None = None) -> Group:
     """Per GPU, each figure: its source, then units and window, indented under it; then the engine's."""
     parts: list[Any] = [
         Text("Where each number comes from", style="bold"),
