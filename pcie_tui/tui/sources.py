@@ -220,7 +220,7 @@ def engine_sources(kind: str | None, stats: dict[str, Any] | None, window_s: flo
             )
         )
     if method:
-        rows.append(FigureSource("quantiles now", str(method), "-", win))
+        rows.append(FigureSource("quantiles now", str(method), "s / ms (TTFT, ITL, prefill, decode, queue)", win))
     if rate_source:
-        rows.append(FigureSource("token rates now", str(rate_source), "-", win))
+        rows.append(FigureSource("token rates now", str(rate_source), "tokens/s", win))
     return rows
