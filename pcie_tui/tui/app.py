@@ -31,7 +31,7 @@ from pcie_tui.tui.widgets import EventsPane, GpuPanel, PositionBar, header_text,
 
 # Frames to the UI at most this often (~3 Hz, a human rate; every tick still reaches the history
 # and the verdicts, and peaks between frames are kept). Slack so 100 ms ticks are not skipped by jitter.
-FRAME_MIN_INTERVAL_S = 0.245
+FRAME_MIN_INTERVAL_S = 0.33
 SEEK_STEP_S = 5.0
 WIDE_AT_COLUMNS = 120
 TALL_AT_ROWS = 40
