@@ -38,7 +38,7 @@ def _gpu_ready() -> str | None:
     try:
         import torch
     except ImportError:
-        return "torch is not installed"
+        return "needs an NVIDIA GPU and torch to drive timed copies (torch is not installed); run on a GPU machine with make test-gpu"
     if not torch.cuda.is_available():
         return "no CUDA device"
     from pcie_tui.collect.nvml import nvml_unavailable_reason
