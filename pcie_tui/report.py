@@ -15,6 +15,7 @@ from pcie_tui.analyze.phases import phase_verdicts
 from pcie_tui.analyze.session import SessionAnalyzer, analyze
 from pcie_tui.analyze.verdict import DEFAULT_THRESHOLDS, Thresholds
 from pcie_tui.analyze.whatif import render_whatif, whatif_report
+from pcie_tui.doctor.cli import render_linkmodel
 from pcie_tui.model import EngineSample, Sample
 from pcie_tui.record.reader import Recording, SampleList, gc_paused
 
@@ -139,7 +140,8 @@ def render_text(report: dict[str, Any], rec: Recording, console: Console) -> Non
         _render_engine(eng, console)
     lm = report.get("linkmodel")
     if lm and lm.get("available"):
-        console.print(f"\n[bold]Link budget model[/]  {json_line(lm)}")
+        console.print("\n[bold]Link budget model[/]")
+        console.print(render_linkmodel(lm), markup=False, highlight=False)
     console.print()
     console.print(render_whatif(report["whatif"]), markup=False, highlight=False)
     for w in report["warnings"]:
@@ -191,12 +193,3 @@ def _render_engine(eng: dict[str, Any], console: Console) -> None:
     basis = eng.get("basis") or eng.get("quantile_method")
     if basis:
         out(f"  latency basis: {basis}", markup=False, highlight=False)
-
-
-def json_line(d: dict[str, Any]) -> str:
-    """A short human line from the link model's comparison."""
-    parts = []
-    for k in ("summary", "text"):
-        if isinstance(d.get(k), str):
-            parts.append(d[k])
-    return " ".join(parts) if parts else ", ".join(f"{k}={v}" for k, v in d.items() if not isinstance(v, dict | list))
