@@ -93,6 +93,23 @@ def lookup(
     return float(v) if v else None
 
 
+def lookup_pageable(
+    uuid: str,
+    gen: int | None,
+    width: int | None,
+    path: Path | None = None,
+    *,
+    max_gen: int | None = None,
+    max_width: int | None = None,
+) -> float | None:
+    """The counter's reading on saturating pageable copies (bytes/s), under the same rules as :func:`lookup`."""
+    if lookup(uuid, gen, width, path, max_gen=max_gen, max_width=max_width) is None:
+        return None
+    e = lookup_entry(uuid, path) or {}
+    v = e.get("pageable_counter_Bps") or e.get("pageable_payload_Bps")
+    return float(v) if v else None
+
+
 # ---- measuring --------------------------------------------------------------------
 
 
@@ -198,6 +215,15 @@ def measure(
         for d, key in (("h2d", "rx"), ("d2h", "tx")):
             payload, counters = backend.copy_rate(dev, d, size, duration_s, lambda h=h, gpm=gpm: read_counters(nvml, h, gpm))
             dirs[d] = _direction_result(payload, counters, key)
+        # Pageable host memory (what an engine's mmapped weights are): the driver stages each copy
+        # through pinned buffers, so the link idles part of the time. Its ceiling is the rate that
+        # tells "transfer-bound below link capacity" from "host-bound".
+        pageable = {}
+        for d, key in (("h2d", "rx"), ("d2h", "tx")):
+            payload, counters = backend.copy_rate(
+                dev, d, size, duration_s, lambda h=h, gpm=gpm: read_counters(nvml, h, gpm), pinned=False
+            )
+            pageable[d] = _direction_result(payload, counters, key)
         uuid = nvml.nvmlDeviceGetUUID(h)
         uuid = uuid.decode() if isinstance(uuid, bytes) else str(uuid)
         name = nvml.nvmlDeviceGetName(h)
@@ -225,9 +251,14 @@ def measure(
                 "theoretical_Bps": pcie_capacity_Bps(gen, width),
                 "h2d": dirs["h2d"],
                 "d2h": dirs["d2h"],
+                "h2d_pageable": pageable["h2d"],
+                "d2h_pageable": pageable["d2h"],
                 # One ceiling per GPU for the monitor: the larger direction, so neither reads above 100 %.
                 "counter_Bps": max(counters) if counters else None,
                 "payload_Bps": max(dirs[d]["payload_Bps"] for d in dirs),
+                # Pageable: the larger direction too (what a transfer-bound phase is compared with).
+                "pageable_counter_Bps": max(pg) if (pg := [p["counter_Bps"] for p in pageable.values() if p["counter_Bps"]]) else None,
+                "pageable_payload_Bps": max(p["payload_Bps"] for p in pageable.values()),
                 "peers": {},
             }
         )

@@ -39,8 +39,11 @@ class LinkInfo:
     max_width: int | None
     # Per direction, theoretical, from the current gen x width.
     capacity_Bps: float | None
-    # Achievable rate measured by ``pcie-tui calibrate`` (payload, per direction), if any.
+    # Achievable rate measured by ``pcie-tui calibrate`` (the counter's reading on saturating pinned
+    # copies, per direction), if any.
     measured_Bps: float | None = None
+    # The same on pageable host memory (driver-staged copies), if calibrated.
+    measured_pageable_Bps: float | None = None
 
     @property
     def max_capacity_Bps(self) -> float | None:
@@ -56,6 +59,8 @@ class LinkInfo:
         }
         if self.measured_Bps is not None:
             out["measured_Bps"] = self.measured_Bps
+        if self.measured_pageable_Bps is not None:
+            out["measured_pageable_Bps"] = self.measured_pageable_Bps
         return out
 
     @classmethod
@@ -67,6 +72,7 @@ class LinkInfo:
             max_width=d.get("max_width"),
             capacity_Bps=d.get("capacity_Bps"),
             measured_Bps=d.get("measured_Bps"),
+            measured_pageable_Bps=d.get("measured_pageable_Bps"),
         )
 
 

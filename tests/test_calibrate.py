@@ -108,8 +108,10 @@ class _ReplayBackend:
     def bus_id(self, dev):
         return "0000:00:06.0"
 
-    def copy_rate(self, dev, direction, size_bytes, duration_s, during=None):
-        phase = f"{direction}_pinned"
+    def copy_rate(self, dev, direction, size_bytes, duration_s, during=None, pinned=True):
+        phase = f"{direction}_{'pinned' if pinned else 'pageable'}"
+        if phase not in self.spans:  # the H200 capture has pageable copies host->device only
+            phase = "h2d_pageable"
         self.jump(self.spans[phase][0] + 0.05)
         got = during() if during else None
         t = self.truth[phase]
@@ -137,8 +139,17 @@ def test_measure_stores_what_the_counter_reads_at_saturation():
         assert min(seen) <= e[d]["counter_Bps"] <= max(seen)
         assert e[d]["counter_Bps"] > e[d]["payload_Bps"]
     assert e["counter_Bps"] == max(e["h2d"]["counter_Bps"], e["d2h"]["counter_Bps"])
+    # Pageable copies (the capture has them host->device): timed payload and the counter's reading of that phase.
+    pg = e["h2d_pageable"]
+    assert pg["payload_Bps"] == pytest.approx(cap.truth["h2d_pageable"]["GBps"] * 1e9, rel=1e-6)
+    seen = [g["metrics"]["NVML_GPM_METRIC_PCIE_RX_PER_SEC"] * 2**20 for g in cap.gpm if g["phase"] == "h2d_pageable"
+            and isinstance(g["metrics"].get("NVML_GPM_METRIC_PCIE_RX_PER_SEC"), float)]
+    assert min(seen) <= pg["counter_Bps"] <= max(seen)
+    assert e["pageable_counter_Bps"] < e["counter_Bps"] / 4  # staged copies: a fraction of the pinned ceiling
     calibration.save_entries(entries)
     assert calibration.lookup(e["uuid"], 5, 16) == e["counter_Bps"]
+    assert calibration.lookup_pageable(e["uuid"], 5, 16) == e["pageable_counter_Bps"]
+    assert calibration.lookup_pageable(e["uuid"], 4, 16) is None  # another link shape: no stored ceiling applies
 
 
 def test_calibrate_cli_errors_are_one_line(monkeypatch):

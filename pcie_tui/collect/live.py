@@ -29,14 +29,18 @@ class EngineFeed(Protocol):
 def apply_calibration(infos: tuple[GpuInfo, ...]) -> tuple[GpuInfo, ...]:
     """Put a stored calibrated ceiling into each GPU's LinkInfo when it still applies."""
     try:
-        from pcie_tui.calibration import lookup
+        from pcie_tui.calibration import lookup, lookup_pageable
     except ImportError:
         return infos
     out = []
     for g in infos:
-        measured = lookup(g.uuid, g.link.gen, g.link.width, max_gen=g.link.max_gen, max_width=g.link.max_width)
+        shape = {"max_gen": g.link.max_gen, "max_width": g.link.max_width}
+        measured = lookup(g.uuid, g.link.gen, g.link.width, **shape)
         if measured is not None:
-            g = dataclasses.replace(g, link=dataclasses.replace(g.link, measured_Bps=measured))
+            pageable = lookup_pageable(g.uuid, g.link.gen, g.link.width, **shape)
+            g = dataclasses.replace(
+                g, link=dataclasses.replace(g.link, measured_Bps=measured, measured_pageable_Bps=pageable)
+            )
         out.append(g)
     return tuple(out)
 

@@ -34,7 +34,7 @@ from urllib.parse import urlsplit
 from prometheus_client.parser import text_string_to_metric_families
 
 from pcie_tui.collect.llamalog import LogTailer
-from pcie_tui.collect.llamaproc import log_paths_for_pid, parse_layout, proc_argv, proc_environ
+from pcie_tui.collect.llamaproc import LAYOUT_ENV, load_facts, log_paths_for_pid, parse_layout, proc_argv, proc_environ
 from pcie_tui.model import EngineSample
 
 __all__ = ["METRICS_OFF_NOTE", "LlamaCppClient", "log_paths_for_pid", "parse_layout", "slot_phase", "wait_ready"]
@@ -85,6 +85,7 @@ class LlamaCppClient:
         self._start_time: str | None = None
         self._last_prompt_total: float | None = None
         self.props: dict[str, Any] | None = None
+        self.load_log: dict[str, Any] | None = None
 
     # ---- HTTP -----------------------------------------------------------
 
@@ -144,6 +145,9 @@ class LlamaCppClient:
             except _HttpError:
                 pass
         props = self.props or {}
+        if self.tailers and not (self.load_log or {}).get("complete"):
+            # Read once the server is up (the head then holds every load-time line), again if not.
+            self.load_log = load_facts(self.tailers[0].path)
         return {
             "kind": self.kind,
             "url": self.url,
@@ -157,6 +161,9 @@ class LlamaCppClient:
             "metrics_enabled": self.metrics_enabled,
             "slots_enabled": self.slots_enabled,
             "log_paths": [t.path for t in self.tailers],
+            "load_log": self.load_log,
+            # Only the variables that set offload and loading (never keys or paths of other things).
+            "environ": {k: v for k, v in self.environ.items() if k in LAYOUT_ENV} or None,
             "gpus": self.info.get("gpus"),
             "tree_pids": self.info.get("tree_pids"),
         }

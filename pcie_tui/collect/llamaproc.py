@@ -4,6 +4,7 @@ and the files its log goes to (``/proc/PID/fd/1`` and ``2``, ``--log-file``)."""
 from __future__ import annotations
 
 import contextlib
+import re
 import os
 import stat
 from typing import Any
@@ -30,6 +31,25 @@ _ENV = {
     "ctx_size": "LLAMA_ARG_CTX_SIZE",
     "model": "LLAMA_ARG_MODEL",
 }
+# Variables that change where weights, KV cache and batches go; recorded with the engine's facts.
+LAYOUT_ENV = frozenset(
+    {
+        *_ENV.values(),
+        "LLAMA_ARG_LOAD_MODE",
+        "LLAMA_ARG_NO_HOST",
+        "LLAMA_ARG_KV_OFFLOAD",
+        "LLAMA_ARG_N_CPU_MOE",
+        "LLAMA_ARG_N_CPU_FFN",
+        "LLAMA_ARG_CPU_MOE",
+        "LLAMA_ARG_OVERRIDE_TENSOR",
+        "LLAMA_ARG_UBATCH",
+        "LLAMA_ARG_BATCH",
+        "LLAMA_ARG_NO_MMAP",
+        "LLAMA_ARG_MLOCK",
+        "LLAMA_ARG_FLASH_ATTN",
+        "GGML_CUDA_NO_PINNED",
+    }
+)
 _INT_KEYS = ("main_gpu", "parallel", "ctx_size", "port")
 
 
@@ -85,7 +105,7 @@ def proc_environ(pid: int) -> dict[str, str]:
     out = {}
     for p in raw.split(b"\0"):
         k, eq, v = p.decode("utf-8", "replace").partition("=")
-        if eq and k.startswith("LLAMA_ARG_"):
+        if eq and (k.startswith("LLAMA_ARG_") or k.startswith("GGML_CUDA_")):
             out[k] = v
     return out
 
@@ -120,4 +140,44 @@ def log_paths_for_pid(pid: int, argv: list[str] | None = None) -> list[str]:
             continue
         seen.add((st.st_dev, st.st_ino))
         out.append(c)
+    return out
+
+
+# ---- load-time facts from the head of the server log ----------------------------------------
+
+# Lines that say where weights, KV cache and compute buffers live, and warnings. Only lines up to
+# "listening on" / "model loaded" are read: the server prints no request content before it serves.
+_LOAD_KEYWORDS = re.compile(
+    r"buffer size|offload|n_layer|n_expert|KV self size|KV buffer|CUDA_Host|CPU_Mapped|CUDA\d+ |"
+    r"ggml_cuda_init|using device|load_tensors|mmap|mlock|load-mode|tensor override|consider using",
+    re.IGNORECASE,
+)
+# llama.cpp's leveled log: "0.00.201.188 W srv  ..."; older builds print "warning:"/"WARN".
+_WARN = re.compile(r"^\s*[\d.]+\s+W\s|warning[:!]|\bWARN\b", re.IGNORECASE)
+_READY = re.compile(r"listening on|model loaded|server is listening")
+
+
+def load_facts(path: str, max_bytes: int = 2 << 20, max_lines: int = 80) -> dict[str, Any]:
+    """Load-time lines of a llama-server log: warnings and where weights and buffers went.
+
+    Returns ``{"path", "warnings": [...], "lines": [...], "complete": bool}``; ``complete`` is
+    True when the read reached the line that says the server is ready. Never raises.
+    """
+    out: dict[str, Any] = {"path": path, "warnings": [], "lines": [], "complete": False}
+    try:
+        with open(path, "rb") as f:
+            head = f.read(max_bytes)
+    except OSError as e:
+        out["error"] = f"cannot read log {path}: {e.strerror}"
+        return out
+    for raw in head.split(b"\n"):
+        line = raw.decode("utf-8", "replace").rstrip()[:300]
+        if _READY.search(line):
+            out["complete"] = True
+            break
+        if _WARN.search(line):
+            if len(out["warnings"]) < max_lines:
+                out["warnings"].append(line)
+        elif _LOAD_KEYWORDS.search(line) and len(out["lines"]) < max_lines:
+            out["lines"].append(line)
     return out

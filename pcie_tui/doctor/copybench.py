@@ -28,6 +28,24 @@ def _norm_bus(b: str) -> str:
     return f"{dom[-4:]}:{rest}"
 
 
+class _Beside:
+    """Runs ``during`` in a thread while the caller issues copies that block the host (pageable memory)."""
+
+    def __init__(self, during: Callable[[], Any] | None) -> None:
+        self.result: Any = None
+        self.thread = threading.Thread(target=self._run, args=(during,), daemon=True) if during else None
+        if self.thread is not None:
+            self.thread.start()
+
+    def _run(self, during: Callable[[], Any]) -> None:
+        self.result = during()
+
+    def join(self) -> Any:
+        if self.thread is not None:
+            self.thread.join()
+        return self.result
+
+
 class TorchBackend:
     name = "torch"
 
@@ -50,12 +68,21 @@ class TorchBackend:
         return f"{int(dom or 0):04x}:{int(bus):02x}:{int(slot):02x}.0"
 
     def copy_rate(
-        self, dev: int, direction: str, size_bytes: int, duration_s: float, during: Callable[[], Any] | None = None
+        self,
+        dev: int,
+        direction: str,
+        size_bytes: int,
+        duration_s: float,
+        during: Callable[[], Any] | None = None,
+        pinned: bool = True,
     ) -> tuple[float, Any]:
-        """Payload bytes/s of back-to-back pinned copies ('h2d' or 'd2h'), and what ``during`` returned."""
+        """Payload bytes/s of back-to-back copies ('h2d' or 'd2h') from pinned or pageable host memory,
+        and what ``during`` returned. Pageable copies go through the driver's staging buffers, the path
+        an engine takes when its host weights are mmapped."""
         t = self.torch
         with t.cuda.device(dev):
-            host = t.empty(size_bytes, dtype=t.uint8, pin_memory=True)
+            host = t.empty(size_bytes, dtype=t.uint8, pin_memory=pinned)
+            host.fill_(1)  # touch every page: an untouched pageable buffer would fault during the copy
             gpu = t.empty(size_bytes, dtype=t.uint8, device=f"cuda:{dev}")
             stream = t.cuda.Stream(dev)
             dst, src = (gpu, host) if direction == "h2d" else (host, gpu)
@@ -72,11 +99,13 @@ class TorchBackend:
                 stream.synchronize()
                 n = max(4, int(duration_s / max(time.perf_counter() - t0, 1e-4)))
                 start, end = t.cuda.Event(enable_timing=True), t.cuda.Event(enable_timing=True)
+                # Pageable copies hold the host until each is staged: read the counters beside them.
+                reader = _Beside(during) if not pinned else None
                 start.record(stream)
                 for _ in range(n):
                     one()
                 end.record(stream)
-            got = during() if during is not None else None
+            got = reader.join() if reader is not None else during() if during is not None else None
             end.synchronize()
             secs = start.elapsed_time(end) / 1e3
         del host, gpu
@@ -143,11 +172,24 @@ class CudaPythonBackend:
         return _norm_bus(text.split("\x00", 1)[0])
 
     def copy_rate(
-        self, dev: int, direction: str, size_bytes: int, duration_s: float, during: Callable[[], Any] | None = None
+        self,
+        dev: int,
+        direction: str,
+        size_bytes: int,
+        duration_s: float,
+        during: Callable[[], Any] | None = None,
+        pinned: bool = True,
     ) -> tuple[float, Any]:
         rt = self.rt
         self._ck(rt.cudaSetDevice(dev))
-        host = self._ck(rt.cudaMallocHost(size_bytes))
+        pageable = None
+        if pinned:
+            host = self._ck(rt.cudaMallocHost(size_bytes))
+        else:
+            import numpy as np
+
+            pageable = np.ones(size_bytes, dtype=np.uint8)  # ordinary (pageable) memory, every page touched
+            host = pageable.ctypes.data
         gpu = self._ck(rt.cudaMalloc(size_bytes))
         stream = self._ck(rt.cudaStreamCreate())
         ev0, ev1 = self._ck(rt.cudaEventCreate()), self._ck(rt.cudaEventCreate())
@@ -161,11 +203,12 @@ class CudaPythonBackend:
             self._ck(rt.cudaMemcpyAsync(dst, src, size_bytes, kind, stream))
             self._ck(rt.cudaStreamSynchronize(stream))
             n = max(4, int(duration_s / max(time.perf_counter() - t0, 1e-4)))
+            reader = _Beside(during) if not pinned else None
             self._ck(rt.cudaEventRecord(ev0, stream))
             for _ in range(n):
                 self._ck(rt.cudaMemcpyAsync(dst, src, size_bytes, kind, stream))
             self._ck(rt.cudaEventRecord(ev1, stream))
-            got = during() if during is not None else None
+            got = reader.join() if reader is not None else during() if during is not None else None
             self._ck(rt.cudaEventSynchronize(ev1))
             ms = float(self._ck(rt.cudaEventElapsedTime(ev0, ev1)))
         finally:
@@ -173,7 +216,8 @@ class CudaPythonBackend:
             rt.cudaEventDestroy(ev1)
             rt.cudaStreamDestroy(stream)
             rt.cudaFree(gpu)
-            rt.cudaFreeHost(host)
+            if pageable is None:
+                rt.cudaFreeHost(host)
         return n * size_bytes / (ms / 1e3), got
 
     def peer_rate(self, src: int, dst: int, size_bytes: int, duration_s: float) -> float:
