@@ -27,7 +27,6 @@ from pathlib import Path
 
 import numpy as np
 
-
 MAX_EXPERTS = 1024  # LLAMA_MAX_EXPERTS in llama.cpp's src/llama-hparams.h
 
 
@@ -166,7 +165,7 @@ def main() -> None:
     used = a.experts_used if a.experts_used is not None else (min(2, a.experts) if a.experts else 0)
     try:
         info = write_llama_gguf(
-            a.out, a.embd, a.ff, a.layers, a.heads, a.kv_heads, a.ctx, a.f16, a.seed, n_expert=a.experts, n_expert_used=used
+            a.out, a.embd, a.ff, a.layers, a.heads, a.kv_heads, a.ctx, a.f16, a.seed, a.experts, used
         )
     except (ValueError, OSError) as e:
         ap.exit(2, f"gguf_model: {e}\n")
