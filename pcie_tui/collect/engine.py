@@ -21,6 +21,7 @@ from pcie_tui.analyze.phases import LOADING_RX_Bps, PhaseTracker, engine_rx_Bps,
 from pcie_tui.collect.engine_base import EngineClient
 from pcie_tui.errors import UserError
 from pcie_tui.model import EngineSample, GpuInfo, GpuSample
+from pcie_tui.record.validate import Tally, clean_engine_sample
 
 MAX_BODY_BYTES = 16 << 20
 
@@ -136,6 +137,7 @@ class EnginePoller:
         self._hist_sent: Any = None  # the histograms last handed out (omitted from ticks while unchanged)
         self._pending_requests: list[dict[str, Any]] = []  # finished requests not yet put in a tick
         self.scrapes = 0
+        self.tally = Tally(f"{client.kind} engine")  # numbers the validation rules turned into "unavailable"
         self.stacks = None
         if stacks:
             from pcie_tui.collect.stacks import StackSampler
@@ -198,6 +200,7 @@ class EnginePoller:
             s = self.client.read()
         except Exception as e:  # a client must not raise, but a bug must not kill the thread
             s = EngineSample(kind=self.client.kind, up=False, error=f"{type(e).__name__}: {e}"[:160])
+        s = clean_engine_sample(s, self.tally)
         finished = s.extra.get("requests")
         if finished:
             # Requests finished since the last scrape: each goes into exactly one tick,
