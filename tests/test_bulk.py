@@ -438,7 +438,7 @@ def test_reader_rows_and_lazy_samples_match_eager_parse(tmp_path: Path) -> None:
     assert "tick without a usable time t (first: 'soon')" in w and "line 5" in w
     assert "GPU entry without a usable integer index" in w
     assert "time goes back" in w and "4 times; ticks set aside, not merged" in w
-    assert "NaN, infinite or beyond float range (1 time" in w and f"line {4 + len(bad) + 1}" in w
+    assert "power_W not finite (NaN, infinite or beyond float range) (1 time" in w and f"line {4 + len(bad) + 1}" in w
     clean = dict(nan_tick, gpus=[dict(nan_tick["gpus"][0], power_W=None)])
     expected = [Sample.from_json(d) for d in ticks[:3]] + [Sample.from_json(clean)]
     expected += [Sample.from_json(d) for d in ticks[4:]]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 import json
+import math
 import os
 import sys
 import zlib
@@ -18,7 +19,7 @@ from typing import Any, overload
 from pcie_tui.errors import UserError
 from pcie_tui.model import EngineSample, GpuSample, Sample, SessionHeader
 from pcie_tui.record.timeline import check_ticks
-from pcie_tui.record.validate import Tally, clean_header_dict
+from pcie_tui.record.validate import Tally, clean_header_dict, scrub
 
 _fast_loads: Callable[[bytes], Any]
 try:
@@ -68,24 +69,25 @@ def _read_bytes(path: Path) -> tuple[bytes, str | None]:
 
 
 def _std_loads(line: bytes, bad: list[int] | None = None) -> Any:
-    """stdlib json for what orjson refuses; NaN, infinities and out-of-float-range numbers -> None.
+    """stdlib json for what orjson refuses; NaN, infinities and out-of-float-range numbers read as NaN.
 
-    Each such number appends to ``bad`` so the reader can count it with its line.
+    Each such number appends to ``bad``; the reader then scrubs that line (NaN -> None, counted by key).
     """
 
-    def const(_c: str) -> None:
+    def const(_c: str) -> float:
         if bad is not None:
             bad.append(1)
+        return math.nan
 
-    def flt(x: str) -> float | None:
+    def flt(x: str) -> float:
         f = float(x)
-        if f - f != 0.0:  # inf
+        if not math.isfinite(f):
             if bad is not None:
                 bad.append(1)
-            return None
+            return math.nan
         return f
 
-    def integer(x: str) -> int | float | None:
+    def integer(x: str) -> int | float:
         return int(x) if len(x) < 19 else flt(x)
 
     return json.loads(line, parse_constant=const, parse_float=flt, parse_int=integer)
@@ -255,7 +257,7 @@ def _open(path: str | os.PathLike[str]) -> tuple[Path, SessionHeader, list[bytes
     except (ValueError, RecursionError):
         raise UserError(f"{p} is not a pcie-tui recording (first line is not JSON)") from None
     if bad:
-        tally.add("a number in the header that is NaN, infinite or beyond float range", 1, len(bad))
+        scrub(first, tally, 1)
     return p, parse_header(first, p, tally), lines, warnings, tally
 
 
@@ -275,8 +277,8 @@ def _objects(p: Path, lines: list[bytes], warnings: list[str], tally: Tally | No
             what = "truncated last line" if trailing else f"unreadable line {i + 1}"
             warnings.append(f"{p}: skipped {what}")
             continue
-        if bad and tally is not None:
-            tally.add("a number that is NaN, infinite or beyond float range", i + 1, len(bad))
+        if bad:
+            scrub(obj, tally if tally is not None else Tally(p), i + 1)
         yield i + 1, obj
 
 

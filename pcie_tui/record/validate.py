@@ -249,14 +249,14 @@ def scrub(obj: Any, tally: Tally, line: int | None = None) -> Any:
         for k, v in obj.items():
             if isinstance(v, float) and not math.isfinite(v):
                 obj[k] = None
-                tally.add(f"{k} not finite", line)
+                tally.add(f"{k} not finite (NaN, infinite or beyond float range)", line)
             elif isinstance(v, dict | list):
                 scrub(v, tally, line)
     elif isinstance(obj, list):
         for i, v in enumerate(obj):
             if isinstance(v, float) and not math.isfinite(v):
                 obj[i] = None
-                tally.add("a list item not finite", line)
+                tally.add("a list item not finite (NaN, infinite or beyond float range)", line)
             elif isinstance(v, dict | list):
                 scrub(v, tally, line)
     return obj
