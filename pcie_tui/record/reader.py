@@ -359,12 +359,12 @@ def read_rows(
     return r.header, r.ticks, r.events, r.warnings
 
 
-def read_recording(path: str | os.PathLike[str], *, warn: bool = True) -> Recording:
+def read_recording(path: str | os.PathLike[str], *, warn: bool = True, validate: bool = True) -> Recording:
     """Load a recording; warnings (truncation, damage) go to stderr when ``warn``.
 
     Samples are built on first use (see :class:`SampleList`); ``rows`` keeps the raw ticks.
     """
-    r = read_rows_full(path)
+    r = read_rows_full(path, validate=validate)
     rec = Recording(Path(path), r.header, SampleList(r.ticks), r.events, r.warnings, r.ticks, r.segments, r.gaps)
     if warn:
         for w in r.warnings:

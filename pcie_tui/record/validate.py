@@ -50,8 +50,6 @@ GPU_RULES: dict[str, tuple[float, float, bool]] = {
     "link_width": (1.0, 32.0, True),
 }
 _UTILS = frozenset({"dram_bw_util", "mem_busy", "sm_util"})
-_FLOAT_KEYS = tuple(k for k, r in GPU_RULES.items() if not r[2])
-_INT_KEYS = tuple(k for k, r in GPU_RULES.items() if r[2])
 ENGINE_NUMBERS = ("prompt_tokens_total", "generation_tokens_total", "requests_running", "requests_waiting")
 ENGINE_STRINGS = ("phase", "error")
 MAX_GPU_INDEX = 4096
@@ -282,39 +280,71 @@ def gpu_columns_ok(flat: list[dict[str, Any]]) -> bool:
     """Whether every known field of every raw GPU dict passes, checked in a few C-level sweeps.
 
     The common case (a clean recording) costs one itemgetter sweep, one type sweep and one
-    numpy range check; any doubt sends the caller to :func:`clean_gpu_dict` per dict.
+    numpy range check; any doubt sends the caller to :func:`clean_gpu_dict` per dict. Rows
+    never hold NaN here: orjson yields none, and the stdlib path scrubs them as it parses.
     """
     if not flat:
         return True
-    keys = _FLOAT_KEYS + _INT_KEYS
     try:
-        rows = list(map(itemgetter(*keys), flat))
+        rows = list(map(_all_keys, flat))
     except KeyError:
-        rows = [tuple(g.get(k) for k in keys) for g in flat]
-    nf = len(_FLOAT_KEYS)
-    if set(map(type, chain.from_iterable(r[:nf] for r in rows))) - _NUM_TYPES:
-        return False
-    if set(map(type, chain.from_iterable(r[nf:] for r in rows))) - _INT_TYPES:
+        rows = [tuple(g.get(k) for k in _KEYS) for g in flat]
+    if set(map(type, chain.from_iterable(rows))) - _NUM_TYPES:
         return False
     a = np.array(rows, dtype=np.float64)
-    if a.shape != (len(flat), len(keys)):
+    if a.shape != (len(flat), len(_KEYS)):
         return False
-    nones = sum(map(tuple.count, rows, [None] * len(rows)))
-    nan = np.isnan(a)
-    if int(nan.sum()) != nones:  # a NaN that is not a null
-        return False
-    lo = np.array([GPU_RULES[k][0] for k in keys])
-    hi = np.array([GPU_RULES[k][1] if k not in _UTILS else 1.0 for k in keys])
     with np.errstate(invalid="ignore"):
-        inside = ((a >= lo) & (a <= hi)) | nan
-    if not bool(inside.all()):
+        bad = (a < _LO) | (a > _HI)
+        if bool(bad.any()):
+            return False
+        ints = a[:, _INT_COLS]
+        if not bool(np.all((ints == np.floor(ints)) | np.isnan(ints))):
+            return False
+    w = a[:, _KEYS.index("link_width")]
+    if not bool(np.isin(w[~np.isnan(w)], _WIDTHS).all()):
         return False
-    wi = keys.index("link_width")
-    w = a[:, wi]
-    w = w[~nan[:, wi]]
-    return bool(np.isin(w, list(LINK_WIDTHS)).all())
+    global _last
+    _last = (len(flat), flat[0], flat[-1], a)  # the dicts themselves: their ids cannot be reused
+    return True
 
 
+def cached_columns(flat: list[dict[str, Any]], keys: tuple[str, ...]) -> np.ndarray | None:
+    """The float matrix :func:`gpu_columns_ok` just built for these same GPU dicts (keys x samples), once.
+
+    The bulk analyzer needs the same columns; handing them over saves building them twice.
+    """
+    global _last
+    if _last is None or not flat or keys != _KEYS[: len(keys)]:
+        return None
+    n, first, last, a = _last
+    if n != len(flat) or first is not flat[0] or last is not flat[-1]:
+        return None
+    _last = None
+    return a[:, : len(keys)].T
+
+
+# The bulk analyzer's columns first (readings, then link state), then the rest.
+_KEYS = (
+    "pcie_rx_Bps",
+    "pcie_tx_Bps",
+    "nvlink_rx_Bps",
+    "nvlink_tx_Bps",
+    "dram_bw_util",
+    "mem_busy",
+    "sm_util",
+    "link_gen",
+    "link_width",
+    "power_W",
+    "mem_used_bytes",
+)
+assert sorted(_KEYS) == sorted(GPU_RULES)
+_INT_COLS = [i for i, k in enumerate(_KEYS) if GPU_RULES[k][2]]
+_last: tuple[int, dict[str, Any], dict[str, Any], np.ndarray] | None = None
+_all_keys = itemgetter(*_KEYS)
+_LO = np.array([GPU_RULES[k][0] for k in _KEYS])
+_HI = np.array([GPU_RULES[k][1] if k not in _UTILS else 1.0 for k in _KEYS])
+_WIDTHS = np.array(sorted(LINK_WIDTHS), dtype=np.float64)
 MAX_ABS_T = 1e11  # unix seconds; year 5138
 
 
