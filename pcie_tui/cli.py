@@ -81,7 +81,7 @@ def open_engine(args: argparse.Namespace, gpus: Any, interactive: bool) -> tuple
     from pcie_tui.collect import process
     from pcie_tui.collect.engine import EnginePoller
 
-    running = gpus.running_pids() if gpus is not None else {}
+    running = gpus.running_pids() if gpus is not None else None
     if args.pid is not None or args.url is not None:
         client = process.attach(pid=args.pid, url=args.url, log_path=args.log, running_pids=running)
     else:
@@ -112,15 +112,39 @@ def _pick(found: Sequence[Any], interactive: bool) -> Any:
 
 
 def open_live(args: argparse.Namespace, interactive: bool) -> tuple[Any, str]:
+    """GPUs plus engine. Without NVML (no driver, a CPU box) the engine side runs alone when asked for."""
     from pcie_tui.collect.live import LiveSource
+    from pcie_tui.errors import NoGpuError
 
-    gpus = open_gpus(args.gpus)
+    why = None
+    try:
+        gpus = open_gpus(args.gpus)
+    except NoGpuError as e:
+        # Engine-only mode: an engine to watch was named (or may be found); the GPU side is unavailable.
+        if args.no_engine or args.gpus is not None:
+            raise
+        gpus, why = None, str(e).split("try `pcie-tui demo`")[0].rstrip(" ;")
     try:
         engine, status = open_engine(args, gpus, interactive)
     except BaseException:
-        gpus.close()
+        if gpus is not None:
+            gpus.close()
         raise
-    return LiveSource(gpus, engine, interval_s=args.interval), status
+    if gpus is None:
+        if engine is None:
+            raise UserError(f"nothing to watch: GPU side unavailable ({why}) and {status.removeprefix('engine: ')}")
+        print(f"pcie-tui: GPU side unavailable: {why}; watching the engine alone", file=sys.stderr)
+    extra = {"gpu_unavailable": why} if why else None
+    return LiveSource(gpus, engine, interval_s=args.interval, extra_header=extra), status
+
+
+def live_warnings(source: Any) -> None:
+    """One stderr line per kind of reading the validation rules set aside during a live session."""
+    src = getattr(source, "source", source)  # a TeeSource wraps the LiveSource
+    for part in (getattr(src, "gpus", None), getattr(src, "engine", None)):
+        tally = getattr(part, "tally", None)
+        for w in tally.warnings() if tally is not None else ():
+            print(f"pcie-tui: warning: {w}", file=sys.stderr)
 
 
 class TeeSource:
@@ -156,7 +180,9 @@ def _run_tui(source: Any, recorder_factory: Callable[[], Any] | None = None, sta
         app.run()
     finally:
         source.close()
-    return 0
+        live_warnings(source)
+    code = getattr(app, "return_code", 0)
+    return int(code) if isinstance(code, int) else 0  # Textual sets 1 when the app died of an error
 
 
 def cmd_watch(args: argparse.Namespace) -> int:
@@ -204,6 +230,7 @@ def cmd_record(args: argparse.Namespace) -> int:
         pass
     finally:
         tee.close()
+        live_warnings(tee)
     print(f"pcie-tui: wrote {n} ticks to {args.out}", file=sys.stderr)
     return 0
 
@@ -232,7 +259,9 @@ def cmd_report(args: argparse.Namespace) -> int:
         raise UserError(f"{args.file} holds a header but no ticks")
     report, _ = build_report(rec)
     if args.json:
-        json.dump(report, sys.stdout, indent=1, allow_nan=False)
+        from pcie_tui.record.validate import finite_json
+
+        json.dump(finite_json(report), sys.stdout, indent=1, allow_nan=False)
         sys.stdout.write("\n")
     else:
         # Piped or redirected: no terminal width to follow, so don't wrap at 80 columns.
@@ -331,3 +360,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         return 0
+    except Exception as e:  # noqa: BLE001 - one line, never a traceback (PCIE_TUI_DEBUG=1 shows it)
+        if os.environ.get("PCIE_TUI_DEBUG"):
+            raise
+        print(f"pcie-tui: error: {type(e).__name__}: {e} (a bug; PCIE_TUI_DEBUG=1 shows where)", file=sys.stderr)
+        return 1

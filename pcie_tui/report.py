@@ -41,13 +41,17 @@ def _build_report(rec: Recording, thresholds: Thresholds) -> tuple[dict[str, Any
     else:
         an = analyze(rec.header, samples, thresholds)
         engine_ticks = samples
+    an.gaps = [(g["start"], g["end"]) for g in rec.gaps]
     out = an.summary()
     out["file"] = str(rec.path)
     out["host"] = rec.header.host
     out["created"] = rec.header.created
     out["engine_info"] = rec.header.engine
     out["warnings"] = rec.warnings
-    out["gaps"] = [e for e in rec.events if e.get("event") == "engine_gap"]
+    out["gaps"] = [e for e in rec.events if e.get("event") == "engine_gap"] + rec.gaps
+    out["segments"] = rec.segments
+    out["gaps_s"] = sum(g["duration_s"] for g in rec.gaps)
+    out["gpu_unavailable"] = rec.header.extra.get("gpu_unavailable")
     out["engine"] = engine_report(engine_ticks, an)
     out["whatif"] = whatif_report(rec.header, an)
     out["linkmodel"] = report_linkmodel(rec.header, _lazy(rec))
@@ -74,6 +78,16 @@ def render_text(report: dict[str, Any], rec: Recording, console: Console) -> Non
         f"[bold]{report['file']}[/]  host {report['host']}  created {report['created']}  "
         f"{report['duration_s']:.1f} s, {report['ticks']} ticks"
     )
+    if report.get("gpu_unavailable"):
+        console.print(f"GPU side unavailable: {report['gpu_unavailable']}", markup=False, highlight=False)
+    holes = [g for g in report.get("gaps") or () if g.get("event") == "recording_gap"]
+    if holes:
+        console.print(
+            f"{len(holes)} gap(s) in the recording, {sum(g['duration_s'] for g in holes):.1f} s in all: "
+            "left out of verdict time and rates",
+            markup=False,
+            highlight=False,
+        )
     for g in report["gpus"]:
         info = h.gpu(g["index"])
         link = ""

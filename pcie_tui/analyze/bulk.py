@@ -32,6 +32,7 @@ from pcie_tui.analyze.verdict import (
     Utilisation,
 )
 from pcie_tui.model import GpuInfo, Sample, SessionHeader, pcie_capacity_Bps
+from pcie_tui.record.validate import cached_columns
 
 _BUS = (None, "pcie", "pcie", "nvlink", "nvlink")  # by link-source code; 0 = no link reading
 _DIR = (None, "rx", "tx", "rx", "tx")
@@ -81,6 +82,9 @@ _LINK = ("link_gen", "link_width")  # only written when known
 
 def _columns(flat: list[dict[str, Any]], keys: tuple[str, ...]) -> np.ndarray:
     """keys x GPU-samples as floats, None -> NaN. One C-level sweep when every key is present."""
+    done = cached_columns(flat, keys)  # the reader's validation built these already
+    if done is not None:
+        return done
     try:
         rows = list(map(itemgetter(*keys), flat))
     except KeyError:

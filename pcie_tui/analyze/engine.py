@@ -263,11 +263,15 @@ class EngineStats:
 # ---- whole session (report --json) ----------------------------------------
 
 
-def _up_span_s(ticks: Sequence[tuple[float, EngineSample]]) -> float:
-    """Seconds the engine was answering: sum of gaps between consecutive up ticks."""
+def _up_span_s(ticks: Sequence[tuple[float, EngineSample]], holes: Sequence[tuple[float, float]] = ()) -> float:
+    """Seconds the engine was answering: sum of spans between consecutive up ticks.
+
+    ``holes`` are the recording's gaps (start, end): no one watched then, so they do not count.
+    """
+    skip = {float(a) for a, _ in holes}
     span = 0.0
     for (t0, a), (t1, b) in zip(ticks, ticks[1:], strict=False):
-        if a.up and b.up:
+        if a.up and b.up and t0 not in skip:
             span += t1 - t0
     return span
 
@@ -333,7 +337,7 @@ def engine_report(samples: Iterable[Sample], analyzer: Any = None) -> dict[str, 
         return None
     engines = [e for _, e in ticks]
     up = [e for e in engines if e.up]
-    span = _up_span_s(ticks)
+    span = _up_span_s(ticks, getattr(analyzer, "gaps", ()))
 
     def rate(attr: str) -> float | None:
         inc = counter_total(getattr(e, attr) for e in up)

@@ -6,6 +6,7 @@ in ``report``; verdicts are always recomputed from raw readings.
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -56,6 +57,8 @@ class SessionAnalyzer:
         self.t0: float | None = None
         self.t_last: float | None = None
         self.n = 0
+        # Holes in the recording (start, end): left out of time in verdict and of rates.
+        self.gaps: list[tuple[float, float]] = []
 
     def _tracker(self, index: int) -> GpuVerdictTracker:
         tr = self.trackers.get(index)
@@ -166,6 +169,7 @@ class SessionAnalyzer:
             time_in = {v: 0.0 for v in VERDICTS}
             for sg in segs:
                 time_in[sg["saturated"]] += sg["end"] - sg["start"]
+            _drop_gaps(time_in, segs, self.gaps)
             info = self.header.gpu(index)
             gpus.append(
                 {
@@ -282,6 +286,17 @@ def _segments(times: list[float], codes: np.ndarray) -> list[dict[str, Any]]:
         {"start": times[a], "end": times[b], "saturated": VERDICTS[int(codes[a])]}
         for a, b in zip(starts, ends, strict=True)
     ]
+
+
+def _drop_gaps(time_in: dict[str, float], segs: list[dict[str, Any]], gaps: list[tuple[float, float]]) -> None:
+    """Take each hole out of the verdict segment that spans it (the one holding the tick before it)."""
+    if not gaps or not segs:
+        return
+    starts = [sg["start"] for sg in segs]
+    for a, b in gaps:
+        i = bisect_right(starts, a) - 1
+        if i >= 0 and segs[i]["start"] <= a < segs[i]["end"] and b <= segs[i]["end"]:
+            time_in[segs[i]["saturated"]] -= b - a
 
 
 def _series_array(ser: _GpuSeries, name: str) -> np.ndarray:

@@ -21,8 +21,10 @@ from pcie_tui.analyze.phases import LOADING_RX_Bps, PhaseTracker, engine_rx_Bps,
 from pcie_tui.collect.engine_base import EngineClient
 from pcie_tui.errors import UserError
 from pcie_tui.model import EngineSample, GpuInfo, GpuSample
+from pcie_tui.record.validate import Tally, clean_engine_sample
 
-MAX_BODY_BYTES = 16 << 20
+# Largest engine answer read (vLLM's /metrics is ~100 kB); a bigger one is one failed scrape.
+MAX_BODY_BYTES = 2 << 20
 
 
 def normalize_url(url: str) -> str:
@@ -69,7 +71,7 @@ def http_get(url: str, timeout_s: float) -> tuple[int, bytes]:
             chunks.append(chunk)
             size += len(chunk)
             if size > MAX_BODY_BYTES:
-                raise OSError("response too large")
+                raise OSError(f"answer larger than {MAX_BODY_BYTES >> 20} MB; not read")
         return resp.status, b"".join(chunks)
     except http.client.HTTPException as e:
         raise OSError(f"bad HTTP response: {type(e).__name__}") from None
@@ -136,6 +138,8 @@ class EnginePoller:
         self._hist_sent: Any = None  # the histograms last handed out (omitted from ticks while unchanged)
         self._pending_requests: list[dict[str, Any]] = []  # finished requests not yet put in a tick
         self.scrapes = 0
+        self.failed_scrapes = 0  # answers that did not come, or came too big or too slow
+        self.tally = Tally(f"{client.kind} engine")  # numbers the validation rules turned into "unavailable"
         self.stacks = None
         if stacks:
             from pcie_tui.collect.stacks import StackSampler
@@ -198,6 +202,9 @@ class EnginePoller:
             s = self.client.read()
         except Exception as e:  # a client must not raise, but a bug must not kill the thread
             s = EngineSample(kind=self.client.kind, up=False, error=f"{type(e).__name__}: {e}"[:160])
+        s = clean_engine_sample(s, self.tally)
+        if not s.up:
+            self.failed_scrapes += 1
         finished = s.extra.get("requests")
         if finished:
             # Requests finished since the last scrape: each goes into exactly one tick,

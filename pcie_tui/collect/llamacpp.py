@@ -33,6 +33,7 @@ from urllib.parse import urlsplit
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from pcie_tui.collect.engine import MAX_BODY_BYTES
 from pcie_tui.collect.llamalog import LogTailer
 from pcie_tui.collect.llamaproc import LAYOUT_ENV, load_facts, log_paths_for_pid, parse_layout, proc_argv, proc_environ
 from pcie_tui.model import EngineSample
@@ -92,11 +93,17 @@ class LlamaCppClient:
     def _get(self, path: str) -> tuple[int, bytes, dict[str, str]]:
         cls = http.client.HTTPSConnection if self._scheme == "https" else http.client.HTTPConnection
         conn = cls(self._host, self._port, timeout=self.timeout_s)
+        deadline = time.monotonic() + self.timeout_s  # for the whole answer, not per recv
         try:
             conn.request("GET", path, headers={"Accept": "*/*"})
             r = conn.getresponse()
-            body = r.read(8 << 20)
-            return r.status, body, {k.lower(): v for k, v in r.getheaders()}
+            chunks, size = [], 0
+            while chunk := _read_some(conn, r, deadline):
+                chunks.append(chunk)
+                size += len(chunk)
+                if size > MAX_BODY_BYTES:
+                    raise _HttpError("io", f"{path}: answer larger than {MAX_BODY_BYTES >> 20} MB; not read")
+            return r.status, b"".join(chunks), {k.lower(): v for k, v in r.getheaders()}
         except ConnectionRefusedError:
             raise _HttpError("refused", f"connection refused at {self.url}") from None
         except TimeoutError:
@@ -316,6 +323,16 @@ class LlamaCppClient:
 
     def close(self) -> None:
         """Nothing held open between reads; here for symmetry with other sources."""
+
+
+def _read_some(conn: http.client.HTTPConnection, r: http.client.HTTPResponse, deadline: float) -> bytes:
+    """Up to 64 kB of the body, within what is left of the deadline (TimeoutError past it)."""
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise TimeoutError("timed out")
+    if conn.sock is not None:
+        conn.sock.settimeout(left)
+    return r.read1(65536)
 
 
 def _parse_metrics(body: bytes) -> dict[str, float] | None:

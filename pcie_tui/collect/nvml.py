@@ -23,6 +23,7 @@ from typing import Any
 from pcie_tui.collect.gpm import GpmReading, GpmSampler, gpm_supported
 from pcie_tui.errors import NoGpuError, UserError
 from pcie_tui.model import GpuInfo, GpuSample, LinkInfo, pcie_capacity_Bps
+from pcie_tui.record.validate import Tally, clean_gpu_sample
 
 MiB = 1 << 20
 DEMO_HINT = "try `pcie-tui demo` to replay a recorded session"
@@ -90,6 +91,7 @@ class NvmlCollector:
         self.link_refresh_s = link_refresh_s
         self._pool: ThreadPoolExecutor | None = None
         self._closed = False
+        self.tally = Tally("NVML")  # readings the validation rules turned into "unavailable"
         try:
             nv.nvmlInit()
         except nv.NVMLError as e:
@@ -222,7 +224,7 @@ class NvmlCollector:
         # The cheap reads run here while the pool waits out the PCIe windows.
         out = [self._read_device(d) for d in self.devices]
         if pool is None:
-            return tuple(out)
+            return self._checked(out)
         res = []
         for s in out:
             f = pcie.get(s.index)
@@ -231,7 +233,11 @@ class NvmlCollector:
                 continue
             tx_kBps, rx_kBps = f[0].result(), f[1].result()
             res.append(_with_pcie(s, tx_kBps, rx_kBps))
-        return tuple(res)
+        return self._checked(res)
+
+    def _checked(self, out: list[GpuSample]) -> tuple[GpuSample, ...]:
+        """Every reading through the validation rules (GPM can return NaN; a driver can return junk)."""
+        return tuple(clean_gpu_sample(s, self.tally) for s in out)
 
     def _read_device(self, d: _Device) -> GpuSample:
         h = d.handle

@@ -88,7 +88,11 @@ def register(subparsers: Any) -> None:
 
 
 def _print_json(obj: Any) -> None:
-    json.dump(obj, sys.stdout, indent=1, default=_json_default)
+    from pcie_tui.record.validate import finite_json
+
+    # RFC 8259: no NaN/Infinity (they become null).
+    plain = json.loads(json.dumps(obj, default=_json_default))
+    json.dump(finite_json(plain), sys.stdout, indent=1, allow_nan=False)
     sys.stdout.write("\n")
 
 

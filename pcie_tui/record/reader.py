@@ -4,19 +4,22 @@ from __future__ import annotations
 
 import gc
 import json
+import math
 import os
 import sys
 import zlib
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, fields
-from itertools import chain
+from itertools import compress
 from operator import itemgetter
 from pathlib import Path
 from typing import Any, overload
 
 from pcie_tui.errors import UserError
 from pcie_tui.model import EngineSample, GpuSample, Sample, SessionHeader
+from pcie_tui.record.timeline import check_ticks
+from pcie_tui.record.validate import Tally, clean_header_dict, scrub
 
 _fast_loads: Callable[[bytes], Any]
 try:
@@ -53,21 +56,49 @@ def _read_bytes(path: Path) -> tuple[bytes, str | None]:
         try:
             out.append(d.decompress(data))
         except zlib.error as e:
-            warning = f"gzip data corrupt after {sum(map(len, out))} bytes ({e}); read what came before"
+            warning = f"{path}: gzip data corrupt after {sum(map(len, out))} bytes ({e}); read what came before"
             break
         if not d.eof:
-            warning = "gzip stream ends early (writer was stopped); read every complete line"
+            # The writer flushes after every line: a stopped writer leaves whole lines, a cut file need not.
+            tail = out[-1][-1:] if out and out[-1] else b""
+            why = "the writer was stopped before closing it" if tail == b"\n" else "the file is cut short or damaged"
+            warning = f"{path}: gzip stream ends early ({why}); read every complete line"
             break
         data = d.unused_data
     return b"".join(out), warning
 
 
-def _loads(line: bytes) -> Any:
-    """orjson, and stdlib json for whatever orjson refuses (NaN, huge integers), as before."""
+def _std_loads(line: bytes, bad: list[int] | None = None) -> Any:
+    """stdlib json for what orjson refuses; NaN, infinities and out-of-float-range numbers read as NaN.
+
+    Each such number appends to ``bad``; the reader then scrubs that line (NaN -> None, counted by key).
+    """
+
+    def const(_c: str) -> float:
+        if bad is not None:
+            bad.append(1)
+        return math.nan
+
+    def flt(x: str) -> float:
+        f = float(x)
+        if not math.isfinite(f):
+            if bad is not None:
+                bad.append(1)
+            return math.nan
+        return f
+
+    def integer(x: str) -> int | float:
+        return int(x) if len(x) < 19 else flt(x)
+
+    return json.loads(line, parse_constant=const, parse_float=flt, parse_int=integer)
+
+
+def _loads(line: bytes, bad: list[int] | None = None) -> Any:
+    """orjson (never yields a non-finite number), else stdlib json with the same guarantee."""
     try:
         return _fast_loads(line)
     except ValueError:
-        return json.loads(line)
+        return _std_loads(line, bad)
 
 
 # Sample.from_json with positional construction (keyword calls of these frozen dataclasses cost
@@ -176,17 +207,23 @@ class Recording:
     events: list[dict[str, Any]] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     rows: list[dict[str, Any]] | None = None
+    # Where the file breaks: a later header starts a segment; a hole of several intervals is a gap.
+    segments: list[dict[str, Any]] = field(default_factory=list)
+    gaps: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def duration_s(self) -> float:
         return self.samples[-1].t - self.samples[0].t if len(self.samples) > 1 else 0.0
 
 
-def parse_header(obj: object, path: Path) -> SessionHeader:
+def parse_header(obj: object, path: Path, tally: Tally | None = None) -> SessionHeader:
     if not isinstance(obj, dict) or obj.get("format") != FORMAT:
         raise UserError(f'{path} is not a pcie-tui recording (first line has no "format": "{FORMAT}")')
-    if obj.get("version") not in SUPPORTED_VERSIONS:
-        raise UserError(f"{path}: recording version {obj.get('version')!r} is not supported (this build reads 1)")
+    if obj.get("version") not in SUPPORTED_VERSIONS or type(obj.get("version")) is not int:
+        raise UserError(f"{path}: recording version {obj.get('version')!r:.40} is not supported (this build reads 1)")
+    clean_header_dict(obj, tally if tally is not None else Tally(path))
+    if obj.get("engine") is not None and not isinstance(obj["engine"], dict):
+        obj["engine"] = None
     return SessionHeader.from_json(obj)
 
 
@@ -202,7 +239,7 @@ def gc_paused() -> Iterator[None]:
             gc.enable()
 
 
-def _open(path: str | os.PathLike[str]) -> tuple[Path, SessionHeader, list[bytes], list[str]]:
+def _open(path: str | os.PathLike[str]) -> tuple[Path, SessionHeader, list[bytes], list[str], Tally]:
     p = Path(path)
     data, warning = _read_bytes(p)
     warnings: list[str] = [warning] if warning else []
@@ -213,94 +250,123 @@ def _open(path: str | os.PathLike[str]) -> tuple[Path, SessionHeader, list[bytes
         raise UserError(f"{p} is empty, not a recording")
     if len(lines) == 1 and warning:
         raise UserError(f"{p} is cut short inside its first line: no recording to read")
+    tally = Tally(p)
+    bad: list[int] = []
     try:
-        first = _loads(lines[0])
-    except ValueError:
+        first = _loads(lines[0], bad)
+    except (ValueError, RecursionError):
         raise UserError(f"{p} is not a pcie-tui recording (first line is not JSON)") from None
-    return p, parse_header(first, p), lines, warnings
+    if bad:
+        scrub(first, tally, 1)
+    return p, parse_header(first, p, tally), lines, warnings, tally
 
 
-def _objects(p: Path, lines: list[bytes], warnings: list[str]) -> Iterator[dict[str, Any]]:
+def _objects(p: Path, lines: list[bytes], warnings: list[str], tally: Tally | None = None) -> Iterator[tuple[int, Any]]:
+    """(line number, parsed object) for every readable non-blank line after the header."""
     last_idx = len(lines) - 1
-    loads = _loads
     for i in range(1, len(lines)):
         line = lines[i]
         if not line.strip():
             continue
+        bad: list[int] = []
         try:
-            obj = loads(line)
-        except ValueError:
+            obj = _loads(line, bad)
+        except (ValueError, RecursionError):
             # The last line may be cut short by a crash; anything else is damage.
             trailing = i == last_idx or all(not x.strip() for x in lines[i + 1 :])
             what = "truncated last line" if trailing else f"unreadable line {i + 1}"
             warnings.append(f"{p}: skipped {what}")
             continue
-        if isinstance(obj, dict):
-            yield obj
+        if bad:
+            scrub(obj, tally if tally is not None else Tally(p), i + 1)
+        yield i + 1, obj
 
 
 def iter_lines(path: str | os.PathLike[str]) -> tuple[SessionHeader, Iterator[dict[str, Any]], list[str]]:
     """Header plus an iterator over raw tick/event dicts. Warnings list fills as it goes."""
-    p, header, lines, warnings = _open(path)
-    return header, _objects(p, lines, warnings), warnings
+    p, header, lines, warnings, _ = _open(path)
+    return header, (o for _, o in _objects(p, lines, warnings) if isinstance(o, dict)), warnings
 
 
-def _tick_ok(d: dict[str, Any]) -> bool:
-    """Whether Sample.from_json accepts this tick (a number t; gpus: dicts with an integer index)."""
-    try:
-        float(d["t"])
-        for g in d.get("gpus") or ():
-            if not isinstance(g, dict):
-                return False
-            int(g["index"])
-    except (KeyError, TypeError, ValueError):
-        return False
-    return True
+@dataclass
+class Rows:
+    """What :func:`read_rows_full` returns: checked ticks plus where the recording breaks."""
+
+    header: SessionHeader
+    ticks: list[dict[str, Any]]
+    events: list[dict[str, Any]]
+    warnings: list[str]
+    segments: list[dict[str, Any]] = field(default_factory=list)
+    gaps: list[dict[str, Any]] = field(default_factory=list)
+
+
+def read_rows_full(path: str | os.PathLike[str], *, validate: bool = True) -> Rows:
+    """Header, checked raw tick dicts, event dicts, warnings, segments and gaps; no Samples built.
+
+    ``validate=False`` skips the value rules (bench/run.py measures their cost with it); the
+    structural checks that keep the analyzers safe (a number ``t``, GPU dicts with an integer
+    index, time order) always run.
+    """
+    p, header, lines, warnings, tally = _open(path)
+    with gc_paused():
+        nums: list[int] | None = None
+        try:  # every line whole and plain JSON (the usual case): one sweep
+            loads = _fast_loads
+            objs = [loads(x) for x in lines[1:] if x]
+            if set(map(type, objs)) - {dict}:
+                nums = [i + 1 for i in range(1, len(lines)) if lines[i]]
+                keep = [isinstance(o, dict) for o in objs]
+                objs = list(compress(objs, keep))
+                nums = list(compress(nums, keep))
+        except (ValueError, RecursionError):  # a cut or damaged line, or something only stdlib json reads
+            pairs = [(n, o) for n, o in _objects(p, lines, warnings, tally) if isinstance(o, dict)]
+            objs = [o for _, o in pairs]
+            nums = [n for n, _ in pairs]
+
+        def line_numbers() -> list[int]:
+            return nums if nums is not None else [i + 1 for i in range(1, len(lines)) if lines[i]]
+
+        ticks = [o for o in objs if "gpus" in o and "t" in o]
+        events: list[dict[str, Any]] = []
+        heads: list[int] = []  # positions in ticks where a later header starts a segment
+        head_lines: list[int] = []
+        if len(ticks) != len(objs):
+            ticks, events = [], []
+            ln = line_numbers()
+            tick_lines = []
+            for o, n in zip(objs, ln, strict=True):
+                if "gpus" in o and "t" in o:
+                    ticks.append(o)
+                    tick_lines.append(n)
+                elif o.get("format") == FORMAT:
+                    heads.append(len(ticks))
+                    head_lines.append(n)
+                elif "event" in o:
+                    events.append(o)
+            nums = tick_lines
+            line_numbers = lambda: tick_lines  # noqa: E731 - now lines of ticks only
+        checked = check_ticks(header, ticks, line_numbers, heads, head_lines, tally, validate=validate)
+    warnings.extend(tally.warnings())
+    warnings.extend(checked.warnings)
+    return Rows(header, checked.ticks, events, warnings, checked.segments, checked.gaps)
 
 
 def read_rows(
     path: str | os.PathLike[str],
 ) -> tuple[SessionHeader, list[dict[str, Any]], list[dict[str, Any]], list[str]]:
-    """Header, raw tick dicts (only well-formed ones), event dicts and warnings; no Samples built."""
-    p, header, lines, warnings = _open(path)
-    with gc_paused():
-        try:  # every line whole and plain JSON (the usual case): one sweep
-            loads = _fast_loads
-            objs = [loads(x) for x in lines[1:] if x]
-            if set(map(type, objs)) - {dict}:
-                objs = [o for o in objs if isinstance(o, dict)]
-        except ValueError:  # a cut or damaged line, or something only stdlib json reads
-            objs = list(_objects(p, lines, warnings))
-    ticks = [o for o in objs if "gpus" in o and "t" in o]
-    events = [o for o in objs if "event" in o and not ("gpus" in o and "t" in o)] if len(ticks) != len(objs) else []
-    try:  # the common case in one sweep; on any doubt check tick by tick
-        list(map(float, map(itemgetter("t"), ticks)))
-        gpus = [d.get("gpus") or () for d in ticks]
-        if set(map(type, gpus)) - {list, tuple}:
-            raise TypeError
-        flat = list(chain.from_iterable(gpus))
-        if set(map(type, flat)) - {dict}:
-            raise TypeError
-        list(map(int, map(itemgetter("index"), flat)))
-    except (KeyError, TypeError, ValueError, AttributeError):
-        good = []
-        for d in ticks:
-            if _tick_ok(d):
-                good.append(d)
-            else:
-                warnings.append(f"{path}: skipped a malformed tick at t={d.get('t')!r}")
-        ticks = good
-    return header, ticks, events, warnings
+    """Header, raw tick dicts (checked: see :mod:`pcie_tui.record.validate`), event dicts and warnings."""
+    r = read_rows_full(path)
+    return r.header, r.ticks, r.events, r.warnings
 
 
-def read_recording(path: str | os.PathLike[str], *, warn: bool = True) -> Recording:
+def read_recording(path: str | os.PathLike[str], *, warn: bool = True, validate: bool = True) -> Recording:
     """Load a recording; warnings (truncation, damage) go to stderr when ``warn``.
 
     Samples are built on first use (see :class:`SampleList`); ``rows`` keeps the raw ticks.
     """
-    header, ticks, events, warnings = read_rows(path)
-    rec = Recording(Path(path), header, SampleList(ticks), events, warnings, ticks)
+    r = read_rows_full(path, validate=validate)
+    rec = Recording(Path(path), r.header, SampleList(r.ticks), r.events, r.warnings, r.ticks, r.segments, r.gaps)
     if warn:
-        for w in warnings:
+        for w in r.warnings:
             print(f"pcie-tui: warning: {w}", file=sys.stderr)
     return rec

@@ -37,6 +37,8 @@ class ReplaySource:
         self._anchor_wall = time.monotonic()
         self._anchor_t = self.samples[0].t
         self.generation = 0  # bumps on every seek so consumers can rebuild state
+        # Holes in the recording (a later segment, a stop of the recorder) play as one step, not in real time.
+        self._hole_ends = {float(g["end"]) for g in getattr(recording, "gaps", ()) or ()}
 
     @property
     def start_t(self) -> float:
@@ -100,6 +102,9 @@ class ReplaySource:
                 if self.paused:
                     wait = 0.2
                 else:
+                    if s.t in self._hole_ends and self._anchor_t < s.t and self.position:
+                        step = min(self.header.interval_s or 0.1, 1.0)
+                        self._anchor_t, self._anchor_wall = s.t, time.monotonic() + step / self.speed
                     due = self._anchor_wall + (s.t - self._anchor_t) / self.speed
                     wait = due - time.monotonic()
                     if wait <= 0:

@@ -153,7 +153,9 @@ class PcieTuiApp(App[None]):
                 self._panels[info.index] = panel
                 yield panel
             if not self.source.header.gpus:
-                yield Static(Text("no GPU readings in this source (engine only)", style="dim"), id="no-gpus")
+                why = self.source.header.extra.get("gpu_unavailable")
+                text = f"GPU side unavailable: {why}" if why else "no GPU readings in this source (engine only)"
+                yield Static(Text(text, style="dim"), id="no-gpus")
         yield self._engine_w
         yield self._events_w
         yield self._position_w
