@@ -156,6 +156,8 @@ def _run_tui(source: Any, recorder_factory: Callable[[], Any] | None = None, sta
         app.run()
     finally:
         source.close()
+        for path, ticks in app.saved:  # the screen is gone: say where the `r` recordings went
+            print(f"pcie-tui: recording saved: {path} ({ticks} ticks)", file=sys.stderr)
     return 0
 
 

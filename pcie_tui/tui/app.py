@@ -90,6 +90,9 @@ class PcieTuiApp(App[None]):
     ENABLE_COMMAND_PALETTE = False
     BINDINGS = [
         Binding("q", "quit", "quit"),
+        # Textual 1.0+ binds ctrl+c to "press ctrl+q to quit"; here it quits like q, on every
+        # screen (priority), closing a recording in progress on the way out (on_unmount).
+        Binding("ctrl+c", "quit", "quit", show=False, priority=True),
         Binding("space", "toggle_pause", "pause"),
         Binding("r", "toggle_record", "record"),
         Binding("left", "seek(-5)", "-5 s"),
@@ -126,6 +129,7 @@ class PcieTuiApp(App[None]):
         self.failure: str | None = None
         self.recorder: Any = None
         self.recorded_ticks = 0
+        self.saved: list[tuple[Any, int]] = []  # (path, ticks) of recordings closed, for the CLI to list
         self._model_lock = threading.Lock()
         self._rec_lock = threading.Lock()
         self._stop = threading.Event()
@@ -409,6 +413,7 @@ class PcieTuiApp(App[None]):
             else:
                 self.recorder = None
                 rec.close()
+                self.saved.append((rec.path, self.recorded_ticks))
                 self.notify(f"recording saved: {rec.path} ({self.recorded_ticks} ticks)")
         self._show_recording_state()
 
@@ -434,6 +439,7 @@ class PcieTuiApp(App[None]):
         with self._rec_lock:
             if self.recorder is not None:
                 self.recorder.close()
+                self.saved.append((self.recorder.path, self.recorded_ticks))
                 self.recorder = None
 
 
