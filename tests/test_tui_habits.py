@@ -125,4 +125,3 @@ def test_q_and_ctrl_c_are_both_bound_to_quit():
     keys = {b.key: b for b in PcieTuiApp.BINDINGS if not isinstance(b, tuple)}  # type: ignore[union-attr]
     assert keys["q"].action == "quit"
     assert keys["ctrl+c"].action == "quit" and keys["ctrl+c"].priority
-
