@@ -18,22 +18,24 @@ from rich.text import Text
 from textual import work
 from textual.app import App, ComposeResult
 from textual.binding import Binding
-from textual.containers import Horizontal, VerticalScroll
+from textual.containers import Container, Horizontal, Vertical, VerticalScroll
 from textual.message import Message
 from textual.widgets import Footer, Static
 from textual.worker import get_current_worker
 
 from pcie_tui.analyze.verdict import Thresholds
 from pcie_tui.tui.engine_panel import EnginePanel
+from pcie_tui.tui.events import EventsPane
 from pcie_tui.tui.screens import SourcesScreen
 from pcie_tui.tui.state import HISTORY_TICKS, Frame, ViewModel
-from pcie_tui.tui.widgets import EventsPane, GpuPanel, PositionBar, header_text, set_text
+from pcie_tui.tui.widgets import GpuPanel, HeadlineBar, PositionBar, header_text, set_text
 
 # Frames to the UI at most this often (~3 Hz, a human rate; every tick still reaches the history
 # and the verdicts, and peaks between frames are kept). Slack so 100 ms ticks are not skipped by jitter.
 FRAME_MIN_INTERVAL_S = 0.33
 SEEK_STEP_S = 5.0
 WIDE_AT_COLUMNS = 120
+SIDE_BY_SIDE_AT_COLUMNS = 160  # GPU panels and the engine panel in two columns (with an engine)
 TALL_AT_ROWS = 40
 REPLAY_ACTIONS = {"seek", "seek_home", "seek_end", "speed"}
 # Replay speeds `-` and `+` step through (so 1x is always one key away).
@@ -137,12 +139,14 @@ class PcieTuiApp(App[None]):
         self._drained = threading.Event()  # the reader thread has returned
         self._panels: dict[int, GpuPanel] = {}
         self._loop_held = False  # End on a looping replay: stop at the end until the next seek
+        self._has_engine = source.header.engine is not None  # else set by the first engine reading
 
     # ---- layout -------------------------------------------------------------
 
     def compose(self) -> ComposeResult:
         # Kept as attributes: frames keep arriving while another screen (sources) is on top.
         self._rec_w = Static("", id="rec")
+        self._headline_w = HeadlineBar()
         self._gpus_w = VerticalScroll(id="gpus")
         self._gpus_w.can_focus = False
         self._engine_w = EnginePanel(HISTORY_TICKS)
@@ -151,15 +155,18 @@ class PcieTuiApp(App[None]):
         with Horizontal(id="header"):
             yield Static(header_text(self.source.header, self._source_label(), self.title), id="title")
             yield self._rec_w
-        with self._gpus_w:
-            for info in self.source.header.gpus:
-                panel = GpuPanel(info.index, HISTORY_TICKS)
-                self._panels[info.index] = panel
-                yield panel
-            if not self.source.header.gpus:
-                yield Static(Text("no GPU readings in this source (engine only)", style="dim"), id="no-gpus")
-        yield self._engine_w
-        yield self._events_w
+        yield self._headline_w
+        with Container(id="panels"):  # stacked; side by side on wide screens (-side)
+            with self._gpus_w:
+                for info in self.source.header.gpus:
+                    panel = GpuPanel(info.index, HISTORY_TICKS)
+                    self._panels[info.index] = panel
+                    yield panel
+                if not self.source.header.gpus:
+                    yield Static(Text("no GPU readings in this source (engine only)", style="dim"), id="no-gpus")
+            yield self._engine_w
+        with Vertical(id="lower"):  # the room left: the events box takes what its rows need
+            yield self._events_w
         yield self._position_w
         yield Footer()
 
@@ -189,6 +196,7 @@ class PcieTuiApp(App[None]):
         wide, tall = width >= WIDE_AT_COLUMNS, height >= TALL_AT_ROWS
         self._main.set_class(wide, "-wide")
         self._main.set_class(tall, "-tall")
+        self._main.set_class(width >= SIDE_BY_SIDE_AT_COLUMNS and self._has_engine, "-side")
         for p in self._panels.values():
             p.wide = wide
         if self.frame is not None:
@@ -310,7 +318,12 @@ class PcieTuiApp(App[None]):
         if self._stop.is_set():
             return  # shutting down: the widgets may be gone
         wide = self._main.has_class("-wide")
+        if f.engine is not None and not self._has_engine:
+            self._has_engine = True  # once: an engine appeared, the wide layout may now split
+            self._apply_size(self.size.width, self.size.height)
+            return  # _apply_size rendered this frame
         with self.batch_update():
+            self._headline_w.show(f.headline)
             for g in f.gpus:
                 panel = self._panels.get(g.index)
                 if panel is None:
@@ -319,7 +332,7 @@ class PcieTuiApp(App[None]):
                     self._gpus_w.mount(panel)
                     continue  # filled on the next frame, once composed
                 panel.show(g, f)
-            self._engine_w.show(f, wide)
+            self._engine_w.show(f, wide, stacked=self._main.has_class("-side"))
             self._events_w.show(f.events, f.events_total)
             self._render_position()
             self._show_recording_state()
