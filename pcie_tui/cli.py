@@ -181,6 +181,8 @@ def _run_tui(source: Any, recorder_factory: Callable[[], Any] | None = None, sta
     finally:
         source.close()
         live_warnings(source)
+        for path, ticks in app.saved:  # the screen is gone: say where the `r` recordings went
+            print(f"pcie-tui: recording saved: {path} ({ticks} ticks)", file=sys.stderr)
     code = getattr(app, "return_code", 0)
     return int(code) if isinstance(code, int) else 0  # Textual sets 1 when the app died of an error
 
@@ -235,17 +237,25 @@ def cmd_record(args: argparse.Namespace) -> int:
     return 0
 
 
-def _replay(path: str | Path, speed: float, loop: bool = False) -> int:
+def _replay(path: str | Path, speed: float, loop: bool = False, label: str | None = None) -> int:
     from pcie_tui.record.reader import read_recording
     from pcie_tui.record.replay import ReplaySource
 
     rec = read_recording(path)
     source = ReplaySource(rec, speed=speed, loop=loop)
-    return _run_tui(source, None, f"replay of {path}")
+    return _run_tui(source, None, f"replay of {label or path}")
+
+
+def _recording_arg(arg: str) -> tuple[Path, str | None]:
+    """FILE of replay/report: a path, or a bundled demo's name (the path wins)."""
+    from pcie_tui import demos
+
+    return demos.recording_path(arg)
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
-    return _replay(args.file, args.speed, args.loop)
+    path, demo = _recording_arg(args.file)
+    return _replay(path, args.speed, args.loop, f"demo {demo}" if demo else None)
 
 
 def cmd_report(args: argparse.Namespace) -> int:
@@ -254,7 +264,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     from pcie_tui.record.reader import read_recording
     from pcie_tui.report import build_report, render_text
 
-    rec = read_recording(args.file)
+    rec = read_recording(_recording_arg(args.file)[0])
     if not rec.samples:
         raise UserError(f"{args.file} holds a header but no ticks")
     report, _ = build_report(rec)
@@ -282,7 +292,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
         for name, path in demos.available().items():
             print(f"{name:20s} {demos.DESCRIPTIONS.get(name, path.name)}")
         return 0
-    return _replay(demos.resolve(args.name), args.speed, loop=True)
+    path = demos.resolve(args.name)
+    return _replay(path, args.speed, loop=True, label=f"demo {path.name.removesuffix('.jsonl.gz')}")
 
 
 # ---- parser ------------------------------------------------------------------
@@ -309,13 +320,13 @@ def build_parser() -> argparse.ArgumentParser:
     r.set_defaults(func=cmd_record)
 
     rp = sub.add_parser("replay", help="replay a recording in the TUI")
-    rp.add_argument("file")
+    rp.add_argument("file", help="a recording, or a bundled demo's name (pcie-tui demo --list)")
     rp.add_argument("--speed", type=_positive(), default=1.0, metavar="X", help="playback speed (default 1)")
     rp.add_argument("--loop", action="store_true", help="start again at the end")
     rp.set_defaults(func=cmd_replay)
 
     rep = sub.add_parser("report", help="summarise a recording: verdicts, events, use statistics")
-    rep.add_argument("file")
+    rep.add_argument("file", help="a recording, or a bundled demo's name (pcie-tui demo --list)")
     rep.add_argument("--json", action="store_true", help="machine-readable output")
     rep.set_defaults(func=cmd_report)
 

@@ -39,3 +39,18 @@ def resolve(name: str | None) -> Path:
     if name not in demos:
         raise UserError(f"no demo named {name!r}; choose one of: {', '.join(demos)}")
     return demos[name]
+
+
+def recording_path(arg: str) -> tuple[Path, str | None]:
+    """A recording argument: an existing file, else a bundled demo's name. Returns (path, demo name or None).
+
+    A real path wins over a demo of the same spelling; neither is one line naming the demos.
+    """
+    path = Path(arg)
+    if path.exists():
+        return path, None
+    demos = available()
+    if arg in demos:
+        return demos[arg], arg
+    names = f" (nor a bundled demo: {', '.join(demos)})" if demos else ""
+    raise UserError(f"no such recording: {arg}{names}")

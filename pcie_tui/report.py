@@ -5,8 +5,10 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+from rich.cells import cell_len
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from pcie_tui.analyze.bulk import analyze_rows
 from pcie_tui.analyze.engine import engine_report
@@ -148,18 +150,40 @@ def render_text(report: dict[str, Any], rec: Recording, console: Console) -> Non
         console.print("\n[bold]By phase[/]")
         for idx, lines in pv.items():
             for line in lines.values():
-                console.print(f"  GPU {idx} {line}" if len(pv) > 1 else f"  {line}")
+                _wrapped(console, f"  GPU {idx} {line}" if len(pv) > 1 else f"  {line}")
     eng = report.get("engine")
     if eng:
         _render_engine(eng, console)
     lm = report.get("linkmodel")
     if lm and lm.get("available"):
         console.print("\n[bold]Link budget model[/]")
-        console.print(render_linkmodel(lm), markup=False, highlight=False)
+        _wrapped(console, render_linkmodel(lm))
     console.print()
-    console.print(render_whatif(report["whatif"]), markup=False, highlight=False)
+    _wrapped(console, render_whatif(report["whatif"]))
     for w in report["warnings"]:
         console.print(f"[yellow]warning:[/] {w}")
+
+
+HANG = 4  # a wrapped line's continuation sits this much further in than its first line
+
+
+def _wrapped(console: Console, text: str) -> None:
+    """Plain text (no markup) fitted to the console's width, line by line: a line too long
+    for it wraps at word boundaries with its continuation indented under its own start
+    (rich's own wrapping would start the continuation at column 0)."""
+    width = console.width
+    for line in text.split("\n"):
+        body = line.lstrip(" ")
+        indent = min(len(line) - len(body), max(0, width // 2))
+        if cell_len(line) <= width or not body:
+            console.print(line, markup=False, highlight=False, crop=False, soft_wrap=True)
+            continue
+        hang = indent + HANG if width - indent - HANG >= 20 else indent
+        parts = Text(body).wrap(console, width - hang)
+        for i, part in enumerate(parts):
+            pad = " " * (indent if i == 0 else hang)
+            part.rstrip()
+            console.print(Text(pad) + part, markup=False, highlight=False, crop=False, soft_wrap=True)
 
 
 def _q(d: dict[str, Any] | None, unit: str = "auto", scale: float = 1e3) -> str:
@@ -187,7 +211,10 @@ def _render_engine(eng: dict[str, Any], console: Console) -> None:
     out(f"\n[bold]Engine[/] {eng.get('kind')}  requests {req if req is not None else 'n/a'}")
     up_s = eng.get("up_s")
     over = f" (token counters over {up_s:.1f} s up)" if isinstance(up_s, int | float) and up_s > 0 else ""
-    out(f"  prompt {rate(eng.get('prompt_tokens_per_s'))}, generation {rate(eng.get('generation_tokens_per_s'))}{over}")
+    _wrapped(
+        console,
+        f"  prompt {rate(eng.get('prompt_tokens_per_s'))}, generation {rate(eng.get('generation_tokens_per_s'))}{over}",
+    )
     for label, key in (
         ("prefill (prompt eval)", "prefill_s"),
         ("decode               ", "decode_s"),
@@ -195,15 +222,14 @@ def _render_engine(eng: dict[str, Any], console: Console) -> None:
         ("inter-token latency  ", "itl_s"),
         ("queue                ", "queue_s"),
     ):
-        out(f"  {label} {_q(eng.get(key))}", markup=False, highlight=False)
+        _wrapped(console, f"  {label} {_q(eng.get(key))}")
     pr = eng.get("per_request") or {}
     if pr.get("n"):
-        out(
+        _wrapped(
+            console,
             f"  per request ({pr['n']}): prompt {q_rate(pr.get('prompt_tokens_per_s'))}, "
             f"generation {q_rate(pr.get('generation_tokens_per_s'))}",
-            markup=False,
-            highlight=False,
         )
     basis = eng.get("basis") or eng.get("quantile_method")
     if basis:
-        out(f"  latency basis: {basis}", markup=False, highlight=False)
+        _wrapped(console, f"  latency basis: {basis}")

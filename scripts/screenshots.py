@@ -5,7 +5,8 @@ The default recording is the llama-server session on the H200
 first link saturation during the engine's prefill with the highest reading, found by running the
 analyzer over the recording, not picked by hand; the engine panel shows the
 engine's figures at that tick.
-Writes screenshots/demo.svg (140x45) and screenshots/demo-80x24.svg.
+Writes screenshots/demo.svg (140x45), screenshots/demo-80x24.svg and
+screenshots/demo-170x45.svg (wide: GPU and engine panels side by side).
 
 usage: python scripts/screenshots.py [RECORDING [PHASE [OUT_DIR]]]
 """
@@ -27,7 +28,7 @@ RECORDINGS = (
     (REPO / "pcie_tui/data/h200-reference.jsonl.gz", ""),
     (REPO / "tests/fixtures/h200-probe.jsonl", ""),
 )
-SHOTS = (("demo.svg", (140, 45)), ("demo-80x24.svg", (80, 24)))
+SHOTS = (("demo.svg", (140, 45)), ("demo-80x24.svg", (80, 24)), ("demo-170x45.svg", (170, 45)))
 
 
 async def shoot(recording: Path, phase: str, out: Path, size: tuple[int, int]) -> int:

@@ -119,3 +119,59 @@ def test_piped_text_report_does_not_wrap_at_80_columns():
     assert p.returncode == 0
     first = p.stdout.splitlines()[0]
     assert "ticks" in first and len(first) > 80
+
+
+# ---- a bundled demo's name works wherever a recording path does ---------------------------
+
+DEMO = "h200-llama-partial"
+DEMO_FILE = REPO / "pcie_tui" / "data" / f"{DEMO}.jsonl.gz"
+
+
+def test_report_takes_a_demo_name():
+    p = run("report", DEMO, "--json")
+    assert p.returncode == 0, p.stderr
+    rep = json.loads(p.stdout)
+    assert Path(rep["file"]).name == DEMO_FILE.name
+    direct = json.loads(run("report", str(DEMO_FILE), "--json").stdout)
+    assert rep["gpus"] == direct["gpus"] and rep["ticks"] == direct["ticks"] > 0
+    text = run("report", DEMO)
+    assert text.returncode == 0, text.stderr
+    assert DEMO_FILE.name in text.stdout.splitlines()[0] and "GB/s" in text.stdout
+
+
+def test_replay_takes_a_demo_name(monkeypatch):
+    from pcie_tui import cli
+
+    seen = {}
+
+    def fake_tui(source, recorder_factory=None, status=None):
+        seen.update(source=source, status=status)
+        source.close()
+        return 0
+
+    monkeypatch.setattr(cli, "_run_tui", fake_tui)
+    assert cli.main(["replay", DEMO, "--speed", "2"]) == 0
+    src = seen["source"]
+    assert src.recording.path == DEMO_FILE and len(src.samples) > 0 and src.speed == 2.0
+    assert seen["status"] == f"replay of demo {DEMO}"
+    assert cli.main(["demo", DEMO]) == 0
+    assert seen["source"].recording.path == DEMO_FILE and seen["source"].loop
+
+
+def test_a_real_file_wins_over_a_demo_of_the_same_name(tmp_path, probe_recording_path):
+    (tmp_path / DEMO).write_bytes(probe_recording_path.read_bytes())
+    p = run("report", DEMO, "--json", cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    rep = json.loads(p.stdout)
+    assert rep["file"] == DEMO  # the local file (the H200 probe), not the bundled llama session
+    probe = json.loads(run("report", str(probe_recording_path), "--json").stdout)
+    assert rep["ticks"] == probe["ticks"]
+
+
+@pytest.mark.parametrize("cmd", ["report", "replay"])
+def test_unknown_name_lists_the_demos(cmd):
+    p = run(cmd, "h200-llama-nope")
+    assert p.returncode == 2
+    assert_one_line_error(p, "no such recording: h200-llama-nope")
+    for name in ("h200-llama-partial", "h200-reference", "h200-probe"):
+        assert name in p.stderr

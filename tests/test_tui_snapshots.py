@@ -18,10 +18,11 @@ from pcie_tui.tui.app import make_app
 from pcie_tui.tui.headless import frame_at, saturated_moment, wait_until
 
 PROBE = Path(__file__).parent / "fixtures" / "h200-probe.jsonl"
+LLAMA = Path(__file__).parents[1] / "pcie_tui" / "data" / "h200-llama-partial.jsonl.gz"
 
 
-def paused_app(position: int | None = None, resource: str = "link", phase: str = "h2d"):
-    rec = read_recording(PROBE)
+def paused_app(position: int | None = None, resource: str = "link", phase: str = "h2d", path: Path = PROBE):
+    rec = read_recording(path)
     pos = position if position is not None else saturated_moment(rec, resource, phase)
     src = ReplaySource(rec)
     src.seek_to_index(pos)
@@ -55,3 +56,9 @@ def test_sources_screen_80x24(snap_compare):
         await pilot.pause()
 
     assert snap_compare(app, terminal_size=(80, 24), run_before=open_sources)
+
+
+def test_llama_prefill_side_by_side_170x45(snap_compare):
+    """Wide: the GPU panel and the engine panel in two columns, the headline above them."""
+    app, ready = paused_app(phase="prefill", path=LLAMA)
+    assert snap_compare(app, terminal_size=(170, 45), run_before=ready)

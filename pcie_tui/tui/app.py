@@ -18,22 +18,24 @@ from rich.text import Text
 from textual import work
 from textual.app import App, ComposeResult
 from textual.binding import Binding
-from textual.containers import Horizontal, VerticalScroll
+from textual.containers import Container, Horizontal, Vertical, VerticalScroll
 from textual.message import Message
 from textual.widgets import Footer, Static
 from textual.worker import get_current_worker
 
 from pcie_tui.analyze.verdict import Thresholds
 from pcie_tui.tui.engine_panel import EnginePanel
+from pcie_tui.tui.events import EventsPane
 from pcie_tui.tui.screens import SourcesScreen
 from pcie_tui.tui.state import HISTORY_TICKS, Frame, ViewModel
-from pcie_tui.tui.widgets import EventsPane, GpuPanel, PositionBar, header_text, set_text
+from pcie_tui.tui.widgets import GpuPanel, HeadlineBar, PositionBar, header_text, set_text
 
 # Frames to the UI at most this often (~3 Hz, a human rate; every tick still reaches the history
 # and the verdicts, and peaks between frames are kept). Slack so 100 ms ticks are not skipped by jitter.
 FRAME_MIN_INTERVAL_S = 0.33
 SEEK_STEP_S = 5.0
 WIDE_AT_COLUMNS = 120
+SIDE_BY_SIDE_AT_COLUMNS = 160  # GPU panels and the engine panel in two columns (with an engine)
 TALL_AT_ROWS = 40
 REPLAY_ACTIONS = {"seek", "seek_home", "seek_end", "speed"}
 # Replay speeds `-` and `+` step through (so 1x is always one key away).
@@ -90,6 +92,9 @@ class PcieTuiApp(App[None]):
     ENABLE_COMMAND_PALETTE = False
     BINDINGS = [
         Binding("q", "quit", "quit"),
+        # Textual 1.0+ binds ctrl+c to "press ctrl+q to quit"; here it quits like q, on every
+        # screen (priority), closing a recording in progress on the way out (on_unmount).
+        Binding("ctrl+c", "quit", "quit", show=False, priority=True),
         Binding("space", "toggle_pause", "pause"),
         Binding("r", "toggle_record", "record"),
         Binding("left", "seek(-5)", "-5 s"),
@@ -126,6 +131,7 @@ class PcieTuiApp(App[None]):
         self.failure: str | None = None
         self.recorder: Any = None
         self.recorded_ticks = 0
+        self.saved: list[tuple[Any, int]] = []  # (path, ticks) of recordings closed, for the CLI to list
         self._model_lock = threading.Lock()
         self._rec_lock = threading.Lock()
         self._stop = threading.Event()
@@ -133,12 +139,14 @@ class PcieTuiApp(App[None]):
         self._drained = threading.Event()  # the reader thread has returned
         self._panels: dict[int, GpuPanel] = {}
         self._loop_held = False  # End on a looping replay: stop at the end until the next seek
+        self._has_engine = source.header.engine is not None  # else set by the first engine reading
 
     # ---- layout -------------------------------------------------------------
 
     def compose(self) -> ComposeResult:
         # Kept as attributes: frames keep arriving while another screen (sources) is on top.
         self._rec_w = Static("", id="rec")
+        self._headline_w = HeadlineBar()
         self._gpus_w = VerticalScroll(id="gpus")
         self._gpus_w.can_focus = False
         self._engine_w = EnginePanel(HISTORY_TICKS)
@@ -147,17 +155,20 @@ class PcieTuiApp(App[None]):
         with Horizontal(id="header"):
             yield Static(header_text(self.source.header, self._source_label(), self.title), id="title")
             yield self._rec_w
-        with self._gpus_w:
-            for info in self.source.header.gpus:
-                panel = GpuPanel(info.index, HISTORY_TICKS)
-                self._panels[info.index] = panel
-                yield panel
-            if not self.source.header.gpus:
-                why = self.source.header.extra.get("gpu_unavailable")
-                text = f"GPU side unavailable: {why}" if why else "no GPU readings in this source (engine only)"
-                yield Static(Text(text, style="dim"), id="no-gpus")
-        yield self._engine_w
-        yield self._events_w
+        yield self._headline_w
+        with Container(id="panels"):  # stacked; side by side on wide screens (-side)
+            with self._gpus_w:
+                for info in self.source.header.gpus:
+                    panel = GpuPanel(info.index, HISTORY_TICKS)
+                    self._panels[info.index] = panel
+                    yield panel
+                if not self.source.header.gpus:
+                    why = self.source.header.extra.get("gpu_unavailable")
+                    text = f"GPU side unavailable: {why}" if why else "no GPU readings in this source (engine only)"
+                    yield Static(Text(text, style="dim"), id="no-gpus")
+            yield self._engine_w
+        with Vertical(id="lower"):  # the room left: the events box takes what its rows need
+            yield self._events_w
         yield self._position_w
         yield Footer()
 
@@ -187,6 +198,7 @@ class PcieTuiApp(App[None]):
         wide, tall = width >= WIDE_AT_COLUMNS, height >= TALL_AT_ROWS
         self._main.set_class(wide, "-wide")
         self._main.set_class(tall, "-tall")
+        self._main.set_class(width >= SIDE_BY_SIDE_AT_COLUMNS and self._has_engine, "-side")
         for p in self._panels.values():
             p.wide = wide
         if self.frame is not None:
@@ -308,7 +320,12 @@ class PcieTuiApp(App[None]):
         if self._stop.is_set():
             return  # shutting down: the widgets may be gone
         wide = self._main.has_class("-wide")
+        if f.engine is not None and not self._has_engine:
+            self._has_engine = True  # once: an engine appeared, the wide layout may now split
+            self._apply_size(self.size.width, self.size.height)
+            return  # _apply_size rendered this frame
         with self.batch_update():
+            self._headline_w.show(f.headline)
             for g in f.gpus:
                 panel = self._panels.get(g.index)
                 if panel is None:
@@ -317,7 +334,7 @@ class PcieTuiApp(App[None]):
                     self._gpus_w.mount(panel)
                     continue  # filled on the next frame, once composed
                 panel.show(g, f)
-            self._engine_w.show(f, wide)
+            self._engine_w.show(f, wide, stacked=self._main.has_class("-side"))
             self._events_w.show(f.events, f.events_total)
             self._render_position()
             self._show_recording_state()
@@ -411,6 +428,7 @@ class PcieTuiApp(App[None]):
             else:
                 self.recorder = None
                 rec.close()
+                self.saved.append((rec.path, self.recorded_ticks))
                 self.notify(f"recording saved: {rec.path} ({self.recorded_ticks} ticks)")
         self._show_recording_state()
 
@@ -436,6 +454,7 @@ class PcieTuiApp(App[None]):
         with self._rec_lock:
             if self.recorder is not None:
                 self.recorder.close()
+                self.saved.append((self.recorder.path, self.recorded_ticks))
                 self.recorder = None
 
 

@@ -12,8 +12,12 @@ from pcie_tui.tui.state import Frame
 from pcie_tui.tui.widgets import MetricRow, set_text
 
 
-def engine_lines(frame: Frame, wide: bool) -> Text:
-    """State, token rates and latency quantiles of the attached engine."""
+def engine_lines(frame: Frame, wide: bool, stacked: bool = False) -> Text:
+    """State, token rates and latency quantiles of the attached engine.
+
+    ``stacked``: the panel stands beside the GPUs (a narrow, tall column), so every
+    latency gets its own line, all five of them.
+    """
     eng = frame.engine
     if eng is None:
         return Text("no engine attached", style="dim")
@@ -23,9 +27,10 @@ def engine_lines(frame: Frame, wide: bool) -> Text:
     out.append(f" · phase {eng.phase or fmt.NA}")
     running = stats.get("requests_running", eng.requests_running)
     waiting = stats.get("requests_waiting", eng.requests_waiting)
-    out.append(f" · running {fmt.count(running, 'req')} · waiting {fmt.count(waiting, 'req')}")
+    reqs = f"running {fmt.count(running, 'req')} · waiting {fmt.count(waiting, 'req')}"
     if frame.engine_stats is not None:
         out.append(f" · KV cache {fmt.pct(stats.get('kv_cache_util'))}")
+    out.append(f"\n{reqs}" if stacked else f" · {reqs}")
     err = stats.get("error") or eng.error
     if err:
         out.append(f" · error: {err}", style="red")
@@ -37,9 +42,11 @@ def engine_lines(frame: Frame, wide: bool) -> Text:
     out.append(f"\ntokens prompt {fmt.tokens_per_s(stats.get('prompt_tokens_per_s'))}")
     out.append(f" · generated {fmt.tokens_per_s(stats.get('generation_tokens_per_s'))}")
     if window:
-        out.append(f" · over the last {window:g} s", style="dim")
+        out.append(f" (last {window:g} s)" if stacked else f" · over the last {window:g} s", style="dim")
     names = {"ttft_s": "TTFT", "itl_s": "ITL", "prefill_s": "prefill", "decode_s": "decode", "queue_s": "queue"}
     groups = [("ttft_s", "itl_s")] + ([("prefill_s", "decode_s", "queue_s")] if wide else [])
+    if stacked:
+        groups = [(k,) for k in names]
     for keys in groups:
         parts = []
         for k in keys:
@@ -54,7 +61,7 @@ def engine_lines(frame: Frame, wide: bool) -> Text:
         out.append("\n" + " · ".join(parts))
     method = stats.get("quantile_method")
     if method:
-        if not wide and " (" in method:
+        if (stacked or not wide) and " (" in method:
             method = method.split(" (")[0] + " (details: ?)"  # one line at 80 columns
         out.append(f"\nquantiles: {method}", style="dim")
     return out
@@ -80,8 +87,8 @@ class EnginePanel(Vertical):
         self.running.display = False
         self.legend.display = False
 
-    def show(self, frame: Frame, wide: bool) -> None:
-        set_text(self.text, engine_lines(frame, wide), layout=True)  # line count may change
+    def show(self, frame: Frame, wide: bool, stacked: bool = False) -> None:
+        set_text(self.text, engine_lines(frame, wide, stacked), layout=True)  # line count may change
         attached = any(v is not None for v in frame.engine_hist_running) or frame.engine is not None
         self.running.display = attached
         self.legend.display = attached

@@ -17,6 +17,7 @@ from typing import Any
 from pcie_tui.analyze.session import SessionAnalyzer, sample_phase
 from pcie_tui.analyze.verdict import DEFAULT_THRESHOLDS, Event, Thresholds, Utilisation, pcie_ceiling_Bps
 from pcie_tui.model import GpuInfo, GpuSample, Sample, SessionHeader
+from pcie_tui.tui.headline import headline_text
 
 # Ticks of history kept per GPU for the sparklines (30 s at 10 Hz).
 HISTORY_TICKS = 300
@@ -138,6 +139,7 @@ class Frame:
     engine_hist_phase: tuple[str | None, ...] = ()
     engine_hist_span_s: float = 0.0
     built_s: float = 0.0  # monotonic clock when built (for rate checks; never shown)
+    headline: str | None = None  # headline_text(state): one line on what holds things back; None: hide
 
 
 class _GpuHistory:
@@ -374,6 +376,7 @@ class ViewModel:
             engine_hist_phase=tuple(self.engine_phase),
             engine_hist_span_s=(self.engine_t[-1] - self.engine_t[0]) if len(self.engine_t) > 1 else 0.0,
             built_s=time.monotonic(),
+            headline=headline_text(self),
         )
 
     def _gpu_view(self, idx: int, events: tuple[EventView, ...]) -> GpuView:

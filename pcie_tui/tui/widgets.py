@@ -4,17 +4,18 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from rich.cells import cell_len
 from rich.segment import Segment
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
 from textual.strip import Strip
 from textual.widget import Widget
-from textual.widgets import DataTable, Static
+from textual.widgets import Static
 
 from pcie_tui.model import SessionHeader
 from pcie_tui.tui import fmt, spark
-from pcie_tui.tui.state import EventView, Frame, GpuView
+from pcie_tui.tui.state import Frame, GpuView
 
 DIRECTION_WORDS = {"rx": "RX (into GPU)", "tx": "TX (out of GPU)", "both": "TX+RX"}
 BUS_WORDS = {"pcie": "PCIe", "nvlink": "NVLink"}
@@ -263,87 +264,35 @@ class GpuPanel(Vertical):
         set_text(self.legend, legend)
 
 
-def _event_cells(e: EventView) -> tuple[str, ...]:
-    if e.resource == "link":
-        res = f"link ({BUS_WORDS.get(e.bus or '', '?')})"
-        peak = f"{fmt.rate(e.peak_Bps)} {fmt.pct(e.peak_util)}"
-    else:
-        res = (
-            "memory (proxy)"
-            if e.resource == "memory" and e.proxy
-            else "DRAM BW"
-            if e.resource == "memory"
-            else e.resource
-        )
-        peak = fmt.pct(e.peak_util)
-    return (
-        fmt.offset(e.start_s),
-        "open" if e.end_s is None else fmt.offset(e.end_s),
-        str(e.gpu),
-        res,
-        (e.direction or "-").upper() if e.resource == "link" else "-",
-        peak,
-        fmt.pct(e.mean_util),
-        e.phase or fmt.NA,
-    )
+class HeadlineBar(Static):
+    """One line (two when it does not fit) saying what holds things back now; hidden with nothing to say.
 
-
-# (key, label, width): wide enough for "+99.99 s", "memory (proxy)", "99.9 GB/s 100 %", plus one
-# space between columns (the table has no cell padding, so all of it fits in 80 columns);
-# a longer cell widens its column (update_width) rather than being cut.
-EVENT_COLUMNS = (
-    ("start", "start", 9),
-    ("end", "end", 9),
-    ("gpu", "GPU", 4),
-    ("res", "resource", 15),
-    ("dir", "dir", 5),
-    ("peak", "peak", 16),
-    ("mean", "mean", 6),
-    ("phase", "phase", None),
-)
-
-
-class EventsPane(Vertical):
-    """Saturation events, newest first; rows updated in place by key."""
+    The text comes ready-made in the frame (``Frame.headline``); only its height and
+    visibility ever change the layout, and only when they flip.
+    """
 
     def __init__(self) -> None:
-        super().__init__(id="events")
-        self.table: DataTable[str] = DataTable(
-            cursor_type="none", zebra_stripes=False, show_cursor=False, cell_padding=0
-        )
-        self.table.can_focus = False
-        self._order: tuple[str, ...] = ()
-        self._cells: dict[str, tuple[str, ...]] = {}
+        super().__init__("", id="headline")
+        self.display = False
+        self.text: str | None = None
 
-    def compose(self) -> ComposeResult:
-        yield self.table
+    def show(self, text: str | None) -> None:
+        self.text = text
+        if text is None:
+            if self.display:
+                self.display = False
+            return
+        set_text(self, text)
+        self.fit()
+        if not self.display:
+            self.display = True
 
-    def on_mount(self) -> None:
-        for key, label, width in EVENT_COLUMNS:
-            self.table.add_column(label, key=key, width=width)
-        self.border_title = "saturation events: none yet"
-
-    def show(self, events: Sequence[EventView], total: int) -> None:
-        opened = sum(1 for e in events if e.end_s is None)
-        set_border_title(
-            self, f"saturation events: {total} ({opened} open)" if total else "saturation events: none yet"
-        )
-        order = tuple(e.key for e in reversed(events))
-        cells = {e.key: _event_cells(e) for e in events}
-        t = self.table
-        if order != self._order:
-            t.clear()
-            for key in order:
-                t.add_row(*cells[key], key=key)
-        else:
-            for key in order:
-                old = self._cells.get(key)
-                new = cells[key]
-                if old != new:
-                    for (col, _, _), a, b in zip(EVENT_COLUMNS, old or (), new, strict=False):
-                        if a != b:
-                            t.update_cell(key, col, b, update_width=True)
-        self._order, self._cells = order, cells
+    def fit(self) -> None:
+        """Two rows when the text is wider than the bar (after a resize too), else one."""
+        room = self.app.size.width - 2  # the bar spans the screen; padding 0 1
+        rows = 2 if self.text is not None and cell_len(self.text) > room else 1
+        if self.styles.height is None or self.styles.height.value != rows:
+            self.styles.height = rows
 
 
 def header_text(header: SessionHeader, source_label: str, title: str) -> Text:

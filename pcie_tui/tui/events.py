@@ -1,0 +1,115 @@
+"""The saturation events box: newest first, rows updated in place, only as tall as its rows."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from textual.app import ComposeResult
+from textual.containers import Vertical
+from textual.widgets import DataTable
+
+from pcie_tui.tui import fmt
+from pcie_tui.tui.state import EventView
+from pcie_tui.tui.widgets import BUS_WORDS, set_border_title
+
+# Rows the box grows to before its table scrolls (it never takes more than the room below the panels).
+EVENTS_MAX_ROWS = 8
+
+
+def _event_cells(e: EventView) -> tuple[str, ...]:
+    if e.resource == "link":
+        res = f"link ({BUS_WORDS.get(e.bus or '', '?')})"
+        peak = f"{fmt.rate(e.peak_Bps)} {fmt.pct(e.peak_util)}"
+    else:
+        res = (
+            "memory (proxy)"
+            if e.resource == "memory" and e.proxy
+            else "DRAM BW"
+            if e.resource == "memory"
+            else e.resource
+        )
+        peak = fmt.pct(e.peak_util)
+    return (
+        fmt.offset(e.start_s),
+        "open" if e.end_s is None else fmt.offset(e.end_s),
+        str(e.gpu),
+        res,
+        (e.direction or "-").upper() if e.resource == "link" else "-",
+        peak,
+        fmt.pct(e.mean_util),
+        e.phase or fmt.NA,
+    )
+
+
+# (key, label, width): wide enough for "+99.99 s", "memory (proxy)", "99.9 GB/s 100 %", plus one
+# space between columns (the table has no cell padding, so all of it fits in 80 columns);
+# a longer cell widens its column (update_width) rather than being cut.
+EVENT_COLUMNS = (
+    ("start", "start", 9),
+    ("end", "end", 9),
+    ("gpu", "GPU", 4),
+    ("res", "resource", 15),
+    ("dir", "dir", 5),
+    ("peak", "peak", 16),
+    ("mean", "mean", 6),
+    ("phase", "phase", None),
+)
+
+
+class EventsPane(Vertical):
+    """Saturation events, newest first; rows updated in place by key."""
+
+    def __init__(self) -> None:
+        super().__init__(id="events")
+        self.table: DataTable[str] = DataTable(
+            cursor_type="none", zebra_stripes=False, show_cursor=False, cell_padding=0
+        )
+        self.table.can_focus = False
+        self._order: tuple[str, ...] = ()
+        self._cells: dict[str, tuple[str, ...]] = {}
+        self._rows = -1  # table rows the box is sized for
+
+    def _fit(self, n: int) -> None:
+        """Borders, the header and up to EVENTS_MAX_ROWS rows; only the borders with none.
+
+        Set only when the row count changes (a new event), so a redraw never relayouts.
+        """
+        rows = min(n, EVENTS_MAX_ROWS)
+        if rows == self._rows:
+            return
+        self._rows = rows
+        self.table.display = rows > 0
+        self.styles.height = 2 + (rows + 1 if rows else 0)
+
+    def compose(self) -> ComposeResult:
+        yield self.table
+
+    def on_mount(self) -> None:
+        for key, label, width in EVENT_COLUMNS:
+            self.table.add_column(label, key=key, width=width)
+        self.border_title = "saturation events: none yet"
+        self._fit(0)
+
+    def show(self, events: Sequence[EventView], total: int) -> None:
+        opened = sum(1 for e in events if e.end_s is None)
+        title = f"saturation events: {total} ({opened} open)" if total else "saturation events: none yet"
+        if len(events) > EVENTS_MAX_ROWS:
+            title += " · newest first, scroll for older"
+        set_border_title(self, title)
+        self._fit(len(events))
+        order = tuple(e.key for e in reversed(events))
+        cells = {e.key: _event_cells(e) for e in events}
+        t = self.table
+        if order != self._order:
+            t.clear()
+            for key in order:
+                t.add_row(*cells[key], key=key)
+        else:
+            for key in order:
+                old = self._cells.get(key)
+                new = cells[key]
+                if old != new:
+                    for (col, _, _), a, b in zip(EVENT_COLUMNS, old or (), new, strict=False):
+                        if a != b:
+                            t.update_cell(key, col, b, update_width=True)
+        self._order, self._cells = order, cells

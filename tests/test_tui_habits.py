@@ -1,0 +1,248 @@
+"""Habits users bring: Ctrl-C quits, the layout follows the terminal, a headline says what holds things back."""
+
+from __future__ import annotations
+
+import gzip
+from pathlib import Path
+
+import pytest
+from textual.widgets import Static
+
+from pcie_tui.record.reader import Recording, read_recording
+from pcie_tui.record.replay import ReplaySource
+from pcie_tui.record.writer import RecordingWriter
+from pcie_tui.tui.app import make_app
+from pcie_tui.tui.headless import frame_at, run, saturated_moment, wait_until
+from pcie_tui.tui.headline import headline_text
+from pcie_tui.tui.screens import SourcesScreen
+from pcie_tui.tui.state import ViewModel
+from pcie_tui.tui.widgets import HeadlineBar
+
+PROBE = Path(__file__).parent / "fixtures" / "h200-probe.jsonl"
+
+
+@pytest.fixture(scope="module")
+def rec() -> Recording:
+    return read_recording(PROBE)
+
+
+class PacedLive:
+    """Real recorded ticks handed out like a live collector, one per ``interval_s``."""
+
+    live = True
+
+    def __init__(self, rec: Recording, interval_s: float) -> None:
+        import threading
+
+        self.header = rec.header
+        self.samples = rec.samples
+        self.interval_s = interval_s
+        self.i = 0
+        self._closed = threading.Event()
+
+    def read(self):
+        if self._closed.wait(self.interval_s) or self.i >= len(self.samples):
+            return None
+        s = self.samples[self.i]
+        self.i += 1
+        return s
+
+    def close(self) -> None:
+        self._closed.set()
+
+
+# ---- Ctrl-C quits like q ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("loop", [False, True], ids=["replay", "demo-loop"])
+def test_ctrl_c_quits_a_replay(rec, loop):
+    src = ReplaySource(rec, speed=1.0, loop=loop)
+    app = make_app(src)
+
+    async def go():
+        async with app.run_test(size=(80, 24)) as pilot:
+            await wait_until(pilot, lambda: app.frame is not None)
+            await pilot.press("ctrl+c")
+            await pilot.pause()
+            assert not app.is_running
+        assert app._drained.wait(2.0)
+
+    run(go())
+    assert app.return_code == 0
+
+
+def test_ctrl_c_quits_from_the_sources_screen(rec):
+    src = ReplaySource(rec)
+    src.set_paused(True)
+    app = make_app(src)
+
+    async def go():
+        async with app.run_test(size=(80, 24)) as pilot:
+            await wait_until(pilot, lambda: app.frame is not None)
+            await pilot.press("question_mark")
+            await pilot.pause()
+            assert isinstance(app.screen, SourcesScreen)
+            await pilot.press("ctrl+c")
+            await pilot.pause()
+            assert not app.is_running
+
+    run(go())
+    assert app.return_code == 0
+
+
+def test_ctrl_c_while_recording_live_closes_the_file(rec, tmp_path):
+    out = tmp_path / "live.jsonl.gz"
+    src = PacedLive(rec, interval_s=0.02)
+    app = make_app(src, recorder_factory=lambda: RecordingWriter(out, rec.header))
+    seen: list[int] = []
+
+    async def go():
+        async with app.run_test(size=(80, 24)) as pilot:
+            await wait_until(pilot, lambda: app.frame is not None and app.frame.ticks >= 3)
+            await pilot.press("r")
+            assert app.recorder is not None
+            await wait_until(pilot, lambda: app.recorded_ticks >= 10)
+            await pilot.press("ctrl+c")
+            await pilot.pause()
+            assert not app.is_running
+        assert app._drained.wait(2.0)
+        seen.append(app.recorded_ticks)
+
+    try:
+        run(go())
+    finally:
+        src.close()
+    assert app.recorder is None
+    assert app.saved == [(out, seen[0])]
+    # Closed cleanly: the gzip stream has its end marker (strict decompress raises otherwise)
+    # and every tick written is there, with no reader warning about a cut file.
+    lines = gzip.decompress(out.read_bytes()).decode().splitlines()
+    assert len(lines) == 1 + seen[0]
+    back = read_recording(out, warn=False)
+    assert len(back.samples) == seen[0] >= 10
+    assert back.warnings == []
+
+
+def test_q_and_ctrl_c_are_both_bound_to_quit():
+    from pcie_tui.tui.app import PcieTuiApp
+
+    keys = {b.key: b for b in PcieTuiApp.BINDINGS if not isinstance(b, tuple)}  # type: ignore[union-attr]
+    assert keys["q"].action == "quit"
+    assert keys["ctrl+c"].action == "quit" and keys["ctrl+c"].priority
+
+
+# ---- layout: side by side when wide, events box sized to its rows -------------------------
+
+LLAMA = Path(__file__).parents[1] / "pcie_tui" / "data" / "h200-llama-partial.jsonl.gz"
+
+
+@pytest.fixture(scope="module")
+def llama() -> Recording:
+    return read_recording(LLAMA, warn=False)
+
+
+def regions(rec: Recording, position: int, size: tuple[int, int]) -> dict:
+    src = ReplaySource(rec)
+    src.seek_to_index(position)
+    src.set_paused(True)
+    app = make_app(src)
+    out: dict = {}
+
+    async def go():
+        async with app.run_test(size=size) as pilot:
+            await wait_until(pilot, lambda: frame_at(app, position))
+            await pilot.pause()
+            for sel in ("#headline", "#panels", "#gpus", "#engine", "#events", "#position"):
+                out[sel] = app.query_one(sel).region
+            out["events"] = len(app.frame.events)
+            out["events_title"] = app.query_one("#events").border_title
+            out["headline"] = app.query_one(HeadlineBar).text
+            out["headline_shown"] = str(app.query_one("#headline", Static).render())
+            out["headline_display"] = app.query_one(HeadlineBar).display
+
+    run(go())
+    return out
+
+
+def test_wide_terminal_puts_gpus_and_engine_side_by_side(llama):
+    pos = saturated_moment(llama, "link", "prefill", peak=True)
+    r = regions(llama, pos, (170, 45))
+    gpus, engine = r["#gpus"], r["#engine"]
+    assert gpus.x == 0 and engine.x > 0 and engine.x == gpus.right  # two columns
+    assert engine.y == gpus.y  # same row, top aligned
+    assert gpus.width > engine.width >= 60
+    assert r["#headline"].bottom == gpus.y  # the headline sits directly above the panels
+    assert r["#events"].y >= max(gpus.bottom, engine.bottom)
+
+
+def test_narrow_terminal_stacks_the_panels(llama):
+    pos = saturated_moment(llama, "link", "prefill", peak=True)
+    r = regions(llama, pos, (100, 40))
+    gpus, engine = r["#gpus"], r["#engine"]
+    assert engine.x == 0 and engine.y >= gpus.bottom and engine.width == gpus.width == 100
+    assert r["#headline"].bottom == gpus.y
+
+
+@pytest.mark.parametrize("size", [(170, 45), (100, 40)], ids=["170x45", "100x40"])
+def test_events_box_is_as_tall_as_its_rows(llama, size):
+    before = regions(llama, 10, size)  # loading: no saturation yet
+    assert before["events"] == 0 and before["#events"].height == 2  # the titled border only
+    pos = saturated_moment(llama, "link", "prefill", peak=True)
+    during = regions(llama, pos, size)
+    assert during["events"] == 1 and during["#events"].height == 1 + 1 + 2  # row, header, borders
+    assert during["#position"].bottom == size[1] - 1  # position bar still on screen above the footer
+
+
+def test_many_events_are_capped_and_scroll(rec):
+    """The probe's real ticks played three times in a row (times shifted): 12 events, more than the cap."""
+    import dataclasses
+
+    from pcie_tui.tui.events import EVENTS_MAX_ROWS
+
+    span = rec.samples[-1].t - rec.samples[0].t + 1.0
+    ticks = [dataclasses.replace(s, t=s.t + k * span) for k in range(3) for s in rec.samples]
+    thrice = Recording(rec.path, rec.header, ticks)
+    r = regions(thrice, len(ticks) - 1, (100, 40))
+    assert r["events"] > EVENTS_MAX_ROWS
+    assert r["#events"].height == EVENTS_MAX_ROWS + 1 + 2
+    assert "scroll for older" in r["events_title"]
+
+
+# ---- headline -------------------------------------------------------------------------------
+
+
+def test_headline_says_the_verdict_of_the_hottest_gpu(llama):
+    pos = saturated_moment(llama, "link", "prefill", peak=True)
+    r = regions(llama, pos, (100, 40))
+    s = llama.samples[pos - 1].gpus[0]
+    want = f"prefill · GPU0 LINK SATURATED: PCIe RX {s.pcie_rx_Bps / 1e9:.1f} GB/s of 63.0 GB/s theoretical"
+    assert r["headline"] == want
+    assert r["headline_display"] and want in r["headline_shown"]
+    assert r["#headline"].height == 1
+
+
+def test_headline_hidden_before_any_reading(llama):
+    r = regions(llama, 0, (100, 40))
+    assert r["headline"] is None and not r["headline_display"]
+    assert r["#panels"].y == 1  # the panels move up under the header
+
+
+def test_headline_text_follows_the_verdict(rec):
+    vm = ViewModel(rec.header)
+    assert headline_text(vm) is None
+    seen = {}
+    for s in rec.samples:
+        vm.feed(s)
+        text = headline_text(vm)
+        tr = vm.analyzer.trackers[0]
+        seen.setdefault(tr.verdict, (text, vm.phase))
+    link, phase = seen["link"]
+    assert link.startswith(f"{phase} · GPU0 LINK SATURATED: PCIe ") and " GB/s of 63.0 GB/s theoretical" in link
+    assert "DRAM BANDWIDTH SATURATED" in seen["memory"][0] or "MEMORY BUSY" in seen["memory"][0]
+    assert "nothing saturated · GPU0 " in seen["none"][0]
+
+
+def test_headline_wraps_to_two_rows_at_most_when_narrow(llama):
+    pos = saturated_moment(llama, "link", "prefill", peak=True)
+    r = regions(llama, pos, (60, 30))
+    assert len(r["headline"]) > 58 and r["#headline"].height == 2
