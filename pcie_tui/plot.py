@@ -262,6 +262,7 @@ def render_plot(rec: Recording, an: SessionAnalyzer, path: Path, fmt: str) -> No
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.layout_engine import ConstrainedLayoutEngine
     from matplotlib.patches import Patch
 
     rows = rec.rows if rec.rows is not None else [s.to_json() for s in rec.samples]
@@ -275,10 +276,10 @@ def render_plot(rec: Recording, an: SessionAnalyzer, path: Path, fmt: str) -> No
 
     gpus = sorted(an.series)
     tracks = {i: gpu_tracks(rows, i, rec.header.gpu(i)) for i in gpus}
-    has_nv = {i: bool(np.any(~np.isnan(tracks[i]["nv_rx"])) or np.any(~np.isnan(tracks[i]["nv_tx"]))) for i in gpus}
+    has_nv = {g: bool(np.any(~np.isnan(tracks[g]["nv_rx"])) or np.any(~np.isnan(tracks[g]["nv_tx"]))) for g in gpus}
     kinds: list[tuple[int | None, str]] = []
-    for i in gpus:
-        kinds += [(i, "pcie")] + ([(i, "nvlink")] if has_nv[i] else []) + [(i, "use"), (i, "strip")]
+    for g in gpus:
+        kinds += [(g, "pcie")] + ([(g, "nvlink")] if has_nv[g] else []) + [(g, "use"), (g, "strip")]
     if not gpus:
         kinds = [(None, "engine")]
     heights = {"pcie": 2.6, "nvlink": 1.8, "use": 1.8, "strip": 0.3, "engine": 2.2}
@@ -288,10 +289,8 @@ def render_plot(rec: Recording, an: SessionAnalyzer, path: Path, fmt: str) -> No
         # Title and phase legend above the axes, the strip's legend below: room kept in inches.
         top_in, bottom_in = 0.4 + (0.8 if phase_names else 0.0), 0.45 if gpus else 0.05
         fig_h = sum(ratios) + 0.7 + top_in + bottom_in
-        fig, axes = plt.subplots(
-            len(kinds), 1, sharex=True, figsize=(12, fig_h), height_ratios=ratios, layout="constrained"
-        )
-        fig.get_layout_engine().set(rect=(0, bottom_in / fig_h, 1, 1 - top_in / fig_h))
+        layout = ConstrainedLayoutEngine(rect=(0, bottom_in / fig_h, 1, 1 - top_in / fig_h))
+        fig, axes = plt.subplots(len(kinds), 1, sharex=True, figsize=(12, fig_h), height_ratios=ratios, layout=layout)
         axes = np.atleast_1d(axes)
         strip_labels: list[str] = []
         for ax, (i, kind) in zip(axes, kinds, strict=True):
@@ -367,7 +366,7 @@ def _strip(ax: Any, t: list[float], labels: list[str], cols: list[str], t0: floa
 def _engine_axis(ax: Any, rows: Sequence[dict[str, Any]], t0: float) -> None:
     """A recording without GPUs: the engine's running and waiting requests."""
     x = np.array([float(d["t"]) - t0 for d in rows])
-    engines = [d.get("engine") if isinstance(d.get("engine"), dict) else {} for d in rows]
+    engines: list[dict[str, Any]] = [e if isinstance(e := d.get("engine"), dict) else {} for d in rows]
     run, wait = (_floats([e.get(k) for e in engines]) for k in ("requests_running", "requests_waiting"))
     if np.all(np.isnan(run)) and np.all(np.isnan(wait)):
         ax.text(0.5, 0.5, "no GPU or engine readings in this recording", transform=ax.transAxes, ha="center")
