@@ -325,7 +325,11 @@ def render_plot(rec: Recording, an: SessionAnalyzer, path: Path, fmt: str) -> No
                     ax.plot([], [], ls="none", marker="v", color="#333333", label=marks_label)
             elif kind == "use" and ser is not None:
                 x = np.asarray(ser.t) - t0
-                dram = "DRAM busy (proxy: NVML duty cycle)" if ser.memory_proxy else "DRAM bandwidth (GPM, of peak)"
+                dram = (
+                    "DRAM busy (proxy)\nNVML duty cycle, not bandwidth"
+                    if ser.memory_proxy
+                    else "DRAM bandwidth (GPM, of peak)"
+                )
                 _line(ax, x, _floats(ser.memory) * 100, label=dram, color="#2ca02c")
                 _line(ax, x, _floats(ser.compute) * 100, label="SM busy (of all SMs)", color="#8e44ad")
                 ax.set_ylim(0, 105)

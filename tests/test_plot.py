@@ -177,6 +177,38 @@ def test_measured_ceiling_and_two_gpus_with_nvlink(tmp_path: Path, capsys: pytes
     assert any(t.startswith("two.jsonl: 2 x NVIDIA H200") for t in texts)
 
 
+def test_memory_duty_cycle_is_labelled_a_proxy(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The reference session as an NVML-only GPU shows it: GPM fields gone, the memory duty cycle left."""
+    lines = _lines(demos.resolve("h200-reference"))
+    header = json.loads(lines[0])
+    header["gpus"][0]["metrics_source"] = "nvml"
+    out_lines = [json.dumps(header)]
+    for raw in lines[1:]:
+        d = json.loads(raw)
+        d["gpus"][0]["dram_bw_util"] = None
+        out_lines.append(json.dumps(d))
+    rec_path = tmp_path / "nvml.jsonl"
+    rec_path.write_text("\n".join(out_lines) + "\n")
+    texts, legends = _plot(rec_path, tmp_path / "nvml.svg", capsys)
+    assert legends["DRAM busy (proxy)"][1:] == ["NVML duty cycle, not bandwidth", "SM busy (of all SMs)"]
+    assert not any(t.startswith("DRAM bandwidth") for t in texts)
+
+
+def test_a_retrained_link_steps_the_ceiling(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    lines = _lines(demos.resolve("h200-reference"))
+    out_lines = [lines[0].decode()]
+    for raw in lines[1:]:
+        d = json.loads(raw)
+        if d.get("label") == "idle":  # an idle link trained down to Gen1 x16 (4.0 GB/s)
+            d["gpus"][0]["link_gen"] = 1
+        out_lines.append(json.dumps(d))
+    rec_path = tmp_path / "retrain.jsonl"
+    rec_path.write_text("\n".join(out_lines) + "\n")
+    texts, legends = _plot(rec_path, tmp_path / "retrain.svg", capsys)
+    assert "ceiling (link retrained)" in legends["PCIe RX (into GPU)"]
+    assert "PCIe ceiling 63.0 GB/s per direction (theoretical: Gen5 x16)" in texts
+
+
 def test_missing_readings_stay_gaps_not_zeros() -> None:
     path = demos.resolve("h200-probe")  # half its GPM windows are void
     rec = read_recording(path, warn=False)
