@@ -271,6 +271,16 @@ def test_bad_plot_paths_fail_first_with_one_line(
         check_plot_path(str(tmp_path / target))
 
 
+def test_unwritable_folder_fails_first(tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch) -> None:
+    import pcie_tui.plot as plot
+
+    # Tests may run as root, for whom every folder is writable: ask os.access to answer as for a user.
+    monkeypatch.setattr(plot.os, "access", lambda path, mode: Path(path) != tmp_path)
+    rc = main(["report", str(demos.resolve(None)), "--plot", str(tmp_path / "x.png")])
+    err = capsys.readouterr().err
+    assert rc == 2 and err == f"pcie-tui: error: --plot {tmp_path / 'x.png'}: no permission to write there\n"
+
+
 def test_unwritable_target_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch) -> None:
     import pcie_tui.plot as plot
 
