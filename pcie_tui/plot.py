@@ -260,8 +260,8 @@ def render_plot(rec: Recording, an: SessionAnalyzer, path: Path, fmt: str) -> No
     """Draw the timeline of ``rec`` (analysed as ``an``) into ``path`` as ``fmt`` (svg/png/pdf)."""
     import matplotlib
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    matplotlib.use("Agg")  # no display; the Figure below is not registered with pyplot either
+    from matplotlib.figure import Figure
     from matplotlib.layout_engine import ConstrainedLayoutEngine
     from matplotlib.patches import Patch
 
@@ -285,13 +285,13 @@ def render_plot(rec: Recording, an: SessionAnalyzer, path: Path, fmt: str) -> No
     heights = {"pcie": 2.6, "nvlink": 1.8, "use": 1.8, "strip": 0.3, "engine": 2.2}
     ratios = [heights[k] for _, k in kinds]
 
-    with plt.rc_context({"svg.fonttype": "none", "svg.hashsalt": "pcie-tui", "font.size": 9}):
+    with matplotlib.rc_context({"svg.fonttype": "none", "svg.hashsalt": "pcie-tui", "font.size": 9}):
         # Title and phase legend above the axes, the strip's legend below: room kept in inches.
         top_in, bottom_in = 0.4 + (0.8 if phase_names else 0.0), 0.45 if gpus else 0.05
         fig_h = sum(ratios) + 0.7 + top_in + bottom_in
         layout = ConstrainedLayoutEngine(rect=(0, bottom_in / fig_h, 1, 1 - top_in / fig_h))
-        fig, axes = plt.subplots(len(kinds), 1, sharex=True, figsize=(12, fig_h), height_ratios=ratios, layout=layout)
-        axes = np.atleast_1d(axes)
+        fig = Figure(figsize=(12, fig_h), layout=layout)
+        axes = np.atleast_1d(fig.subplots(len(kinds), 1, sharex=True, height_ratios=ratios))
         strip_labels: list[str] = []
         for ax, (i, kind) in zip(axes, kinds, strict=True):
             if kind == "strip":
@@ -353,7 +353,6 @@ def render_plot(rec: Recording, an: SessionAnalyzer, path: Path, fmt: str) -> No
                        fontsize=8, frameon=False, borderaxespad=0, title=None)  # fmt: skip
             fig.text(0.5, (bottom_in - 0.02) / fig_h, "strip: saturated resource per tick (verdict)", ha="center", va="top", fontsize=8)  # fmt: skip
         _save(fig, path, fmt)
-        plt.close(fig)
 
 
 def _strip(ax: Any, t: list[float], labels: list[str], cols: list[str], t0: float) -> None:
