@@ -264,10 +264,20 @@ def cmd_report(args: argparse.Namespace) -> int:
     from pcie_tui.record.reader import read_recording
     from pcie_tui.report import build_report, render_text
 
+    plot = None
+    if args.plot is not None:
+        from pcie_tui.plot import check_plot_path
+
+        plot = check_plot_path(args.plot)  # before any analysis: a bad path fails at once
     rec = read_recording(_recording_arg(args.file)[0])
     if not rec.samples:
         raise UserError(f"{args.file} holds a header but no ticks")
-    report, _ = build_report(rec)
+    report, analyzer = build_report(rec)
+    if plot is not None:
+        from pcie_tui.plot import render_plot
+
+        render_plot(rec, analyzer, *plot)
+        print(f"pcie-tui: wrote the timeline plot to {args.plot}", file=sys.stderr)
     if args.json:
         from pcie_tui.record.validate import finite_json
 
@@ -328,6 +338,9 @@ def build_parser() -> argparse.ArgumentParser:
     rep = sub.add_parser("report", help="summarise a recording: verdicts, events, use statistics")
     rep.add_argument("file", help="a recording, or a bundled demo's name (pcie-tui demo --list)")
     rep.add_argument("--json", action="store_true", help="machine-readable output")
+    rep.add_argument(
+        "--plot", default=None, metavar="FILE", help="also draw the session timeline to FILE (.svg, .png or .pdf)"
+    )
     rep.set_defaults(func=cmd_report)
 
     d = sub.add_parser("demo", help="replay a bundled real session (no GPU needed)")
