@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import re
 import socket
 import time
@@ -90,8 +89,13 @@ def host_facts(proc_root: str | Path = "/proc", driver: str | None = None) -> di
     with contextlib.suppress(OSError, ValueError):
         m = re.search(r"^MemTotal:\s*(\d+)\s*kB", (proc / "meminfo").read_text(), re.M)
         mem = int(m.group(1)) * 1024 if m else None
-    return {"hostname": socket.gethostname(), "cpu_model": model, "cpu_count": count, "memory_bytes": mem,
-            "driver_version": driver}
+    return {
+        "hostname": socket.gethostname(),
+        "cpu_model": model,
+        "cpu_count": count,
+        "memory_bytes": mem,
+        "driver_version": driver,
+    }
 
 
 def driver_version(nvml: Any) -> str | None:
@@ -144,7 +148,9 @@ def gpu_entry(g: dict[str, Any], chain: dict[str, Any] | None, load: dict[str, A
         "chain": {
             "found": bool(chain.get("found")),
             "attach": chain.get("attach"),
-            "narrowest": None if not narrow else {
+            "narrowest": None
+            if not narrow
+            else {
                 "hop": f"{narrow.get('upper')} -> {narrow.get('lower')}",
                 "max_gen": narrow.get("max_gen"),
                 "max_width": narrow.get("max_width"),
@@ -190,7 +196,9 @@ def model_facts(path: str | None) -> dict[str, Any] | None:
         if p.is_file():
             size = p.stat().st_size
         elif p.is_dir():
-            size = sum(f.stat().st_size for f in p.iterdir() if f.name.endswith(_WEIGHT_SUFFIXES) and f.is_file()) or None
+            size = (
+                sum(f.stat().st_size for f in p.iterdir() if f.name.endswith(_WEIGHT_SUFFIXES) and f.is_file()) or None
+            )
     return {"name": p.name or path, "size_bytes": size}
 
 
@@ -229,13 +237,23 @@ def engine_from_recording(path: str) -> dict[str, Any] | None:
 
 
 def from_report(
-    report: dict[str, Any], host: dict[str, Any] | None = None, engine: dict[str, Any] | None = None,
+    report: dict[str, Any],
+    host: dict[str, Any] | None = None,
+    engine: dict[str, Any] | None = None,
     source: str = "doctor",
 ) -> dict[str, Any]:
     """A baseline from a doctor report (``run_doctor`` or a saved ``doctor --json``)."""
     t = float(report.get("time") or time.time())
-    h = dict(host or {"hostname": report.get("host"), "cpu_model": None, "cpu_count": None, "memory_bytes": None,
-                      "driver_version": None})
+    h = dict(
+        host
+        or {
+            "hostname": report.get("host"),
+            "cpu_model": None,
+            "cpu_count": None,
+            "memory_bytes": None,
+            "driver_version": None,
+        }
+    )
     if h.get("driver_version") is None:
         h["driver_version"] = report.get("driver_version")
     chains = report.get("chains") or {}
@@ -253,14 +271,19 @@ def from_report(
     }
 
 
-def no_gpu(error: str, host: dict[str, Any], engine: dict[str, Any] | None = None, source: str = "doctor") -> dict[str, Any]:
+def no_gpu(
+    error: str, host: dict[str, Any], engine: dict[str, Any] | None = None, source: str = "doctor"
+) -> dict[str, Any]:
     """A fingerprint of a machine where NVML or a GPU is missing: host facts and why."""
     return from_report({"time": time.time(), "gpus": [], "gpu_error": error}, host, engine, source)
 
 
 def snapshot(
-    nvml: Any = None, sysfs_root: str = "/sys", proc_root: str = "/proc",
-    calibration: list[dict[str, Any]] | None = None, source: str = "calibrate",
+    nvml: Any = None,
+    sysfs_root: str = "/sys",
+    proc_root: str = "/proc",
+    calibration: list[dict[str, Any]] | None = None,
+    source: str = "calibrate",
 ) -> dict[str, Any]:
     """Read the machine now without generating load; ``calibration`` entries give each link's under-load state."""
     from pcie_tui.doctor.nvmlfacts import gather, open_nvml
@@ -272,18 +295,21 @@ def snapshot(
         return no_gpu(str(e), host_facts(proc_root), source=source)
     try:
         gpus = gather(nv)
-        report = {"time": time.time(), "gpus": [g.to_json() for g in gpus],
-                  "chains": {str(g.index): read_chain(sysfs_root, g.bdf).to_json() for g in gpus}}
+        report = {
+            "time": time.time(),
+            "gpus": [g.to_json() for g in gpus],
+            "chains": {str(g.index): read_chain(sysfs_root, g.bdf).to_json() for g in gpus},
+        }
         host = host_facts(proc_root, driver_version(nv))
     finally:
         with contextlib.suppress(Exception):
             nv.nvmlShutdown()
     fp = from_report(report, host, None, source)
-    by_uuid = {e.get("uuid"): e for e in calibration or []}
+    by_uuid = {c.get("uuid"): c for c in calibration or []}
     for g in fp["gpus"]:
-        e = by_uuid.get(g["uuid"])
-        if e and e.get("gen") is not None and e.get("width") is not None:
-            g["under_load"] = {"gen": e["gen"], "width": e["width"], "how": "calibrate"}
+        c = by_uuid.get(g["uuid"])
+        if c and c.get("gen") is not None and c.get("width") is not None:
+            g["under_load"] = {"gen": c["gen"], "width": c["width"], "how": "calibrate"}
     return fp
 
 

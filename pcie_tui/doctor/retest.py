@@ -67,33 +67,53 @@ def compare(base: dict[str, Any], now: dict[str, Any]) -> dict[str, Any]:
             other = now_by_bdf.get(b.get("pci_bus_id"))
             if other is not None and other.get("uuid") not in {x.get("uuid") for x in bg}:
                 matched.add(other.get("uuid"))
-                changes.append(Change("gpu", f"GPU {b.get('pci_bus_id')} replaced (UUID changed: {b.get('name')} "
-                                      f"{b.get('uuid')} -> {other.get('name')} {other.get('uuid')})", True))
+                changes.append(
+                    Change(
+                        "gpu",
+                        f"GPU {b.get('pci_bus_id')} replaced (UUID changed: {b.get('name')} "
+                        f"{b.get('uuid')} -> {other.get('name')} {other.get('uuid')})",
+                        True,
+                    )
+                )
             elif ng or not now.get("gpu_error"):
-                changes.append(Change("gpu", f"GPU {b.get('pci_bus_id')} ({b.get('name')}, {b.get('uuid')}) is gone", True))
+                changes.append(
+                    Change("gpu", f"GPU {b.get('pci_bus_id')} ({b.get('name')}, {b.get('uuid')}) is gone", True)
+                )
             continue
         matched.add(n.get("uuid"))
         _compare_gpu(b, n, when, changes, compared)
     for n in ng:
         if n.get("uuid") not in matched:
-            changes.append(Change("gpu", f"GPU {n.get('index')} added at {n.get('pci_bus_id')} ({n.get('name')}, "
-                                  f"{n.get('uuid')})", True))
+            changes.append(
+                Change(
+                    "gpu",
+                    f"GPU {n.get('index')} added at {n.get('pci_bus_id')} ({n.get('name')}, {n.get('uuid')})",
+                    True,
+                )
+            )
     _compare_host(base.get("host") or {}, now.get("host") or {}, changes, compared)
     _compare_engine(base.get("engine"), now.get("engine"), changes, compared)
-    return {"baseline": {"path": base.get("path"), "created": base.get("created"), "source": base.get("source"),
-                         "host": (base.get("host") or {}).get("hostname")},
-            "now": {"path": now.get("path"), "created": now.get("created"), "source": now.get("source")},
-            "since": when,
-            "changes": [{"what": c.what, "message": c.message, "retest": c.retest, "line": c.line()} for c in changes],
-            "compared": compared,
-            "retest": any(c.retest for c in changes)}
+    return {
+        "baseline": {
+            "path": base.get("path"),
+            "created": base.get("created"),
+            "source": base.get("source"),
+            "host": (base.get("host") or {}).get("hostname"),
+        },
+        "now": {"path": now.get("path"), "created": now.get("created"), "source": now.get("source")},
+        "since": when,
+        "changes": [{"what": c.what, "message": c.message, "retest": c.retest, "line": c.line()} for c in changes],
+        "compared": compared,
+        "retest": any(c.retest for c in changes),
+    }
 
 
 def _compare_gpu(b: dict[str, Any], n: dict[str, Any], when: str, changes: list[Change], compared: list[str]) -> None:
     label = f"GPU {n.get('index')}"
     if b.get("pci_bus_id") != n.get("pci_bus_id"):
-        changes.append(Change("gpu", f"{label} ({n.get('uuid')}) moved from {b.get('pci_bus_id')} to "
-                              f"{n.get('pci_bus_id')}", True))
+        changes.append(
+            Change("gpu", f"{label} ({n.get('uuid')}) moved from {b.get('pci_bus_id')} to {n.get('pci_bus_id')}", True)
+        )
     if b.get("index") != n.get("index"):
         changes.append(Change("gpu", f"{label} at {n.get('pci_bus_id')} was NVML index {b.get('index')}", False))
     if b.get("name") != n.get("name"):
@@ -106,14 +126,16 @@ def _compare_gpu(b: dict[str, Any], n: dict[str, Any], when: str, changes: list[
     else:
         states.append("max")
         if bmax != nmax:
-            changes.append(Change("link", f"{label} max link {_link(*bmax)} -> {_link(*nmax)} since the baseline ({when})",
-                                  True))
+            changes.append(
+                Change("link", f"{label} max link {_link(*bmax)} -> {_link(*nmax)} since the baseline ({when})", True)
+            )
     bu, nu = b.get("under_load"), n.get("under_load")
     if bu and nu:
         states.append(f"under load (baseline: {bu.get('how')}, now: {nu.get('how')})")
         if (bu.get("gen"), bu.get("width")) != (nu.get("gen"), nu.get("width")):
-            changes.append(Change("link", f"{label} trained {_trained(nu, bu)} under load since the baseline ({when})",
-                                  True))
+            changes.append(
+                Change("link", f"{label} trained {_trained(nu, bu)} under load since the baseline ({when})", True)
+            )
     else:
         why = "no under-load reading " + ("in the baseline" if not bu else "now")
         states.append(f"not under load ({why}; idle links train down, so the idle state is not compared)")
@@ -121,18 +143,23 @@ def _compare_gpu(b: dict[str, Any], n: dict[str, Any], when: str, changes: list[
     bc, nc = b.get("chain") or {}, n.get("chain") or {}
     if bc.get("found") and nc.get("found"):
         if bc.get("attach") != nc.get("attach"):
-            changes.append(Change("chain", f"{label} now attached via {nc.get('attach')} instead of {bc.get('attach')}",
-                                  True))
+            changes.append(
+                Change("chain", f"{label} now attached via {nc.get('attach')} instead of {bc.get('attach')}", True)
+            )
         bn, nn = bc.get("narrowest"), nc.get("narrowest")
-        bnl = (bn.get("max_gen"), bn.get("max_width")) if bn else None
-        nnl = (nn.get("max_gen"), nn.get("max_width")) if nn else None
-        if bn and nn and bnl != nnl:
-            changes.append(Change("chain", f"{label} narrowest link on the bridge chain {_link(*bnl)} -> "  # type: ignore[misc]
-                                  f"{_link(*nnl)} ({nn.get('hop')})", True))  # type: ignore[misc]
+        if bn and nn:
+            bnl, nnl = (bn.get("max_gen"), bn.get("max_width")), (nn.get("max_gen"), nn.get("max_width"))
+            if bnl != nnl:
+                msg = f"{label} narrowest link on the bridge chain {_link(*bnl)} -> {_link(*nnl)} ({nn.get('hop')})"
+                changes.append(Change("chain", msg, True))
     else:
-        compared.append(f"{label} bridge chain: not compared (not in sysfs {'in the baseline' if not bc.get('found') else 'now'})")
+        compared.append(
+            f"{label} bridge chain: not compared (not in sysfs {'in the baseline' if not bc.get('found') else 'now'})"
+        )
     if b.get("numa_node") != n.get("numa_node"):
-        changes.append(Change("numa", f"{label} NUMA node {_na(b.get('numa_node'))} -> {_na(n.get('numa_node'))}", True))
+        changes.append(
+            Change("numa", f"{label} NUMA node {_na(b.get('numa_node'))} -> {_na(n.get('numa_node'))}", True)
+        )
 
 
 def _compare_host(b: dict[str, Any], n: dict[str, Any], changes: list[Change], compared: list[str]) -> None:
@@ -162,7 +189,9 @@ def _flag(v: Any) -> str:
     return " ".join(map(str, v)) if isinstance(v, list) else str(v)
 
 
-def _compare_engine(b: dict[str, Any] | None, n: dict[str, Any] | None, changes: list[Change], compared: list[str]) -> None:
+def _compare_engine(
+    b: dict[str, Any] | None, n: dict[str, Any] | None, changes: list[Change], compared: list[str]
+) -> None:
     if not b or not n:
         if b and not n:
             compared.append("engine layout: not compared (no engine now: pass --pid or --recording)")
@@ -183,7 +212,9 @@ def _compare_engine(b: dict[str, Any] | None, n: dict[str, Any] | None, changes:
     if bm.get("name") != nm.get("name"):
         changes.append(Change("engine", f"model {_na(bm.get('name'))} -> {_na(nm.get('name'))}", True))
     elif None not in (bm.get("size_bytes"), nm.get("size_bytes")) and bm.get("size_bytes") != nm.get("size_bytes"):
-        changes.append(Change("engine", f"model {nm.get('name')} size {bm['size_bytes']} -> {nm['size_bytes']} bytes", True))
+        changes.append(
+            Change("engine", f"model {nm.get('name')} size {bm['size_bytes']} -> {nm['size_bytes']} bytes", True)
+        )
     compared.append(f"engine layout: {kind} compared")
 
 
@@ -226,14 +257,17 @@ def since_main(args: argparse.Namespace, nvml: Any = None) -> int:
     return 1 if result["retest"] else 0
 
 
-def measure_now(args: argparse.Namespace, nvml: Any, engine: dict[str, Any] | None, source: str = "doctor") -> dict[str, Any]:
+def measure_now(
+    args: argparse.Namespace, nvml: Any, engine: dict[str, Any] | None, source: str = "doctor"
+) -> dict[str, Any]:
     """Doctor's own readings (links under its generated load) as a fingerprint; no GPU gives one saying why."""
     from pcie_tui.doctor.run import run_doctor
 
     host = fpm.host_facts(args.proc_root)
     try:
-        report = run_doctor(nvml=nvml, sysfs_root=args.sysfs_root, proc_root=args.proc_root, pid=args.pid,
-                            load_s=args.load_s)
+        report = run_doctor(
+            nvml=nvml, sysfs_root=args.sysfs_root, proc_root=args.proc_root, pid=args.pid, load_s=args.load_s
+        )
     except NoGpuError as e:
         return fpm.no_gpu(str(e), host, engine, source)
     host["driver_version"] = report.get("driver_version")
