@@ -176,7 +176,8 @@ def _compare_host(b: dict[str, Any], n: dict[str, Any], changes: list[Change], c
     elif bm != nm:
         big = abs(nm - bm) > MEMORY_TOLERANCE * bm
         note = "" if big else f" (under {MEMORY_TOLERANCE:.0%}: kernel reservations)"
-        changes.append(Change("memory", f"host memory {_gib(bm)} -> {_gib(nm)}{note}", big))
+        a, z = (_gib(bm), _gib(nm)) if _gib(bm) != _gib(nm) else (f"{bm / 2**20:.0f} MiB", f"{nm / 2**20:.0f} MiB")
+        changes.append(Change("memory", f"host memory {a} -> {z}{note}", big))
     if b.get("hostname") != n.get("hostname"):
         changes.append(Change("hostname", f"hostname {_na(b.get('hostname'))} -> {_na(n.get('hostname'))}", False))
 
