@@ -81,7 +81,7 @@ def test_x16_to_x8_under_load_is_a_retest(proc):
     res = retest.compare(base, fingerprint(pair(gpu1_loaded=(4, 8)), proc))
     assert lines(res) == ["GPU 1 trained x8 instead of x16 under load since the baseline (2026-12-03): retest"]
     assert res["retest"]
-    assert "GPU 1 link: max, under load (baseline: generated, now: generated)" in res["compared"]
+    assert "GPU 1 link compared by max and under load (baseline: generated, now: generated)" in res["compared"]
 
 
 def test_an_idle_link_trained_down_is_not_a_change(proc):
@@ -91,7 +91,7 @@ def test_an_idle_link_trained_down_is_not_a_change(proc):
     assert now["gpus"][1]["link"]["idle_gen"] == 1 and now["gpus"][1]["under_load"] is None
     res = retest.compare(base, now)
     assert res["changes"] == [] and not res["retest"]
-    assert res["compared"][1] == ("GPU 1 link: max, not under load (no under-load reading now; idle links train down, "
+    assert res["compared"][1] == ("GPU 1 link compared by max and not under load (no under-load reading now; idle links train down, "
                                   "so the idle state is not compared)")
 
 
@@ -152,7 +152,7 @@ def test_gpu_added_and_no_gpu_now(proc):
     gone = fpm.no_gpu("NVML found no GPU on this machine", fpm.host_facts(proc, None))
     res = retest.compare(base, gone)
     assert lines(res)[0] == "no GPU visible now (NVML found no GPU on this machine); the baseline had 1: retest"
-    assert "driver: not compared (not recorded now)" in res["compared"]
+    assert "driver not compared (not recorded now)" in res["compared"]
 
 
 # ---- engine layout --------------------------------------------------------------------
@@ -199,7 +199,7 @@ def test_the_h200_doctor_report_is_a_baseline(proc):
     # The doctor run and the NVML capture were made on two different H200s at 0000:00:06.0.
     assert lines(res)[0] == ("GPU 0000:00:06.0 replaced (UUID changed: NVIDIA H200 GPU-0d7b2f3a-7834-687c-b586-38045902724b"
                              " -> NVIDIA H200 GPU-0e0ede71-a903-5661-2b0f-b73e9eb0bce4): retest")
-    assert "driver: not compared (not recorded in the baseline)" in res["compared"]
+    assert "driver not compared (not recorded in the baseline)" in res["compared"]
 
 
 def test_calibrate_writes_a_baseline_with_the_under_load_link(proc, tmp_path, monkeypatch):
@@ -229,8 +229,8 @@ def test_calibrate_writes_a_baseline_with_the_under_load_link(proc, tmp_path, mo
     assert res["changes"] == []
     # The replay starts in a phase where the H200 computed: doctor counts that as the GPU's own load.
     how = (now["gpus"][0]["under_load"] or {}).get("how")
-    assert res["compared"][0] == ("GPU 0 link: max, under load (baseline: calibrate, now: engine)" if how == "engine" else
-                                  "GPU 0 link: max, not under load (no under-load reading now; idle links train down, "
+    assert res["compared"][0] == ("GPU 0 link compared by max and under load (baseline: calibrate, now: engine)" if how == "engine" else
+                                  "GPU 0 link compared by max and not under load (no under-load reading now; idle links train down, "
                                   "so the idle state is not compared)")
 
 

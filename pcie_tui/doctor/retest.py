@@ -122,9 +122,9 @@ def _compare_gpu(b: dict[str, Any], n: dict[str, Any], when: str, changes: list[
     bmax, nmax = (bl.get("max_gen"), bl.get("max_width")), (nl.get("max_gen"), nl.get("max_width"))
     states = []
     if None in bmax or None in nmax:
-        states.append("max n/a")
+        states.append("not by max (max n/a " + ("in the baseline" if None in bmax else "now") + ")")
     else:
-        states.append("max")
+        states.append("by max")
         if bmax != nmax:
             changes.append(
                 Change("link", f"{label} max link {_link(*bmax)} -> {_link(*nmax)} since the baseline ({when})", True)
@@ -139,7 +139,7 @@ def _compare_gpu(b: dict[str, Any], n: dict[str, Any], when: str, changes: list[
     else:
         why = "no under-load reading " + ("in the baseline" if not bu else "now")
         states.append(f"not under load ({why}; idle links train down, so the idle state is not compared)")
-    compared.append(f"{label} link: " + ", ".join(states))
+    compared.append(f"{label} link compared " + " and ".join(states))
     bc, nc = b.get("chain") or {}, n.get("chain") or {}
     if bc.get("found") and nc.get("found"):
         if bc.get("attach") != nc.get("attach"):
@@ -154,7 +154,7 @@ def _compare_gpu(b: dict[str, Any], n: dict[str, Any], when: str, changes: list[
                 changes.append(Change("chain", msg, True))
     else:
         compared.append(
-            f"{label} bridge chain: not compared (not in sysfs {'in the baseline' if not bc.get('found') else 'now'})"
+            f"{label} bridge chain not compared (not in sysfs {'in the baseline' if not bc.get('found') else 'now'})"
         )
     if b.get("numa_node") != n.get("numa_node"):
         changes.append(
@@ -167,12 +167,12 @@ def _compare_host(b: dict[str, Any], n: dict[str, Any], changes: list[Change], c
     for key, name, trigger in rows:
         bv, nv = b.get(key), n.get(key)
         if bv is None or nv is None:
-            compared.append(f"{name}: not compared (not recorded {'in the baseline' if bv is None else 'now'})")
+            compared.append(f"{name} not compared (not recorded {'in the baseline' if bv is None else 'now'})")
         elif bv != nv:
             changes.append(Change(key, f"{name} {bv} -> {nv}", trigger))
     bm, nm = b.get("memory_bytes"), n.get("memory_bytes")
     if bm is None or nm is None:
-        compared.append(f"host memory: not compared (not recorded {'in the baseline' if bm is None else 'now'})")
+        compared.append(f"host memory not compared (not recorded {'in the baseline' if bm is None else 'now'})")
     elif bm != nm:
         big = abs(nm - bm) > MEMORY_TOLERANCE * bm
         note = "" if big else f" (under {MEMORY_TOLERANCE:.0%}: kernel reservations)"
@@ -195,9 +195,9 @@ def _compare_engine(
 ) -> None:
     if not b or not n:
         if b and not n:
-            compared.append("engine layout: not compared (no engine now: pass --pid or --recording)")
+            compared.append("engine layout not compared (no engine now: pass --pid or --recording)")
         elif n and not b:
-            compared.append("engine layout: not compared (no engine recorded in the baseline)")
+            compared.append("engine layout not compared (no engine recorded in the baseline)")
         return
     if b.get("kind") != n.get("kind"):
         changes.append(Change("engine", f"engine {b.get('kind')} -> {n.get('kind')}", True))
@@ -216,7 +216,7 @@ def _compare_engine(
         changes.append(
             Change("engine", f"model {nm.get('name')} size {bm['size_bytes']} -> {nm['size_bytes']} bytes", True)
         )
-    compared.append(f"engine layout: {kind} compared")
+    compared.append(f"engine layout compared ({kind})")
 
 
 def render(result: dict[str, Any]) -> str:
@@ -224,7 +224,7 @@ def render(result: dict[str, Any]) -> str:
     now_label = f"{n['path']} ({n['created']})" if n.get("path") else "this machine now"
     lines = [f"since baseline {b['path']} ({b['created']}, {b['source']} on {_na(b['host'])}) vs {now_label}"]
     lines += [c["line"] for c in result["changes"]]
-    lines += [f"  compared: {c}" for c in result["compared"]]
+    lines += [f"  - {c}" for c in result["compared"]]
     due = [c for c in result["changes"] if c["retest"]]
     if due:
         lines.append(f"retest due: {len(due)} change(s) since the baseline ({result['since']})")
