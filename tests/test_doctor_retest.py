@@ -36,16 +36,33 @@ def proc(tmp_path) -> Path:
 
 
 def pair(gpu1_loaded=(4, 16), gpu1_uuid=None, gpu1_numa=0) -> StandInNvml:
-    return StandInNvml([
-        Gpu("00000000:01:00.0", "NVIDIA RTX A6000", idle=(1, 16), loaded=(4, 16), max=(4, 16), gpu_max_gen=4, numa=0),
-        Gpu("00000000:41:00.0", "NVIDIA RTX A6000", idle=(1, 16), loaded=gpu1_loaded, max=(4, 16), gpu_max_gen=4,
-            numa=gpu1_numa, uuid=gpu1_uuid),
-    ])
+    return StandInNvml(
+        [
+            Gpu(
+                "00000000:01:00.0", "NVIDIA RTX A6000", idle=(1, 16), loaded=(4, 16), max=(4, 16), gpu_max_gen=4, numa=0
+            ),
+            Gpu(
+                "00000000:41:00.0",
+                "NVIDIA RTX A6000",
+                idle=(1, 16),
+                loaded=gpu1_loaded,
+                max=(4, 16),
+                gpu_max_gen=4,
+                numa=gpu1_numa,
+                uuid=gpu1_uuid,
+            ),
+        ]
+    )
 
 
 def fingerprint(nv, proc: Path, load=True, sysfs=SYSFS / "x16x16-cpu", t=None):
-    r = run_doctor(nvml=nv, sysfs_root=str(sysfs), proc_root=str(proc), load_s=0.3,
-                   backend_factory=(lambda: StandInLoad(nv)) if load else None)
+    r = run_doctor(
+        nvml=nv,
+        sysfs_root=str(sysfs),
+        proc_root=str(proc),
+        load_s=0.3,
+        backend_factory=(lambda: StandInLoad(nv)) if load else None,
+    )
     if t is not None:
         r["time"] = t
     return fpm.from_report(r, fpm.host_facts(proc, r["driver_version"]))
@@ -91,15 +108,19 @@ def test_an_idle_link_trained_down_is_not_a_change(proc):
     assert now["gpus"][1]["link"]["idle_gen"] == 1 and now["gpus"][1]["under_load"] is None
     res = retest.compare(base, now)
     assert res["changes"] == [] and not res["retest"]
-    assert res["compared"][1] == ("GPU 1 link compared by max and not under load (no under-load reading now; idle links train down, "
-                                  "so the idle state is not compared)")
+    assert res["compared"][1] == (
+        "GPU 1 link compared by max and not under load (no under-load reading now; idle links train down, "
+        "so the idle state is not compared)"
+    )
 
 
 def test_a_replaced_gpu_is_a_retest(proc):
     base = fingerprint(pair(), proc, t=DAY)
     res = retest.compare(base, fingerprint(pair(gpu1_uuid="GPU-5e1f0000-new"), proc))
-    assert lines(res) == ["GPU 0000:41:00.0 replaced (UUID changed: NVIDIA RTX A6000 GPU-standin-1 -> "
-                          "NVIDIA RTX A6000 GPU-5e1f0000-new): retest"]
+    assert lines(res) == [
+        "GPU 0000:41:00.0 replaced (UUID changed: NVIDIA RTX A6000 GPU-standin-1 -> "
+        "NVIDIA RTX A6000 GPU-5e1f0000-new): retest"
+    ]
 
 
 def test_driver_update_is_a_retest(proc):
@@ -126,12 +147,15 @@ def test_hostname_is_cosmetic_and_memory_needs_more_than_kernel_noise(proc, monk
     mem = base["host"]["memory_bytes"]
     for kb, trigger in ((mem // 1024 - 4096, False), (mem // 1024 * 2, True)):
         text = (proc / "meminfo").read_text().splitlines()
-        (proc / "meminfo").write_text("\n".join(f"MemTotal:       {kb} kB" if ln.startswith("MemTotal:") else ln
-                                                for ln in text) + "\n")
+        (proc / "meminfo").write_text(
+            "\n".join(f"MemTotal:       {kb} kB" if ln.startswith("MemTotal:") else ln for ln in text) + "\n"
+        )
         res = retest.compare(base, fingerprint(pair(), proc))
         mem_changes = [c for c in res["changes"] if c["what"] == "memory"]
         assert len(mem_changes) == 1 and mem_changes[0]["retest"] is trigger, mem_changes
-        assert mem_changes[0]["line"].endswith(": retest" if trigger else "(under 1%: kernel reservations): no retest (cosmetic)")
+        assert mem_changes[0]["line"].endswith(
+            ": retest" if trigger else "(under 1%: kernel reservations): no retest (cosmetic)"
+        )
 
 
 def test_narrower_bridge_link_is_a_retest(proc, tmp_path):
@@ -140,8 +164,9 @@ def test_narrower_bridge_link_is_a_retest(proc, tmp_path):
     shutil.copytree(SYSFS / "x16x16-cpu", tree, symlinks=True)
     (tree / "devices" / "pci0000:40" / "0000:40:01.1" / "max_link_width").write_text("8\n")
     res = retest.compare(base, fingerprint(pair(), proc, sysfs=tree))
-    assert lines(res) == ["GPU 1 narrowest link on the bridge chain Gen4 x16 -> Gen4 x8 (0000:40:01.1 -> 0000:41:00.0): "
-                          "retest"]
+    assert lines(res) == [
+        "GPU 1 narrowest link on the bridge chain Gen4 x16 -> Gen4 x8 (0000:40:01.1 -> 0000:41:00.0): retest"
+    ]
 
 
 def test_gpu_added_and_no_gpu_now(proc):
@@ -166,8 +191,23 @@ def test_engine_layout_from_recordings_and_no_prompt_text():
     assert full["model"] == {"name": "model.gguf", "size_bytes": None}  # the H200's file is not on this machine
     res = retest.compare({"host": {}, "gpus": [], "engine": full}, {"host": {}, "gpus": [], "engine": partial})
     assert lines(res) == ["llamacpp -ngl 999 -> 4: retest"]
-    argv = ["llama-server", "-m", "/nope/m.gguf", "-p", "my secret prompt", "-ot", "blk\\.1[0-9]\\.ffn=CPU",
-            "--override-tensor=exps=CPU", "-ngl", "99", "--prompt", "also secret", "-f", "prompt.txt", "--no-mmap"]
+    argv = [
+        "llama-server",
+        "-m",
+        "/nope/m.gguf",
+        "-p",
+        "my secret prompt",
+        "-ot",
+        "blk\\.1[0-9]\\.ffn=CPU",
+        "--override-tensor=exps=CPU",
+        "-ngl",
+        "99",
+        "--prompt",
+        "also secret",
+        "-f",
+        "prompt.txt",
+        "--no-mmap",
+    ]
     flags = fpm.layout_flags("llamacpp", argv)
     assert flags == {"-ot": ["blk\\.1[0-9]\\.ffn=CPU", "exps=CPU"], "-ngl": "99", "--no-mmap": True}
     assert "secret" not in json.dumps(fpm.engine_facts({"kind": "llamacpp", "cmdline": argv, "layout": {}}))
@@ -191,14 +231,21 @@ def test_the_h200_doctor_report_is_a_baseline(proc):
     assert g["under_load"] == {"gen": 5, "width": 16, "how": "generated"}
     assert (g["link"]["max_gen"], g["link"]["max_width"], g["numa_node"]) == (5, 16, None)
     assert g["chain"] == {"found": True, "attach": "direct", "narrowest": None}
-    assert base["host"] == {"hostname": "vm", "cpu_model": None, "cpu_count": None, "memory_bytes": None,
-                            "driver_version": None}
+    assert base["host"] == {
+        "hostname": "vm",
+        "cpu_model": None,
+        "cpu_count": None,
+        "memory_bytes": None,
+        "driver_version": None,
+    }
     now = h200_now(proc)
     assert now["host"]["driver_version"] == "580.159.04"  # the capture's driver
     res = retest.compare(base, now)
     # The doctor run and the NVML capture were made on two different H200s at 0000:00:06.0.
-    assert lines(res)[0] == ("GPU 0000:00:06.0 replaced (UUID changed: NVIDIA H200 GPU-0d7b2f3a-7834-687c-b586-38045902724b"
-                             " -> NVIDIA H200 GPU-0e0ede71-a903-5661-2b0f-b73e9eb0bce4): retest")
+    assert lines(res)[0] == (
+        "GPU 0000:00:06.0 replaced (UUID changed: NVIDIA H200 GPU-0d7b2f3a-7834-687c-b586-38045902724b"
+        " -> NVIDIA H200 GPU-0e0ede71-a903-5661-2b0f-b73e9eb0bce4): retest"
+    )
     assert "driver not compared (not recorded in the baseline)" in res["compared"]
 
 
@@ -216,8 +263,16 @@ def test_calibrate_writes_a_baseline_with_the_under_load_link(proc, tmp_path, mo
         offset[0] += t - nv.now()
 
     monkeypatch.setattr(copybench, "load_backend", lambda name=None: _ReplayBackend(nv, jump))
-    args = argparse.Namespace(gpu=None, size_mib=256, seconds=1.0, backend=None, no_save=False, json=True,
-                              sysfs_root=str(SYSFS / "h200-vm"), proc_root=str(proc))
+    args = argparse.Namespace(
+        gpu=None,
+        size_mib=256,
+        seconds=1.0,
+        backend=None,
+        no_save=False,
+        json=True,
+        sysfs_root=str(SYSFS / "h200-vm"),
+        proc_root=str(proc),
+    )
     assert calibrate_main(args, nvml=nv) == 0
     (path,) = (tmp_path / "cfg" / "pcie-tui").glob("baseline-*.json")
     assert (path.parent / "calibration.json").exists()
@@ -229,9 +284,12 @@ def test_calibrate_writes_a_baseline_with_the_under_load_link(proc, tmp_path, mo
     assert res["changes"] == []
     # The replay starts in a phase where the H200 computed: doctor counts that as the GPU's own load.
     how = (now["gpus"][0]["under_load"] or {}).get("how")
-    assert res["compared"][0] == ("GPU 0 link compared by max and under load (baseline: calibrate, now: engine)" if how == "engine" else
-                                  "GPU 0 link compared by max and not under load (no under-load reading now; idle links train down, "
-                                  "so the idle state is not compared)")
+    assert res["compared"][0] == (
+        "GPU 0 link compared by max and under load (baseline: calibrate, now: engine)"
+        if how == "engine"
+        else "GPU 0 link compared by max and not under load (no under-load reading now; idle links train down, "
+        "so the idle state is not compared)"
+    )
 
 
 # ---- the command ------------------------------------------------------------------------
@@ -273,15 +331,19 @@ def test_doctor_since_as_a_real_process(tmp_path, proc):
     assert [c["line"] for c in out["changes"]] == ["driver 580.159.04 -> 590.10: retest"] and out["retest"] is True
 
 
-@pytest.mark.parametrize("case", ["missing", "not-json", "wrong-format", "now-alone", "both"])
+@pytest.mark.parametrize("case", ["missing", "not-json", "wrong-format", "bad-gpus", "now-alone", "both"])
 def test_bad_baselines_are_one_line_and_exit_2(case, tmp_path):
     bad = tmp_path / "bad.json"
-    argv = {"missing": ["--since", str(tmp_path / "nope.json")],
-            "not-json": ["--since", str(bad)],
-            "wrong-format": ["--since", str(bad)],
-            "now-alone": ["--now", str(FIX / "h200-doctor.json")],
-            "both": ["--since", str(FIX / "h200-doctor.json"), "--save-baseline", str(tmp_path)]}[case]
-    bad.write_text("{not json" if case == "not-json" else json.dumps({"format": "pcie-tui/recording"}))
+    argv = {
+        "missing": ["--since", str(tmp_path / "nope.json")],
+        "not-json": ["--since", str(bad)],
+        "wrong-format": ["--since", str(bad)],
+        "bad-gpus": ["--since", str(bad)],
+        "now-alone": ["--now", str(FIX / "h200-doctor.json")],
+        "both": ["--since", str(FIX / "h200-doctor.json"), "--save-baseline", str(tmp_path)],
+    }[case]
+    content = {"not-json": "{not json", "bad-gpus": json.dumps({"format": fpm.FORMAT, "host": {}, "gpus": [1]})}
+    bad.write_text(content.get(case, json.dumps({"format": "pcie-tui/recording"})))
     p = pcie_tui("doctor", *argv, standin=False)
     assert p.returncode == 2, p.stdout + p.stderr
     err = p.stderr.strip().splitlines()

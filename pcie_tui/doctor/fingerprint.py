@@ -374,7 +374,14 @@ def load(path: str | Path) -> dict[str, Any]:
         data = from_report(data, source="doctor report")
     elif fmt != FORMAT:
         raise UserError(f"{path} is not a pcie-tui baseline (format {fmt!r}, want {FORMAT!r})")
-    if not isinstance(data.get("gpus"), list) or not isinstance(data.get("host"), dict):
+    gpus, engine = data.get("gpus"), data.get("engine")
+    if (
+        not isinstance(gpus, list)
+        or not all(isinstance(g, dict) for g in gpus)
+        or not isinstance(data.get("host"), dict)
+    ):
         raise UserError(f"baseline {path} lacks its gpus or host facts")
+    if engine is not None and not isinstance(engine, dict):
+        raise UserError(f"baseline {path}: engine is not an object")
     data["path"] = str(p)
     return data
