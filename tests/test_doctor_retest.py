@@ -137,8 +137,14 @@ def test_numa_node_change_is_a_retest(proc):
     assert lines(res) == ["GPU 1 NUMA node 0 -> 1: retest"]
 
 
+def set_proc(proc: Path, name: str, edit) -> None:
+    (proc / name).write_text("\n".join(edit(ln) for ln in (proc / name).read_text().splitlines()) + "\n")
+
+
 def test_hostname_is_cosmetic_and_memory_needs_more_than_kernel_noise(proc, monkeypatch):
+    set_proc(proc, "cpuinfo", lambda ln: ln.replace(" hypervisor", ""))  # bare metal
     base = fingerprint(pair(), proc, t=DAY)
+    assert base["host"]["virtual_machine"] is False
     host = base["host"]["hostname"]
     monkeypatch.setattr(fpm.socket, "gethostname", lambda: "renamed")
     res = retest.compare(base, fingerprint(pair(), proc))
@@ -146,16 +152,17 @@ def test_hostname_is_cosmetic_and_memory_needs_more_than_kernel_noise(proc, monk
     assert "only cosmetic changes" in retest.render(res)
     mem = base["host"]["memory_bytes"]
     for kb, trigger in ((mem // 1024 - 4096, False), (mem // 1024 * 2, True)):
-        text = (proc / "meminfo").read_text().splitlines()
-        (proc / "meminfo").write_text(
-            "\n".join(f"MemTotal:       {kb} kB" if ln.startswith("MemTotal:") else ln for ln in text) + "\n"
-        )
+        set_proc(proc, "meminfo", lambda ln, kb=kb: f"MemTotal:       {kb} kB" if ln.startswith("MemTotal:") else ln)
         res = retest.compare(base, fingerprint(pair(), proc))
-        mem_changes = [c for c in res["changes"] if c["what"] == "memory"]
-        assert len(mem_changes) == 1 and mem_changes[0]["retest"] is trigger, mem_changes
-        assert mem_changes[0]["line"].endswith(
-            ": retest" if trigger else "(under 1%: kernel reservations): no retest (cosmetic)"
-        )
+        (mem_change,) = [c for c in res["changes"] if c["what"] == "memory"]
+        assert mem_change["retest"] is trigger
+        end = ": retest" if trigger else "(under 1%: kernel reservations): no retest (cosmetic)"
+        assert mem_change["line"].endswith(end), mem_change
+    # In a VM MemTotal follows the guest's use (Firecracker: 31 GiB at start, 255 GiB after filling 192 GiB).
+    base["host"]["virtual_machine"] = True
+    res = retest.compare(base, fingerprint(pair(), proc))
+    (mem_change,) = [c for c in res["changes"] if c["what"] == "memory"]
+    assert mem_change["line"].endswith("(a VM: MemTotal follows the guest's use): no retest (cosmetic)")
 
 
 def test_narrower_bridge_link_is_a_retest(proc, tmp_path):

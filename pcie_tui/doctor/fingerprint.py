@@ -75,16 +75,15 @@ _WEIGHT_SUFFIXES = (".safetensors", ".bin", ".gguf", ".pt", ".pth")
 
 
 def host_facts(proc_root: str | Path = "/proc", driver: str | None = None) -> dict[str, Any]:
-    """Hostname, CPU model and logical CPU count (``cpuinfo``), memory (``meminfo`` MemTotal), driver."""
+    """Hostname, CPU model, logical CPU count and VM flag (``cpuinfo``), memory (``meminfo`` MemTotal), driver."""
     proc = Path(proc_root)
-    model, count = None, None
+    model, count, virtual = None, None, None
     with contextlib.suppress(OSError):
         lines = (proc / "cpuinfo").read_text().splitlines()
         count = sum(1 for ln in lines if re.match(r"processor\s*:", ln)) or None
-        for ln in lines:
-            if re.match(r"model name\s*:", ln):
-                model = ln.split(":", 1)[1].strip()
-                break
+        model = next((ln.split(":", 1)[1].strip() for ln in lines if re.match(r"model name\s*:", ln)), None)
+        flags = next((ln.split(":", 1)[1].split() for ln in lines if re.match(r"flags\s*:", ln)), None)
+        virtual = None if flags is None else "hypervisor" in flags  # x86: set inside a VM
     mem = None
     with contextlib.suppress(OSError, ValueError):
         m = re.search(r"^MemTotal:\s*(\d+)\s*kB", (proc / "meminfo").read_text(), re.M)
@@ -95,6 +94,7 @@ def host_facts(proc_root: str | Path = "/proc", driver: str | None = None) -> di
         "cpu_count": count,
         "memory_bytes": mem,
         "driver_version": driver,
+        "virtual_machine": virtual,
     }
 
 

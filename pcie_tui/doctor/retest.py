@@ -175,7 +175,15 @@ def _compare_host(b: dict[str, Any], n: dict[str, Any], changes: list[Change], c
         compared.append(f"host memory not compared (not recorded {'in the baseline' if bm is None else 'now'})")
     elif bm != nm:
         big = abs(nm - bm) > MEMORY_TOLERANCE * bm
-        note = "" if big else f" (under {MEMORY_TOLERANCE:.0%}: kernel reservations)"
+        vm = b.get("virtual_machine") or n.get("virtual_machine")
+        note = (
+            " (a VM: MemTotal follows the guest's use)"
+            if vm
+            else ""
+            if big
+            else (f" (under {MEMORY_TOLERANCE:.0%}: kernel reservations)")
+        )
+        big = big and not vm
         a, z = (_gib(bm), _gib(nm)) if _gib(bm) != _gib(nm) else (f"{bm / 2**20:.0f} MiB", f"{nm / 2**20:.0f} MiB")
         changes.append(Change("memory", f"host memory {a} -> {z}{note}", big))
     if b.get("hostname") != n.get("hostname"):
