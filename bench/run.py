@@ -304,6 +304,18 @@ def bench_sampler(seconds: float = 3.0) -> list[tuple[str, str]]:
     return rows
 
 
+def save_fingerprint(directory: Path) -> str:
+    """This machine's baseline (GPUs, links, driver, CPU, memory) beside the results; its file name."""
+    from pcie_tui.doctor import fingerprint
+    from pcie_tui.errors import UserError
+
+    try:
+        path = fingerprint.write(fingerprint.snapshot(source="bench"), directory)
+    except UserError as e:
+        return f"not written: {e}"
+    return path.name
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sampler", action="store_true", help="also bench the live sampler and nvitop (needs a GPU)")
@@ -322,6 +334,7 @@ def main(argv: list[str] | None = None) -> int:
         from tui_cpu import bench_tui
 
         rows += bench_tui(a.tui_seconds, BUNDLED if BUNDLED.exists() else FALLBACK)
+    rows.append(("machine fingerprint (`pcie-tui doctor --since` it)", save_fingerprint(Path(a.results).parent)))
     now = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     text = f"\n## {now} - {machine()}\n\n| what | result |\n|---|---|\n" + "".join(f"| {k} | {v} |\n" for k, v in rows)
     print(text)

@@ -36,6 +36,7 @@ class Gpu:
     fields: dict[int, tuple[int, int]] = field(default_factory=dict)  # field id -> (valueType, value)
     replay: int | None = None
     gpm: bool = False
+    uuid: str | None = None  # None: GPU-standin-<index>
 
 
 class _V:
@@ -80,6 +81,7 @@ class StandInNvml:
         self.topo = topo or {}
         self.loaded = False
         self.inited = 0
+        self.driver = "580.159.04"  # the project's H200 driver; tests change it
 
     # -- lifecycle
     def nvmlInit(self) -> None:
@@ -96,12 +98,15 @@ class StandInNvml:
             raise pynvml.NVMLError(INVALID_ARGUMENT)
         return i
 
+    def nvmlSystemGetDriverVersion(self) -> str:
+        return self.driver
+
     # -- identity
     def nvmlDeviceGetPciInfo(self, h: int) -> _Pci:
         return _Pci(self.gpus[h].bus_id)
 
     def nvmlDeviceGetUUID(self, h: int) -> str:
-        return f"GPU-standin-{h}"
+        return self.gpus[h].uuid or f"GPU-standin-{h}"
 
     def nvmlDeviceGetName(self, h: int) -> str:
         return self.gpus[h].name

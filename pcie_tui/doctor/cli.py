@@ -48,6 +48,15 @@ def register(subparsers: Any) -> None:
                    help="seconds of generated copy load to judge links under (default 3; 0: none)")
     p.add_argument("--sysfs-root", default="/sys", metavar="DIR", help="sysfs mount to read (default /sys)")
     p.add_argument("--proc-root", default="/proc", help=argparse.SUPPRESS)
+    p.add_argument("--save-baseline", nargs="?", const="", metavar="DIR",
+                   help="also write this machine's fingerprint as baseline-<host>-<UTC time>.json into DIR "
+                        "(default: beside the calibration, $XDG_CONFIG_HOME/pcie-tui)")
+    p.add_argument("--since", metavar="BASELINE",
+                   help="say what changed since this baseline (file, or a folder: its newest) and whether a retest "
+                        "is due (exit 1), instead of the checks")
+    p.add_argument("--now", metavar="FILE", help="with --since: compare with this baseline instead of the machine now")
+    p.add_argument("--recording", metavar="FILE",
+                   help="take the engine layout for the baseline from this recording's header")
     p.set_defaults(func=doctor_main)
 
     c = subparsers.add_parser("calibrate", help="measure achievable host<->GPU copy rates and store them as link ceilings")
@@ -58,6 +67,8 @@ def register(subparsers: Any) -> None:
     c.add_argument("--backend", choices=("torch", "cuda-python"), help="copy backend (default: torch, else cuda-python)")
     c.add_argument("--no-save", action="store_true", help="measure only; do not store the result")
     c.add_argument("--json", action="store_true", help="print the result as JSON")
+    c.add_argument("--sysfs-root", default="/sys", help=argparse.SUPPRESS)
+    c.add_argument("--proc-root", default="/proc", help=argparse.SUPPRESS)
     c.set_defaults(func=calibrate_main)
 
     m = subparsers.add_parser("linkmodel", help="predict tensor/pipeline-parallel link traffic per token")
@@ -110,13 +121,36 @@ def doctor_main(args: argparse.Namespace, nvml: Any = None) -> int:
         raise UserError("--load-s must be >= 0")
     if args.pid is not None and args.pid < 1:
         raise UserError(f"--pid must be a process id >= 1, not {args.pid}")
+    since, now, save = getattr(args, "since", None), getattr(args, "now", None), getattr(args, "save_baseline", None)
+    if now and not since:
+        raise UserError("--now FILE needs --since BASELINE")
+    if since and save is not None:
+        raise UserError("--since and --save-baseline do not go together: compare first, save after the retest")
+    if since:
+        from pcie_tui.doctor.retest import since_main
+
+        return since_main(args, nvml)
     report = run_doctor(nvml=nvml, sysfs_root=args.sysfs_root, proc_root=args.proc_root, pid=args.pid, load_s=args.load_s)
     _add_calibration_items(report)
+    if save is not None:
+        report["baseline"] = str(_save_doctor_baseline(args, report, save or None))
     if args.json:
         _print_json(report)
     else:
         print(render_doctor(report))
+        if save is not None:
+            print(f"baseline saved to {report['baseline']}")
     return 0 if report["ok"] else 1
+
+
+def _save_doctor_baseline(args: argparse.Namespace, report: dict[str, Any], directory: str | None) -> Any:
+    from pcie_tui.doctor import fingerprint as fpm
+
+    engine = fpm.engine_from_recording(args.recording) if getattr(args, "recording", None) else None
+    if engine is None and args.pid is not None:
+        engine = fpm.engine_from_pid(args.pid)
+    host = fpm.host_facts(args.proc_root, report.get("driver_version"))
+    return fpm.write(fpm.from_report(report, host, engine, "doctor"), directory)
 
 
 def _add_calibration_items(report: dict[str, Any]) -> None:
@@ -175,11 +209,27 @@ def calibrate_main(args: argparse.Namespace, nvml: Any = None) -> int:
             nv.nvmlShutdown()
     path = None if args.no_save else str(calibration.save_entries(entries))
     result = {"format": "pcie-tui/calibrate-run", "path": path, "backend": backend.name, "size_mib": args.size_mib, "gpus": entries}
+    if path is not None:
+        result["baseline"] = _save_calibration_baseline(args, nvml, entries, path)
     if args.json:
         _print_json(result)
     else:
         print(render_calibration(result))
     return 0
+
+
+def _save_calibration_baseline(args: argparse.Namespace, nvml: Any, entries: list[dict[str, Any]], path: str) -> str | None:
+    """The machine's fingerprint beside the calibration file, links under the calibration's copies."""
+    from pathlib import Path
+
+    from pcie_tui.doctor import fingerprint as fpm
+
+    try:
+        fp = fpm.snapshot(nvml, getattr(args, "sysfs_root", "/sys"), getattr(args, "proc_root", "/proc"), entries)
+        return str(fpm.write(fp, Path(path).parent))
+    except UserError as e:  # the calibration itself is saved; say so and go on
+        print(f"pcie-tui: warning: {e}", file=sys.stderr)
+        return None
 
 
 def parse_link(text: str) -> tuple[int, int]:

@@ -35,6 +35,8 @@ def render_doctor(report: dict[str, Any]) -> str:
 def render_calibration(result: dict[str, Any]) -> str:
     where = f"saved to {result['path']}" if result.get("path") else "not saved (--no-save)"
     lines = [f"pcie-tui calibrate ({result['backend']}, {result['size_mib']} MiB copies); {where}"]
+    if result.get("baseline"):
+        lines.append(f"machine fingerprint saved to {result['baseline']} (pcie-tui doctor --since it says what changed)")
     for e in result["gpus"]:
         lines.append(f"GPU{e['index']} {e['name']} ({e['uuid']}) link Gen{e['gen']} x{e['width']}, "
                      f"theoretical {_gb(e['theoretical_Bps'])} per direction")

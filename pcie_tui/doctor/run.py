@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from pcie_tui.doctor.checks import FAIL, PASS, WARN, DoctorData, Item, run_checks, topology_matrix
+from pcie_tui.doctor.fingerprint import driver_version
 from pcie_tui.doctor.load import read_under_load
 from pcie_tui.doctor.numa import ProcPlacement, node_cpus, read_placement
 from pcie_tui.doctor.nvmlfacts import gather, open_nvml, pair_facts, read_pcie_counters
@@ -62,7 +63,9 @@ def run_doctor(
         after = {g.index: read_pcie_counters(nv, g.handle) for g in gpus}
         data = DoctorData(gpus, pairs, chains, load, after, node_cpus(sysfs_root), placements, pid_gpus, pid_errors)
         items = run_checks(data)
-        return build_report(data, items, t0)
+        report = build_report(data, items, t0)
+        report["driver_version"] = driver_version(nv)
+        return report
     finally:
         with contextlib.suppress(Exception):
             nv.nvmlShutdown()

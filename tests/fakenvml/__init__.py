@@ -137,6 +137,12 @@ class FakeNvml:
 
     # ---- static ----------------------------------------------------------
 
+    def nvmlSystemGetDriverVersion(self) -> str:
+        self._enter("nvmlSystemGetDriverVersion")
+        if "driver" not in self.capture.meta:  # the first probe did not record it
+            raise _real.NVMLError(_real.NVML_ERROR_NOT_SUPPORTED)
+        return str(self.capture.meta["driver"])
+
     def nvmlDeviceGetName(self, h: _Handle) -> str:
         self._enter("nvmlDeviceGetName", h)
         return str(self.static["name"])
