@@ -256,9 +256,10 @@ def measure(
                 # One ceiling per GPU for the monitor: the larger direction, so neither reads above 100 %.
                 "counter_Bps": max(counters) if counters else None,
                 "payload_Bps": max(dirs[d]["payload_Bps"] for d in dirs),
-                # Pageable: the larger direction too (what a transfer-bound phase is compared with).
-                "pageable_counter_Bps": max(pg) if (pg := [p["counter_Bps"] for p in pageable.values() if p["counter_Bps"]]) else None,
-                "pageable_payload_Bps": max(p["payload_Bps"] for p in pageable.values()),
+                # Pageable: host->device, the direction engines stream host weights and KV in (what a
+                # transfer-bound phase is compared with); device->host is kept above for the record.
+                "pageable_counter_Bps": pageable["h2d"]["counter_Bps"],
+                "pageable_payload_Bps": pageable["h2d"]["payload_Bps"],
                 "peers": {},
             }
         )

@@ -10,6 +10,8 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from pcie_tui.analyze.answer import answer
+from pcie_tui.analyze.attribution import BOUND_WORDS
 from pcie_tui.analyze.bulk import analyze_rows
 from pcie_tui.analyze.engine import engine_report
 from pcie_tui.analyze.linkmodel import report_linkmodel
@@ -20,6 +22,10 @@ from pcie_tui.analyze.whatif import render_whatif, whatif_report
 from pcie_tui.doctor.cli import render_linkmodel
 from pcie_tui.model import EngineSample, Sample
 from pcie_tui.record.reader import Recording, SampleList, gc_paused
+
+
+# report --json: bump when a field changes meaning or goes away (docs/report-json.md).
+SCHEMA_VERSION = 2
 
 
 def build_report(rec: Recording, thresholds: Thresholds = DEFAULT_THRESHOLDS) -> tuple[dict[str, Any], SessionAnalyzer]:
@@ -44,7 +50,9 @@ def _build_report(rec: Recording, thresholds: Thresholds) -> tuple[dict[str, Any
         an = analyze(rec.header, samples, thresholds)
         engine_ticks = samples
     an.gaps = [(g["start"], g["end"]) for g in rec.gaps]
-    out = an.summary()
+    ans = answer(rec.header, an)
+    out: dict[str, Any] = {"schema_version": SCHEMA_VERSION, "headline": ans["headline"]}
+    out.update(an.summary())
     out["file"] = str(rec.path)
     out["host"] = rec.header.host
     out["created"] = rec.header.created
@@ -55,7 +63,8 @@ def _build_report(rec: Recording, thresholds: Thresholds) -> tuple[dict[str, Any
     out["gaps_s"] = sum(g["duration_s"] for g in rec.gaps)
     out["gpu_unavailable"] = rec.header.extra.get("gpu_unavailable")
     out["engine"] = engine_report(engine_ticks, an)
-    out["whatif"] = whatif_report(rec.header, an)
+    out["attribution"] = {"findings": ans["findings"], "engine_facts": ans["facts"]}
+    out["whatif"] = whatif_report(rec.header, an, {int(k): v for k, v in ans["findings"].items()})
     out["linkmodel"] = report_linkmodel(rec.header, _lazy(rec))
     out["phase_verdicts"] = {str(k): v for k, v in phase_verdicts(an).items()}
     return out, an
@@ -76,6 +85,9 @@ def _gbs(v: float | None) -> str:
 
 def render_text(report: dict[str, Any], rec: Recording, console: Console) -> None:
     h = rec.header
+    for line in report["headline"]["text"].splitlines():  # the answer first
+        _wrapped(console, line)
+    console.print()
     console.print(
         f"[bold]{report['file']}[/]  host {report['host']}  created {report['created']}  "
         f"{report['duration_s']:.1f} s, {report['ticks']} ticks"
@@ -90,6 +102,7 @@ def render_text(report: dict[str, Any], rec: Recording, console: Console) -> Non
             markup=False,
             highlight=False,
         )
+    _render_attribution(report, console)
     for g in report["gpus"]:
         info = h.gpu(g["index"])
         link = ""
@@ -165,6 +178,36 @@ def render_text(report: dict[str, Any], rec: Recording, console: Console) -> Non
 
 
 HANG = 4  # a wrapped line's continuation sits this much further in than its first line
+
+
+def _render_attribution(report: dict[str, Any], console: Console) -> None:
+    """What held each phase back, per GPU: bound, shares, evidence, cause and fix."""
+    from pcie_tui.analyze.answer import NOT_WORK, evidence_text
+
+    att = report.get("attribution") or {}
+    findings = att.get("findings") or {}
+    if not any(findings.values()):
+        return
+    console.print("\n[bold]What held each phase back[/]")
+    for gpu, fs in findings.items():
+        for f in fs:
+            if f["phase"] in NOT_WORK:
+                continue
+            others = ", ".join(
+                f"{BOUND_WORDS[b]} {v * 100:.0f} %" for b, v in f["shares"].items() if b != f["bound"] and v >= 0.05
+            )
+            who = f"GPU {gpu} " if len(findings) > 1 else ""
+            _wrapped(
+                console,
+                f"  {who}{f['phase']} {f['duration_s']:.1f} s: {BOUND_WORDS[f['bound']]} "
+                f"{f['shares'][f['bound']] * 100:.0f} %" + (f" ({others})" if others else "") + f"; {evidence_text(f)}",
+            )
+            for a in f.get("advice") or ():
+                _wrapped(console, f"      cause: {a['cause']}")
+                if a.get("fix"):
+                    _wrapped(console, f"      fix: {a['fix']}")
+                for ev in a.get("evidence") or ():
+                    _wrapped(console, f"      evidence: {ev}")
 
 
 def _wrapped(console: Console, text: str) -> None:

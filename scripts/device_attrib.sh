@@ -50,7 +50,7 @@ export PYTHONPATH="$PWD:/tmp/site" PATH="/tmp/site/bin:$PATH"
   cp /tmp/cfg/pcie-tui/calibration.json "$OUT/calibration.json"
   echo "== sessions"; date -u
   python3 scripts/h200_attrib_sessions.py --server "$W/bin/llama-server" --model "$W/model.gguf" \
-      --moe-model "$W/model-moe.gguf" --out "$OUT/s" --sessions "${SESSIONS:-pageable,pinned,hostdecode}" --spy "${SPY:-}"
+      --moe-model "$W/model-moe.gguf" --out "$OUT/s" --sessions "${SESSIONS:-pageable,pinned,hostdecode}" --spy "${SPY:-}" --watch "${WATCH:-}"
   for f in "$OUT"/s/h200-*.jsonl.gz; do echo "== report $f"; python3 -m pcie_tui report "$f" 2>&1 | head -40; done
   date -u
 } 2>&1 | tee "$OUT/device_log.txt"

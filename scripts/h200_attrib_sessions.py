@@ -76,6 +76,13 @@ def wait_health(url: str, proc: subprocess.Popen[bytes], timeout_s: float) -> fl
     return None
 
 
+def _cmdline(pid: str) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""
+
+
 def cpu_s(pid: int) -> float | None:
     """utime + stime of a process (and its reaped children), seconds."""
     try:
@@ -106,6 +113,24 @@ def run(name: str, args: argparse.Namespace, model: str, port: int) -> dict[str,
              str(out / f"{name}-pyspy-record.txt"), "--nonblocking"],
             stdout=subprocess.DEVNULL, stderr=open(out / f"{name}-pyspy.err", "wb"),  # noqa: SIM115
         )
+    watch = watch_spy = None
+    if name in args.watch:
+        # The live TUI beside the recorder: a screenshot mid-prefill (ptyshot.py, carried in
+        # .whl/tools) and, with py-spy, where its CPU goes.
+        watch = subprocess.Popen(
+            [sys.executable, ".whl/tools/ptyshot.py", str(args.watch_delay), str(out / f"watch-{name}.svg"), "170", "45",
+             sys.executable, "-m", "pcie_tui", "watch", "--pid", str(server.pid)],
+            stdout=open(out / f"{name}-watch.txt", "wb"), stderr=subprocess.STDOUT,  # noqa: SIM115
+        )
+        time.sleep(1.0)
+        app = next((p for p in os.listdir("/proc") if p.isdigit() and b"pcie_tui\x00watch" in
+                    _cmdline(p)), None)
+        if app:
+            watch_spy = subprocess.Popen(
+                ["py-spy", "record", "--pid", app, "--rate", "100", "--format", "raw", "-o",
+                 str(out / f"{name}-pyspy-watch.txt"), "--nonblocking"],
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            )
     truth: list[dict[str, Any]] = []
     res: dict[str, Any] = {"session": name, "argv": [Path(a).name if a in (args.server, model) else a for a in argv]}
     try:
@@ -137,11 +162,12 @@ def run(name: str, args: argparse.Namespace, model: str, port: int) -> dict[str,
         except subprocess.TimeoutExpired:
             rec.kill()
             res["recorder_rc"] = "killed"
-        if spy is not None:
-            try:
-                spy.wait(10)
-            except subprocess.TimeoutExpired:
-                spy.kill()
+        for p in (watch, spy, watch_spy):
+            if p is not None:
+                try:
+                    p.wait(60 if p is watch else 10)
+                except subprocess.TimeoutExpired:
+                    p.kill()
         server.terminate()
         try:
             server.wait(20)
@@ -168,8 +194,11 @@ def main() -> int:
     ap.add_argument("--out", required=True)
     ap.add_argument("--sessions", required=True, help="comma-separated names: " + ",".join(SESSIONS))
     ap.add_argument("--spy", default="", help="sessions whose recorder py-spy samples")
+    ap.add_argument("--watch", default="", help="sessions to watch live in the TUI too (screenshot, CPU, py-spy)")
+    ap.add_argument("--watch-delay", type=float, default=9.0, help="seconds from server start to the screenshot")
     args = ap.parse_args()
     args.spy = set(filter(None, args.spy.split(",")))
+    args.watch = set(filter(None, args.watch.split(",")))
     Path(args.out).mkdir(parents=True, exist_ok=True)
     for i, name in enumerate(filter(None, args.sessions.split(","))):
         model = args.moe_model if name.startswith("moe") else args.model

@@ -145,6 +145,7 @@ def test_measure_stores_what_the_counter_reads_at_saturation():
     seen = [g["metrics"]["NVML_GPM_METRIC_PCIE_RX_PER_SEC"] * 2**20 for g in cap.gpm if g["phase"] == "h2d_pageable"
             and isinstance(g["metrics"].get("NVML_GPM_METRIC_PCIE_RX_PER_SEC"), float)]
     assert min(seen) <= pg["counter_Bps"] <= max(seen)
+    assert e["pageable_counter_Bps"] == pg["counter_Bps"]  # host->device: the direction weights stream in
     assert e["pageable_counter_Bps"] < e["counter_Bps"] / 4  # staged copies: a fraction of the pinned ceiling
     calibration.save_entries(entries)
     assert calibration.lookup(e["uuid"], 5, 16) == e["counter_Bps"]

@@ -95,14 +95,21 @@ def test_whatif_on_the_real_h200_reference_session():
     assert ph["matmul_bf16"]["link_busy_share"] < 0.01 and ph["d2d_copy"]["link_busy_share"] < 0.05
     # Half-duty copies: busy share tracks the timed duty cycle.
     assert ph["h2d_half_duty"]["link_busy_share"] == pytest.approx(truth["h2d_half_duty"]["duty"], abs=0.05)
-    x8 = next(s for s in g["scenarios"] if s["scenario"].startswith("x16 -> x8"))
+    x8 = next(s for s in g["scenarios"] if s["scenario"].startswith("x8/x8: Gen5 x8"))
     assert x8["bandwidth_ratio"] == pytest.approx(0.5)
     assert 1.85 < x8["phases"]["h2d_pinned"]["time_ratio"] <= 2.0
     assert x8["phases"]["matmul_bf16"]["time_ratio"] == pytest.approx(1.0, abs=0.01)
     assert x8["time_change_pct"] > 0 and x8["throughput_change_pct"] < 0
     assert all(p["basis"].startswith("theoretical") for p in ph.values())
     text = render_whatif(rep)
-    assert "x16 -> x8" in text and "h2d_pinned" in text
+    assert "x8/x8: Gen5 x8" in text and "h2d_pinned" in text
+    # Both ways: a faster link, a chipset x4 slot, and the unbounded link are all priced.
+    names = [s["scenario"] for s in g["scenarios"]]
+    assert "Gen6 x16" in names and any(n.startswith("x16 + chipset x4") for n in names)
+    inf = next(s for s in g["scenarios"] if s["kind"] == "infinite")
+    assert inf["target_Bps"] is None
+    assert inf["phases"]["h2d_pinned"]["time_ratio"] == pytest.approx(1 - ph["h2d_pinned"]["link_busy_share"])
+    assert inf["phases"]["matmul_bf16"]["time_ratio"] > 0.99
 
 
 def test_calibrated_ceiling_is_used_when_present():

@@ -127,7 +127,12 @@ def _analyze(header: SessionHeader, rows: Sequence[dict[str, Any]], th: Threshol
     lookup.update((p, i) for i, p in enumerate(ph_names))
     ph_code = np.fromiter(map(lookup.__getitem__, phases), dtype=np.int64, count=n)
     idx = np.fromiter(map(int, map(itemgetter("index"), flat)), dtype=np.int64, count=len(flat))
-    cols = dict(zip(_READINGS + _LINK, _columns(flat, _READINGS + _LINK), strict=True))
+    keys = _READINGS + _LINK + ("power_W", "mem_used_bytes")
+    done = cached_columns(flat, keys)  # the reader's validation built all of them already
+    if done is None:
+        used = np.array([np.nan if (v := g.get("mem_used_bytes")) is None else v for g in flat], dtype=_F)
+        done = np.vstack([_columns(flat, _READINGS + _LINK), np.full(len(flat), np.nan), used])
+    cols = dict(zip(keys, done, strict=True))
     uniq, first = np.unique(idx, return_index=True)
     opened: list[tuple[int, int, Event]] = []  # (flat position, resource order, event)
     for gi in uniq[np.argsort(first)].tolist():
@@ -158,8 +163,10 @@ def _analyze(header: SessionHeader, rows: Sequence[dict[str, Any]], th: Threshol
         ser.memory = _nullable(u["memory"])
         ser.compute = _nullable(u["compute"])
         ser.phase = ph_obj[tick_of[pos]].tolist()
+        ser.mem_used = _nullable(cols["mem_used_bytes"][pos])
         ser.memory_proxy = bool(u["proxy"].any())
         ser.__dict__["_arrays"] = {k: u[k] for k in ("link", "link_Bps", "memory", "compute")}  # for summary()
+        ser.__dict__["_arrays"]["mem_used"] = cols["mem_used_bytes"][pos]
     opened.sort(key=lambda x: (x[0], x[1]))
     an.events = [e for _p, _r, e in opened]
     return an

@@ -21,6 +21,7 @@ from pcie_tui.analyze.verdict import (
     GpuVerdictTracker,
     Thresholds,
 )
+from pcie_tui.analyze.quantiles import quantile  # noqa: F401  (re-exported: one quantile)
 from pcie_tui.model import Sample, SessionHeader
 
 
@@ -41,6 +42,7 @@ class _GpuSeries:
     memory: list[float | None] = field(default_factory=list)
     compute: list[float | None] = field(default_factory=list)
     phase: list[str | None] = field(default_factory=list)
+    mem_used: list[float | None] = field(default_factory=list)  # bytes of GPU memory in use
     memory_proxy: bool = False
 
 
@@ -90,6 +92,7 @@ class SessionAnalyzer:
                 ser.memory.append(u.memory)
                 ser.compute.append(u.compute)
                 ser.phase.append(phase)
+                ser.mem_used.append(g.mem_used_bytes)
                 ser.memory_proxy = ser.memory_proxy or u.memory_proxy
         self.events.extend(opened_all)
         return opened_all
@@ -347,16 +350,6 @@ def _quantile_np(v: np.ndarray, q: float) -> float:
     hi = min(lo + 1, v.size - 1)
     a, b = float(v[lo]), float(v[hi])
     return a + (b - a) * (pos - lo)
-
-
-def quantile(sorted_values: list[float], q: float) -> float:
-    """Linear-interpolated quantile of already sorted values."""
-    if len(sorted_values) == 1:
-        return sorted_values[0]
-    pos = q * (len(sorted_values) - 1)
-    lo = int(pos)
-    hi = min(lo + 1, len(sorted_values) - 1)
-    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)
 
 
 def analyze(

@@ -52,30 +52,33 @@ NVLINK_NOTE = "upper bound assuming all link traffic was GPU<->GPU peer traffic;
 
 
 def scenarios(gen: int | None, width: int | None, n_gpus: int = 1) -> list[tuple[str, float]]:
-    """(name, target capacity bytes/s) for the usual changes from a Gen ``gen`` x ``width`` link.
+    """(name, target capacity bytes/s) of the links people choose between, faster and slower than
+    a Gen ``gen`` x ``width`` link (the one the recording has is left out).
 
-    NVLink only carries GPU<->GPU (peer) traffic, so its scenarios are offered only
-    when the recording has two or more GPUs; host<->device copies never move to it.
+    NVLink only carries GPU<->GPU (peer) traffic, so its scenario is offered only when the
+    recording has two or more GPUs; host<->device copies never move to it.
     """
     out: list[tuple[str, float]] = []
     cur = pcie_capacity_Bps(gen, width)
     if cur is None or gen is None or width is None:
         return out
-    if width < 16:
-        out.append(
-            (f"x{width} -> x{min(16, width * 2)} (Gen{gen})", float(pcie_capacity_Bps(gen, min(16, width * 2)) or 0))
-        )
-    if gen < 5:
-        out.append((f"Gen{gen} -> Gen{gen + 1} (x{width})", float(pcie_capacity_Bps(gen + 1, width) or 0)))
-    if (gen, width) != (5, 16):
-        out.append(("Gen5 x16", float(pcie_capacity_Bps(5, 16) or 0)))
+    named = [
+        ("Gen6 x16", 6, 16),
+        ("Gen5 x16", 5, 16),
+        ("Gen4 x16", 4, 16),
+        (f"x8/x8: Gen{min(gen, 6)} x8 per GPU (two cards sharing the CPU's x16)", min(gen, 6), 8),
+        ("Gen4 x8", 4, 8),
+        ("x16 + chipset x4: Gen4 x4 behind the chipset (shared uplink)", 4, 4),
+    ]
+    seen = set()
+    for name, g, w in named:
+        if (g, w) == (gen, width) or (g, w) in seen:
+            continue
+        seen.add((g, w))
+        out.append((name, float(pcie_capacity_Bps(g, w) or 0)))
     for name, bps in NVLINK_BRIDGES_Bps.items():
         if n_gpus >= 2 and bps > cur:
             out.append((f"PCIe -> {name} (peer traffic only)", bps))
-    if width > 1:
-        out.append((f"x{width} -> x{width // 2} (narrower, Gen{gen})", float(pcie_capacity_Bps(gen, width // 2) or 0)))
-    if (gen, width) != (4, 4):
-        out.append(("chipset slot, Gen4 x4 (shared uplink)", float(pcie_capacity_Bps(4, 4) or 0)))
     return out
 
 
@@ -113,8 +116,52 @@ def link_shares(header: SessionHeader, analyzer: SessionAnalyzer, index: int) ->
     return out
 
 
-def whatif_report(header: SessionHeader, analyzer: SessionAnalyzer) -> dict[str, Any]:
-    """Per GPU and phase: link shares and upper-bound speed-ups / slow-downs for other links."""
+def _row(name: str, kind: str, target: float | None, r: float | None, phases: dict[str, Any], ratio: Any, basis: str) -> dict[str, Any]:
+    """One scenario: ``ratio(phase, entry)`` gives the phase's T_new/T_old, or None when unknown."""
+    per_phase: dict[str, dict[str, float] | None] = {}
+    total = new_total = 0.0
+    known = True
+    for ph, p in phases.items():
+        tr = ratio(ph, p)
+        total += p["duration_s"]
+        if tr is None:
+            per_phase[ph] = None
+            known = False
+            continue
+        per_phase[ph] = {
+            "time_ratio": tr,
+            "speedup": 1.0 / tr if tr > 0 else None,
+            "time_s": p["duration_s"],
+            "new_time_s": p["duration_s"] * tr,
+            "time_change_s": p["duration_s"] * (tr - 1.0),
+        }
+        new_total += p["duration_s"] * tr
+    overall = (new_total / total) if known and total > 0 else None
+    return {
+        "scenario": name,
+        "kind": kind,
+        "target_Bps": target,  # None: unbounded
+        "bandwidth_ratio": r,
+        "phases": per_phase,
+        "time_ratio": overall,
+        "speedup": (1.0 / overall) if overall else None,
+        # Time (+ = slower) and tokens/s (- = slower), both bounds.
+        "time_change_pct": (overall - 1.0) * 100 if overall else None,
+        "throughput_change_pct": ((1.0 / overall) - 1.0) * 100 if overall else None,
+        # PCIe counters do not split host from peer bytes per tick.
+        "note": NVLINK_NOTE if "NVLink" in name else None,
+        "basis": basis,
+    }
+
+
+def whatif_report(
+    header: SessionHeader, analyzer: SessionAnalyzer, findings: dict[int, list[dict[str, Any]]] | None = None
+) -> dict[str, Any]:
+    """Per GPU and phase: link shares and upper-bound speed-ups / slow-downs for other links, both ways.
+
+    ``findings`` (:func:`pcie_tui.analyze.attribution.phase_findings`) adds "pinned instead of
+    pageable" where a phase was transfer-bound on pageable memory.
+    """
     gpus = []
     for index in sorted(analyzer.series):
         info = header.gpu(index)
@@ -123,37 +170,44 @@ def whatif_report(header: SessionHeader, analyzer: SessionAnalyzer) -> dict[str,
         cur = pcie_capacity_Bps(gen, width)
         phases = link_shares(header, analyzer, index)
         total = sum(p["duration_s"] for p in phases.values())
+        busy_basis = "link busy share per phase against the " + (
+            "calibrated ceiling" if info and info.link.measured_Bps else "theoretical x 0.90 ceiling"
+        ) + "; link time never hidden behind compute (upper bound both ways)"
         rows = []
         for name, target in scenarios(gen, width, max(len(header.gpus), len(analyzer.series))):
             r = target / cur if cur else None
-            per_phase: dict[str, dict[str, float] | None] = {}
-            new_total = 0.0
-            known = True
-            for ph, p in phases.items():
+
+            def link_ratio(_ph: str, p: dict[str, Any], r: float | None = r) -> float | None:
                 f = p["link_busy_share"]
-                if f is None or r is None:
-                    per_phase[ph] = None
-                    known = False
-                    continue
-                tr = time_ratio(f, r)
-                per_phase[ph] = {"time_ratio": tr, "speedup": 1.0 / tr}
-                new_total += p["duration_s"] * tr
-            overall = (new_total / total) if known and total > 0 else None
+                return None if f is None or r is None else time_ratio(f, r)
+
+            rows.append(_row(name, "link", target, r, phases, link_ratio, busy_basis))
+        by_phase = {f["phase"]: f for f in (findings or {}).get(index, [])}
+        pinned = {ph: f["whatif_pinned"] for ph, f in by_phase.items() if f.get("whatif_pinned") and f["bound_s"] > 0}
+        if pinned:
+            target = next(iter(by_phase.values()))["ceilings"]["pinned_Bps"]
+
+            def pin_ratio(ph: str, p: dict[str, Any]) -> float:
+                w = pinned.get(ph)
+                return w["phase_s_at_best"] / w["phase_s"] if w and w["phase_s"] > 0 else 1.0
+
             rows.append(
-                {
-                    "scenario": name,
-                    "target_Bps": target,
-                    "bandwidth_ratio": r,
-                    "phases": per_phase,
-                    "time_ratio": overall,
-                    "speedup": (1.0 / overall) if overall else None,
-                    # Time per token (+ = slower) and tokens/s (- = slower), both bounds.
-                    "time_change_pct": (overall - 1.0) * 100 if overall else None,
-                    "throughput_change_pct": ((1.0 / overall) - 1.0) * 100 if overall else None,
-                    # PCIe counters do not split host from peer bytes per tick.
-                    "note": NVLINK_NOTE if "NVLink" in name else None,
-                }
+                _row(
+                    "pinned instead of pageable host memory",
+                    "pinned",
+                    target,
+                    None,
+                    phases,
+                    pin_ratio,
+                    "bytes moved while transfer-bound, at the pinned ceiling; the rest of the phase unchanged",
+                )
             )
+
+        def infinite(_ph: str, p: dict[str, Any]) -> float | None:
+            f = p["link_busy_share"]
+            return None if f is None else 1.0 - min(max(f, 0.0), 1.0)
+
+        rows.append(_row("infinitely fast link", "infinite", None, None, phases, infinite, busy_basis))
         gpus.append(
             {
                 "index": index,
@@ -188,14 +242,21 @@ def render_whatif(rep: dict[str, Any]) -> str:
             if s["time_ratio"] is None:
                 lines.append(f"  {s['scenario']}: n/a (no link readings)")
                 continue
+            how = (
+                f"x{s['bandwidth_ratio']:.2f} bandwidth"
+                if s.get("bandwidth_ratio")
+                else f"at {fmt_gbs(s['target_Bps'])}"
+                if s.get("target_Bps")
+                else "no link time at all"
+            )
             lines.append(
-                f"  {s['scenario']} (x{s['bandwidth_ratio']:.2f} bandwidth): time {s['time_change_pct']:+.1f}%, "
+                f"  {s['scenario']} ({how}): time {s['time_change_pct']:+.1f}%, "
                 f"throughput {s['throughput_change_pct']:+.1f}% at most"
             )
             if s.get("note"):
                 lines.append(f"      ({s['note']})")
             moved = [
-                f"{ph} {v['time_ratio'] * 100 - 100:+.0f}%"
+                f"{ph} {v['time_s']:.1f} -> {v['new_time_s']:.1f} s ({v['time_ratio'] * 100 - 100:+.0f}%)"
                 for ph, v in s["phases"].items()
                 if v is not None and abs(v["time_ratio"] - 1) >= 0.005
             ]

@@ -24,6 +24,7 @@ reported as ``up=True`` with ``server_state="busy"`` and no counters for that ti
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import json
 import os
@@ -34,6 +35,7 @@ from urllib.parse import urlsplit
 from prometheus_client.parser import text_string_to_metric_families
 
 from pcie_tui.collect.engine import MAX_BODY_BYTES
+from pcie_tui.collect.ggufmeta import gguf_meta
 from pcie_tui.collect.llamalog import LogTailer
 from pcie_tui.collect.llamaproc import LAYOUT_ENV, load_facts, log_paths_for_pid, parse_layout, proc_argv, proc_environ
 from pcie_tui.model import EngineSample
@@ -87,6 +89,7 @@ class LlamaCppClient:
         self._last_prompt_total: float | None = None
         self.props: dict[str, Any] | None = None
         self.load_log: dict[str, Any] | None = None
+        self.model_meta: dict[str, Any] | None = None  # {} once tried and not readable
 
     # ---- HTTP -----------------------------------------------------------
 
@@ -152,6 +155,8 @@ class LlamaCppClient:
             except _HttpError:
                 pass
         props = self.props or {}
+        if self.model_meta is None:
+            self.model_meta = self._model_meta(props.get("model") or self.layout.get("model"))
         if self.tailers and not (self.load_log or {}).get("complete"):
             # Read once the server is up (the head then holds every load-time line), again if not.
             self.load_log = load_facts(self.tailers[0].path)
@@ -169,11 +174,22 @@ class LlamaCppClient:
             "slots_enabled": self.slots_enabled,
             "log_paths": [t.path for t in self.tailers],
             "load_log": self.load_log,
+            "model_meta": self.model_meta or None,
             # Only the variables that set offload and loading (never keys or paths of other things).
             "environ": {k: v for k, v in self.environ.items() if k in LAYOUT_ENV} or None,
             "gpus": self.info.get("gpus"),
             "tree_pids": self.info.get("tree_pids"),
         }
+
+    def _model_meta(self, model: Any) -> dict[str, Any]:
+        """Layer and expert counts from the GGUF header, when the file is readable from here."""
+        if not isinstance(model, str) or not model:
+            return {}
+        path = model
+        if not os.path.isabs(path) and self.pid is not None:
+            with contextlib.suppress(OSError):
+                path = os.path.join(os.readlink(f"/proc/{self.pid}/cwd"), path)
+        return gguf_meta(path) or {}
 
     # ---- per tick ---------------------------------------------------------
 

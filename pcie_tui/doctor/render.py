@@ -51,7 +51,7 @@ def render_calibration(result: dict[str, Any]) -> str:
                 lines.append(f"    {d.upper()} pageable: payload {_gb(r['payload_Bps'])}; counter ({r['counter_source'] or 'n/a'}) "
                              f"reads {_gb(r['counter_Bps'])}")
         lines.append(f"    ceiling stored for the monitor: {_gb(e['counter_Bps'])} pinned (what the counter reads at saturation)"
-                     + (f", {_gb(e['pageable_counter_Bps'])} pageable" if e.get("pageable_counter_Bps") else ""))
+                     + (f", {_gb(e['pageable_counter_Bps'])} pageable host->device" if e.get("pageable_counter_Bps") else ""))
         for peer, bps in (e.get("peers") or {}).items():
             lines.append(f"    -> {peer}: {_gb(bps)} device-to-device")
     return "\n".join(lines)

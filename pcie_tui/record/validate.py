@@ -25,11 +25,12 @@ import math
 from itertools import chain
 from operator import itemgetter
 from pathlib import Path
-from typing import Any
-
-import numpy as np
+from typing import TYPE_CHECKING, Any
 
 from pcie_tui.model import EngineSample, GpuSample
+
+if TYPE_CHECKING:
+    import numpy as np
 
 MAX_LINK_Bps = 2e12
 UTIL_JITTER = 1.05
@@ -291,6 +292,9 @@ def gpu_columns_ok(flat: list[dict[str, Any]]) -> bool:
         rows = [tuple(g.get(k) for k in _KEYS) for g in flat]
     if set(map(type, chain.from_iterable(rows))) - _NUM_TYPES:
         return False
+    import numpy as np  # here, not at import: the live recorder validates scalars only
+
+    _LO, _HI, _WIDTHS = _bounds()
     a = np.array(rows, dtype=np.float64)
     if a.shape != (len(flat), len(_KEYS)):
         return False
@@ -342,9 +346,21 @@ assert sorted(_KEYS) == sorted(GPU_RULES)
 _INT_COLS = [i for i, k in enumerate(_KEYS) if GPU_RULES[k][2]]
 _last: tuple[int, dict[str, Any], dict[str, Any], np.ndarray] | None = None
 _all_keys = itemgetter(*_KEYS)
-_LO = np.array([GPU_RULES[k][0] for k in _KEYS])
-_HI = np.array([GPU_RULES[k][1] if k not in _UTILS else 1.0 for k in _KEYS])
-_WIDTHS = np.array(sorted(LINK_WIDTHS), dtype=np.float64)
+_BOUNDS: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+
+
+def _bounds() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per-key lower and upper bounds and the valid link widths, as arrays (built once)."""
+    global _BOUNDS
+    if _BOUNDS is None:
+        import numpy as np
+
+        _BOUNDS = (
+            np.array([GPU_RULES[k][0] for k in _KEYS]),
+            np.array([GPU_RULES[k][1] if k not in _UTILS else 1.0 for k in _KEYS]),
+            np.array(sorted(LINK_WIDTHS), dtype=np.float64),
+        )
+    return _BOUNDS
 MAX_ABS_T = 1e11  # unix seconds; year 5138
 
 

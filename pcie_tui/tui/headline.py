@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from pcie_tui.analyze.answer import evidence_text, live_headline
+from pcie_tui.analyze.attribution import BOUND_WORDS
 from pcie_tui.analyze.verdict import Utilisation, pcie_ceiling_Bps
 from pcie_tui.tui import fmt
 
@@ -36,6 +38,25 @@ def _load(verdict: str, u: Utilisation) -> float:
 
 
 def headline_text(state: ViewModel) -> str | None:
+    """What holds the session back (:func:`pcie_tui.analyze.answer.live_headline`): the current phase's
+    bound with its numbers, then the fix in the engine's words; None before any reading."""
+    h = live_headline(state.attribution, state.phase)
+    if h is None or h.get("finding") is None:
+        return saturation_text(state)
+    f = h["finding"]
+    first = f"{h['phase']} · {BOUND_WORDS[h['bound']]} {h['share'] * 100:.0f} %: {evidence_text(f)}"
+    if len(state.attribution.findings()) > 1 or (f["gpu"] not in (0, None)):
+        first = f"GPU{f['gpu']} " + first
+    if h.get("fix"):
+        pred = h.get("predicted")
+        tail = f" ({h['phase']} {pred['phase_s']:.1f} -> {pred['phase_s_at_best']:.1f} s at best)" if pred else ""
+        return f"{first}\nfix: {h['fix']}{tail}"
+    if h.get("cause"):
+        return f"{first}\ncause: {h['cause']}"
+    return first
+
+
+def saturation_text(state: ViewModel) -> str | None:
     """The verdict of the hottest GPU, with the phase, in plain words; None before any reading."""
     seen = [
         (RANK.get(tr.verdict, 0), _load(tr.verdict, tr.last_util), idx, tr.verdict, tr.last_util)

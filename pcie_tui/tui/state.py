@@ -14,7 +14,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from pcie_tui.analyze.attribution import LiveAttribution
 from pcie_tui.analyze.session import SessionAnalyzer, sample_phase
+from pcie_tui.engines import facts_for
 from pcie_tui.analyze.verdict import DEFAULT_THRESHOLDS, Event, Thresholds, Utilisation, pcie_ceiling_Bps
 from pcie_tui.model import GpuInfo, GpuSample, Sample, SessionHeader
 from pcie_tui.tui.headline import headline_text
@@ -202,6 +204,7 @@ class ViewModel:
 
     def reset(self) -> None:
         self.analyzer = SessionAnalyzer(self.header, self.thresholds, keep_series=False)
+        self.attribution = LiveAttribution(self.header, facts_for(self.header.engine), self.thresholds)
         self.hist: dict[int, _GpuHistory] = {}
         self.engine_running: deque[float | None] = deque(maxlen=self.history_ticks)
         self.engine_phase: deque[str | None] = deque(maxlen=self.history_ticks)
@@ -215,8 +218,8 @@ class ViewModel:
         return self._stats_cls(window_s=10.0) if self._stats_cls is not None else None
 
     def feed(self, s: Sample, *, history: bool = True) -> None:
-        """One tick: verdicts and events, history, engine statistics."""
-        self.analyzer.feed(s)
+        """One tick: verdicts and events, attribution, history, engine statistics."""
+        self._analyse(s)
         self.n += 1
         self.last = s
         if s.engine is not None:
@@ -226,6 +229,16 @@ class ViewModel:
             self.engine_stats.feed(s)
         if history:
             self._remember(s)
+
+    def _analyse(self, s: Sample) -> None:
+        """Saturation verdicts, then what bound each GPU this tick (the headline's source)."""
+        self.analyzer.feed(s)
+        phase = self.phase_of(s)
+        trackers = self.analyzer.trackers
+        for g in s.gpus:
+            tr = trackers.get(g.index)
+            if tr is not None and tr.last_util is not None:
+                self.attribution.feed(s.t, g.index, tr.verdict, tr.last_util, phase, g.mem_used_bytes)
 
     def phase_of(self, s: Sample) -> str | None:
         """sample_phase (the engine's phase wins), applied to the whole session.
@@ -282,7 +295,7 @@ class ViewModel:
             # Counters need the tick before the window too.
             while stats_from > self.n and samples[stats_from - 1].t >= t_end - self.engine_stats_window_s() - 1.0:
                 stats_from -= 1
-        feed = self.analyzer.feed
+        feed = self._analyse
         for i in range(self.n, upto):
             s = samples[i]
             if i >= hist_from or i >= stats_from:

