@@ -7,10 +7,17 @@ from pathlib import Path
 
 from pcie_tui.errors import UserError
 
-DEFAULT_DEMO = "h200-llama-partial"
+DEFAULT_DEMO = "h200-pageable"
 
 # name -> one-line description; files live in pcie_tui/data/<name>.jsonl.gz
 DESCRIPTIONS = {
+    "h200-pageable": "H200, llama-server --n-cpu-ffn 12, default mmap loading: prefill transfer-bound at 9 GB/s from pageable memory; fix -lm none",
+    "h200-pinned": "H200, the same with -lm none: host weights pinned, prefill link-saturated (47 GB/s RX), 5.5x faster",
+    "h200-hostdecode": "H200, llama-server -ngl 4 of 16: decode host-bound (CPU layers), GPU idle, bus quiet",
+    "h200-moe-pageable": "H200, MoE with --cpu-moe, mmap: expert uploads transfer-bound at 9 GB/s; fix -lm none",
+    "h200-moe-pinned": "H200, MoE with --cpu-moe -lm none: expert uploads at 40-47 GB/s, near the link",
+    "h200-nkvo": "H200, llama-server -nkvo: KV cache in host memory, attention on the CPU, prefill host-bound",
+    "h200-ngl8": "H200, llama-server -ngl 8 of 16, pinned: prefill host-bound though weights stream at 7 GB/s",
     "h200-reference": "H200, real collector at 10 Hz: idle, pinned H2D/D2H, D2D, bf16 matmul, half-duty link, pageable copies",
     "h200-llama-full": "H200, llama-server fully offloaded: load, long-prompt prefill, decode",
     "h200-llama-partial": "H200, llama-server with FFN weights of 12/16 layers in host memory: prefill link-bound (45 GB/s RX)",

@@ -100,7 +100,7 @@ def headline(f: dict[str, Any] | None, busy_s: float, several_gpus: bool) -> dic
     where = f" on GPU {f['gpu']}" if several_gpus else ""
     of_busy = f", {f['duration_s'] / busy_s * 100:.0f} % of the busy time" if busy_s > 0 else ""
     line1 = (
-        f"{f['phase'].capitalize()}{where} ({f['duration_s']:.1f} s{of_busy}) was {BOUND_WORDS[f['bound']]} "
+        f"{f['phase']}{where} ({f['duration_s']:.1f} s{of_busy}) was {BOUND_WORDS[f['bound']]} "
         f"{share * 100:.0f} % of the time: {evidence_text(f)}."
     )
     adv = f["advice"][0] if f.get("advice") else None
@@ -109,8 +109,8 @@ def headline(f: dict[str, Any] | None, busy_s: float, several_gpus: bool) -> dic
         line2 = f"Cause: {adv['cause']}. Fix: {adv['fix']}"
         if pred and pred.get("phase_s_at_best"):
             line2 += (
-                f" ({f['phase']} {pred['phase_s']:.1f} s -> {pred['phase_s_at_best']:.1f} s at best, "
-                f"{pred['speedup_at_most']:.1f}x)"
+                f" ({f['phase']} {pred['phase_s']:.1f} s -> {pred['phase_s_at_best']:.1f}-"
+                f"{pred['phase_s_no_overlap']:.1f} s, up to {pred['speedup_at_most']:.1f}x faster)"
             )
         line2 += "."
     elif adv:

@@ -129,6 +129,21 @@ def tick_bounds(analyzer: SessionAnalyzer, index: int, facts: EngineFacts | None
     return out
 
 
+def pinned_whatif(phase_s: float, rest_s: float, moved_bytes: float, c: Ceilings) -> dict[str, Any]:
+    """The phase with its transfer-bound bytes moved at the pinned ceiling: at best the rest of the
+    phase hides the copies (the longer of the two), at worst it does not (their sum)."""
+    copy_s = moved_bytes / c.pinned_Bps if c.pinned_Bps else 0.0
+    best, worst = max(rest_s, copy_s), rest_s + copy_s
+    return {
+        "phase_s": phase_s,
+        "phase_s_at_best": best,
+        "phase_s_no_overlap": worst,
+        "speedup_at_most": phase_s / best if best > 0 else None,
+        "basis": f"bytes moved while transfer-bound, at the {c.pinned_source} ceiling; the rest of the phase "
+        "either hides them (at best) or not (no overlap)",
+    }
+
+
 def _weights(t: np.ndarray) -> np.ndarray:
     """Seconds each tick stands for: the interval before it, holes longer than 5 intervals cut to one."""
     if t.size == 0:
@@ -188,13 +203,7 @@ def phase_findings(
             }
             if bound == "transfer" and c.pinned_Bps and (facts is None or facts.host_pinned is not True):
                 moved = float(np.nansum(rate[bm] * w[bm]))  # bytes the transfer-bound ticks moved (counter)
-                at_most = dur - secs[bound] + moved / c.pinned_Bps
-                f["whatif_pinned"] = {
-                    "phase_s": dur,
-                    "phase_s_at_best": at_most,
-                    "speedup_at_most": dur / at_most if at_most > 0 else None,
-                    "basis": f"bytes moved while transfer-bound at the {c.pinned_source} ceiling; the rest unchanged",
-                }
+                f["whatif_pinned"] = pinned_whatif(dur, dur - secs[bound], moved, c)
             found.append(f)
         out[index] = found
     return out
@@ -265,13 +274,7 @@ class LiveAttribution:
         rate = mean(1)
         extra: dict[str, Any] = {}
         if bound == "transfer" and rate and c.pinned_Bps and (self.facts is None or self.facts.host_pinned is not True):
-            best = dur - a["secs"][bound] + rate * a["secs"][bound] / c.pinned_Bps
-            extra["whatif_pinned"] = {
-                "phase_s": dur,
-                "phase_s_at_best": best,
-                "speedup_at_most": dur / best if best > 0 else None,
-                "basis": f"mean transfer rate so far at the {c.pinned_source} ceiling; the rest unchanged",
-            }
+            extra["whatif_pinned"] = pinned_whatif(dur, dur - a["secs"][bound], rate * a["secs"][bound], c)
         return extra | {
             "gpu": index,
             "phase": phase,

@@ -199,7 +199,8 @@ def whatif_report(
                     None,
                     phases,
                     pin_ratio,
-                    "bytes moved while transfer-bound, at the pinned ceiling; the rest of the phase unchanged",
+                    "bytes moved while transfer-bound, at the pinned ceiling, hidden behind the rest of the phase "
+                    "(at best; the report's attribution also gives the no-overlap time)",
                 )
             )
 

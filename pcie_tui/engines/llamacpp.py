@@ -112,12 +112,14 @@ def facts(engine_info: dict[str, Any]) -> EngineFacts:
     n_layer = meta.get("block_count") if isinstance(meta.get("block_count"), int) else None
     parts = []
     ngl = f.get("n_gpu_layers")
-    if isinstance(ngl, int) and ngl >= 0 and (n_layer is None or ngl < n_layer) and ngl < 999:
+    # -ngl 99 and up is how people say "all layers"; without the layer count a smaller N is a
+    # conditional claim, worded as one.
+    if isinstance(ngl, int) and ngl >= 0 and (ngl < n_layer if n_layer is not None else ngl < 99):
         # llama.cpp offloads the last N repeating layers; the others stay on the CPU.
         if n_layer is not None:
             parts.append(f"{n_layer - ngl} of {n_layer} layers (-ngl {ngl})")
         else:
-            parts.append(f"the layers beyond {ngl} (-ngl {ngl}; the model's layer count was not recorded)")
+            parts.append(f"any layers beyond the first {ngl} (-ngl {ngl}; the model's layer count was not recorded)")
     if f.get("n_cpu_ffn"):
         parts.append(f"FFN weights of {f['n_cpu_ffn']} layers (--n-cpu-ffn {f['n_cpu_ffn']})")
     if f.get("n_cpu_moe"):

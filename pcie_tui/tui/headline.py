@@ -49,7 +49,11 @@ def headline_text(state: ViewModel) -> str | None:
         first = f"GPU{f['gpu']} " + first
     if h.get("fix"):
         pred = h.get("predicted")
-        tail = f" ({h['phase']} {pred['phase_s']:.1f} -> {pred['phase_s_at_best']:.1f} s at best)" if pred else ""
+        tail = (
+            f" ({h['phase']} {pred['phase_s']:.1f} s -> {pred['phase_s_at_best']:.1f}-{pred['phase_s_no_overlap']:.1f} s)"
+            if pred
+            else ""
+        )
         return f"{first}\nfix: {h['fix']}{tail}"
     if h.get("cause"):
         return f"{first}\ncause: {h['cause']}"

@@ -1,0 +1,148 @@
+"""Attribution rules at their thresholds, on synthetic ticks; live and report agree on real sessions."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+from pcie_tui.analyze import attribution as at
+from pcie_tui.analyze.answer import answer
+from pcie_tui.analyze.bulk import analyze_rows
+from pcie_tui.analyze.session import analyze
+from pcie_tui.engines import EngineFacts, facts_for
+from pcie_tui.engines.llamacpp import parse_flags
+from pcie_tui.model import EngineSample, GpuInfo, GpuSample, LinkInfo, Sample, SessionHeader, pcie_capacity_Bps
+from pcie_tui.record.reader import read_recording
+
+DATA = Path(__file__).parents[1] / "pcie_tui" / "data"
+CAP = pcie_capacity_Bps(5, 16)
+
+
+def header(measured=None, pageable=None, engine=None) -> SessionHeader:
+    link = LinkInfo(5, 16, 5, 16, CAP, measured_Bps=measured, measured_pageable_Bps=pageable)
+    gpu = GpuInfo(0, "GPU-x", "H200", "0000:00:06.0", link, 141 << 30, metrics_source="gpm")
+    return SessionHeader("2026-12-03", "host", "t", (gpu,), engine=engine, interval_s=0.1)
+
+
+def run(phase: str | None, n=30, engine=True, facts: EngineFacts | None = None, hdr=None, **g) -> dict:
+    """One phase of n ticks with constant readings; returns its finding."""
+    hdr = hdr or header()
+    gs = {"pcie_rx_Bps": 0.0, "pcie_tx_Bps": 0.0, "dram_bw_util": 0.01, "sm_util": 0.01, **g}
+    samples = [
+        Sample(
+            1000.0 + 0.1 * i,
+            (GpuSample(0, **gs),),
+            EngineSample("llamacpp", True, phase=phase) if engine else None,
+        )
+        for i in range(n)
+    ]
+    an = analyze(hdr, samples)
+    (f,) = at.phase_findings(hdr, an, facts)[0]
+    return f
+
+
+def test_ceilings_say_where_they_came_from():
+    c = at.ceilings(header().gpus[0])
+    assert c.pinned_Bps == pytest.approx(0.90 * CAP) and c.pinned_source.startswith("default")
+    assert c.pageable_Bps == at.DEFAULT_PAGEABLE_Bps and "calibrate" in c.pageable_source
+    c = at.ceilings(header(measured=60.2e9, pageable=8.9e9).gpus[0])
+    assert (c.pinned_Bps, c.pinned_source) == (60.2e9, "calibrated pinned")
+    assert (c.pageable_Bps, c.pageable_source) == (8.9e9, "calibrated pageable")
+
+
+def test_transfer_bound_at_the_pageable_floor():
+    hdr = header(measured=60e9, pageable=9e9)
+    floor = at.TRANSFER_OF_PAGEABLE * 9e9
+    assert run("prefill", hdr=hdr, pcie_rx_Bps=floor * 1.02)["bound"] == "transfer"
+    assert run("prefill", hdr=hdr, pcie_rx_Bps=floor * 0.98)["bound"] == "host"
+    # Never below 1 GB/s, whatever the ceiling.
+    tiny = header(measured=60e9, pageable=1e9)
+    assert run("prefill", hdr=tiny, pcie_rx_Bps=0.9e9)["bound"] == "host"
+
+
+def test_pinned_host_memory_raises_the_floor():
+    hdr = header(measured=60e9, pageable=9e9)
+    pinned = EngineFacts("llamacpp", host_weights="x", host_pinned=True)
+    rate = 7e9  # the -ngl 4/8 sessions: weights stream at ~7 GB/s from pinned memory while the CPU works
+    assert run("prefill", hdr=hdr, pcie_rx_Bps=rate)["bound"] == "transfer"
+    assert run("prefill", hdr=hdr, facts=pinned, pcie_rx_Bps=rate)["bound"] == "host"
+    assert run("prefill", hdr=hdr, facts=pinned, pcie_rx_Bps=0.26 * 60e9)["bound"] == "transfer"
+
+
+def test_host_needs_work_in_flight_else_idle():
+    assert run("decode")["bound"] == "host"
+    assert run("idle")["bound"] == "idle"
+    assert run(None, engine=False)["bound"] == "idle"
+
+
+def test_gpu_busy_below_saturation_is_memory_or_compute():
+    # Batch-1 decode of a fully offloaded model on the H200: SM 0.82, DRAM 0.51 (h200-llama-full).
+    assert run("decode", sm_util=0.82, dram_bw_util=0.51)["bound"] == "memory"
+    assert run("prefill", sm_util=0.60, dram_bw_util=0.20)["bound"] == "compute"
+    assert run("prefill", sm_util=0.49, dram_bw_util=0.39)["bound"] == "host"
+
+
+def test_saturation_verdicts_are_kept():
+    assert run("prefill", pcie_rx_Bps=0.9 * CAP)["bound"] == "link"
+    assert run("decode", dram_bw_util=0.88)["bound"] == "memory"
+    assert run("prefill", sm_util=0.95, dram_bw_util=0.16)["bound"] == "compute"
+
+
+def test_a_proxy_memory_reading_never_makes_a_gpu_busy():
+    hdr = header()
+    hdr = dataclasses.replace(hdr, gpus=(dataclasses.replace(hdr.gpus[0], metrics_source="nvml"),))
+    f = run("decode", hdr=hdr, dram_bw_util=None, mem_busy=0.9)
+    assert f["bound"] == "host" and f["dram_basis"] == "proxy"
+
+
+def test_llama_flags_and_environment():
+    f = parse_flags(["llama-server", "-ngl", "99", "--n-cpu-moe", "4", "-ub", "256", "-ot", "exps=CPU"],
+                    {"LLAMA_ARG_LOAD_MODE": "none"})
+    assert f == {"n_gpu_layers": 99, "n_cpu_moe": 4, "ubatch": 256, "override_tensor": ["exps=CPU"], "load_mode": "none"}
+    fx = facts_for({"kind": "llamacpp", "cmdline": ["llama-server", "--cpu-moe"], "environ": {"LLAMA_ARG_LOAD_MODE": "none"}})
+    assert fx.host_pinned is True and "--cpu-moe" in fx.host_weights
+    fx = facts_for({"kind": "llamacpp", "cmdline": ["llama-server", "--cpu-moe", "-lm", "none", "--no-host"]})
+    assert fx.host_pinned is False and "--no-host" in fx.host_memory_why
+    fx = facts_for({"kind": "llamacpp", "cmdline": ["llama-server", "-ngl", "99", "--mlock"]})
+    assert fx.host_weights is None and fx.host_pinned is None  # everything on the GPU: nothing to pin
+    fx = facts_for({"kind": "llamacpp", "cmdline": ["llama-server", "-ngl", "16"], "model_meta": {"block_count": 16}})
+    assert fx.host_weights is None  # -ngl equal to the layer count keeps every layer on the GPU
+
+
+def test_vllm_cpu_offload_is_named():
+    fx = facts_for({"kind": "vllm", "cmdline": ["python", "-m", "vllm", "--cpu-offload-gb", "8", "-tp", "2"]})
+    assert fx.tensor_parallel == 2 and "8 GiB" in fx.host_weights
+    from pcie_tui.engines import advise
+
+    (a,) = advise(fx, {"bound": "link", "phase": "decode"})
+    assert "--cpu-offload-gb" in a.fix
+
+
+@pytest.mark.parametrize("name", ["h200-pageable", "h200-pinned", "h200-hostdecode", "h200-nkvo", "h200-reference"])
+def test_live_attribution_agrees_with_the_report(name):
+    """The TUI's tick-by-tick attribution and the report's vectorised one give the same bound per phase."""
+    rec = read_recording(DATA / f"{name}.jsonl.gz")
+    an = analyze_rows(rec.header, rec.rows)
+    facts = facts_for(rec.header.engine)
+    report = {f["phase"]: f for f in at.phase_findings(rec.header, an, facts)[0]}
+    live = at.LiveAttribution(rec.header, facts, an.th)
+    stream = analyze(rec.header, [])
+    for s in rec.samples:
+        stream.feed(s)
+        tr = stream.trackers[0]
+        phase = s.engine.phase if s.engine and s.engine.phase else s.extra.get("label")
+        live.feed(s.t, 0, tr.verdict, tr.last_util, phase, s.gpus[0].mem_used_bytes)
+    for phase, f in report.items():
+        lf = live.finding(0, phase)
+        assert lf is not None and lf["bound"] == f["bound"], phase
+        assert lf["duration_s"] == pytest.approx(f["duration_s"], rel=0.05, abs=0.3)
+
+
+def test_answer_without_work_says_so():
+    hdr = header()
+    an = analyze(hdr, [Sample(1.0 + 0.1 * i, (GpuSample(0, pcie_rx_Bps=0.0, sm_util=0.0),),
+                              EngineSample("llamacpp", True, phase="idle")) for i in range(20)])
+    h = answer(hdr, an)["headline"]
+    assert h["bound"] == "idle" and h["phase"] is None and "Nothing was in flight" in h["text"]
