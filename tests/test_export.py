@@ -352,3 +352,48 @@ def test_bad_use_is_one_line_and_exit_2():
 def test_loopback_detection():
     assert all(_is_loopback(h) for h in ("127.0.0.1", "127.0.0.2", "localhost", "::1", "[::1]"))
     assert not any(_is_loopback(h) for h in ("0.0.0.0", "192.168.1.5", "::", "example.com"))
+
+
+# ---- docs and dashboard ----------------------------------------------------------------
+
+
+def exposed_names() -> set[str]:
+    from pcie_tui.export import COUNTERS, HELP
+
+    return {f"{n}_total" if n in COUNTERS else n for n in HELP}
+
+
+def test_docs_describe_every_metric():
+    doc = (REPO / "docs" / "export.md").read_text()
+    for name in exposed_names():
+        assert f"`{name}`" in doc, name
+
+
+def test_grafana_dashboard_is_importable_and_uses_exposed_metrics():
+    import json
+
+    dash = json.loads((REPO / "docs" / "grafana-pcie-tui.json").read_text())
+    assert dash["schemaVersion"] >= 36 and dash["title"] and dash["uid"]
+    (ds,) = [v for v in dash["templating"]["list"] if v["type"] == "datasource"]
+    assert ds["query"] == "prometheus"
+    ids = [p["id"] for p in dash["panels"]]
+    assert len(ids) == len(set(ids))
+    histos = {n for n in exposed_names() if n.endswith("_seconds") and n.startswith("pcie_engine_")}
+    known = exposed_names() | {f"{h}_bucket" for h in histos}
+    used: set[str] = set()
+    kinds = set()
+    for p in dash["panels"]:
+        assert {"x", "y", "w", "h"} <= set(p["gridPos"])
+        if p["type"] == "row":
+            continue
+        kinds.add(p["type"])
+        assert p["datasource"]["uid"] == "${" + ds["name"] + "}"
+        for t in p["targets"]:
+            assert t["datasource"]["uid"] == "${" + ds["name"] + "}"
+            assert t["expr"].count("(") == t["expr"].count(")")
+            used |= set(re.findall(r"\bpcie_[a-z_]+", t["expr"]))
+    assert used <= known, used - known
+    for want in ("pcie_link_rate_bytes_per_second", "pcie_link_ceiling_bytes_per_second", "pcie_verdict"):
+        assert want in used
+    assert {"pcie_engine_ttft_seconds_bucket", "pcie_engine_generation_tokens_total"} <= used
+    assert {"timeseries", "state-timeline"} <= kinds
