@@ -85,9 +85,9 @@ class Exporter:
                 fams.setdefault(s.name, []).append((s.labels, s.value, fam.type))
         return fams
 
-    def stop(self) -> int:
+    def stop(self, sig: int = signal.SIGTERM) -> int:
         if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
+            self.proc.send_signal(sig)
         try:
             return self.proc.wait(timeout=15)
         finally:
@@ -261,7 +261,8 @@ def test_vllm_histograms_are_reexposed_with_their_own_buckets(exporters):
     assert value(fams, "pcie_engine_kv_cache_util_ratio", engine="vllm") == e.extra["kv_cache_util"]
     # The recording has no GPU: no GPU series, no verdict (absent, not 0).
     assert not any(n.startswith(("pcie_link_", "pcie_verdict", "pcie_sm_")) for n in fams)
-    assert ex.stop() == 0
+    assert ex.stop(signal.SIGINT) == 0  # Ctrl-C: a clean stop too
+    assert "Traceback" not in "".join(ex.stderr)
 
 
 # ---- live (stand-in NVML) ------------------------------------------------------------
