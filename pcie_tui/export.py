@@ -1,0 +1,399 @@
+"""``pcie-tui export --prometheus``: live or replayed readings as Prometheus metrics (docs/export.md).
+
+A collection thread reads ticks from the source and feeds them to the SessionAnalyzer;
+prometheus-client's HTTP thread renders the latest state at scrape time. Unavailable: no sample.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import math
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from pcie_tui.errors import UserError
+from pcie_tui.model import Sample, SessionHeader
+
+DEFAULT_PORT = 9842
+VERDICT_NAMES = ("link", "memory", "compute", "none")  # = analyze.verdict.VERDICTS (kept light to import)
+PHASES = ("loading", "prefill", "decode", "mixed", "idle", "down")
+# vLLM histograms (engine.extra["hist"]), re-exposed with vLLM's own buckets: key -> metric stem.
+VLLM_HIST = {f"{k}_s": k for k in ("ttft", "itl", "prefill", "decode", "queue", "e2e")}
+# llama-server has no histograms, only per-request log timings (engine.extra["requests"]): each finished
+# request is observed once into these bounds (seconds). The counts are real; the bounds are ours.
+_PROMPT_LE = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 25.0, 60.0, 120.0, 300.0)
+LLAMA_LE = {
+    "ttft": _PROMPT_LE,
+    "prefill": _PROMPT_LE,
+    "decode": (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 40.0, 80.0, 160.0, 320.0, 640.0),
+    "request_itl_mean": (0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.15, 0.2, 0.3, 0.5, 1.0),
+}
+_REQ_ID = ("t", "seq", "slot", "task", "prompt_n", "prompt_ms", "predicted_n", "predicted_ms")
+
+
+def _num(v: Any) -> float | None:
+    """A finite number, else None (bools, NaN and infinities are not readings)."""
+    ok = isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+    return float(v) if ok else None
+
+
+def _valid_hist(h: Any) -> bool:
+    """Cumulative buckets as vLLM reported them: finite, ascending bounds, non-decreasing counts up to count."""
+    try:
+        le, cum, total = list(h["le"]), [*h["cum"], h["count"]], h.get("sum")
+    except (KeyError, TypeError):
+        return False
+    if len(le) + 1 != len(cum) or None in [_num(x) for x in (*le, *cum)] or (total is not None and _num(total) is None):
+        return False
+    rising = all(a < b for a, b in zip(le, le[1:], strict=False))
+    return rising and all(a <= b for a, b in zip(cum, cum[1:], strict=False))
+
+
+class ExportState:
+    """The latest readings, the verdict per GPU and the engine histograms; fed by one thread, read by another."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()  # held by feed() and by a scrape while it builds the families
+        self.header: SessionHeader | None = None
+        self.source_labels: dict[str, str] = {}
+        self.ticks_total = 0
+        self.last_wall: float | None = None
+        self._reset()
+
+    def start(self, header: SessionHeader, source: str, recording: str = "") -> None:
+        with self.lock:
+            self.header = header
+            self.source_labels = {"source": source, "recording": recording}
+            self._reset()
+
+    def _reset(self) -> None:
+        from pcie_tui.analyze.session import SessionAnalyzer
+
+        self.analyzer = SessionAnalyzer(self.header, keep_series=False) if self.header is not None else None
+        self.sample: Sample | None = None
+        self.verdicts: dict[int, str] = {}
+        self.link_util: dict[int, float | None] = {}
+        self.hist: dict[str, dict[str, Any]] = {}
+        self.llama: dict[str, dict[str, Any]] = {}  # name -> {"le", "cum", "count", "sum"}
+        self._seen: dict[tuple[Any, ...], None] = {}
+
+    def feed(self, s: Sample) -> None:
+        with self.lock:
+            if self.analyzer is None:
+                return
+            if self.sample is not None and s.t < self.sample.t:
+                self._reset()  # a replay started over: counters restart, as after an engine restart
+            assert self.analyzer is not None
+            self.analyzer.feed(s)
+            for g in s.gpus:
+                self.verdicts[g.index] = self.analyzer.verdict(g.index)
+                u = self.analyzer.trackers[g.index].last_util
+                self.link_util[g.index] = u.link if u is not None else None
+            if s.engine is not None:
+                self._engine(s.engine.extra)
+            self.sample = s
+            self.ticks_total += 1
+            self.last_wall = time.time()
+
+    def _engine(self, extra: dict[str, Any]) -> None:
+        hist = extra.get("hist")
+        if isinstance(hist, dict):  # absent when unchanged: the last one stays
+            self.hist = {k: h for k, h in hist.items() if k in VLLM_HIST and _valid_hist(h)}
+        for r in extra.get("requests") or ():
+            if not isinstance(r, dict):
+                continue
+            key = tuple(repr(r.get(k)) for k in _REQ_ID)
+            if key in self._seen:
+                continue  # older recordings repeat a finished request on several ticks
+            self._seen[key] = None
+            if len(self._seen) > 10_000:
+                self._seen.pop(next(iter(self._seen)))
+            pn, pms = _num(r.get("prompt_n")), _num(r.get("prompt_ms"))
+            gn, gms = _num(r.get("predicted_n")), _num(r.get("predicted_ms"))
+            if pms is not None and pms >= 0 and (pn is None or pn > 0):
+                self._observe("ttft", pms / 1e3)
+                self._observe("prefill", pms / 1e3)
+            if gn is not None and gms is not None and gn >= 2 and gms >= 0:
+                self._observe("decode", gms / 1e3)
+                self._observe("request_itl_mean", gms / (gn - 1) / 1e3)
+
+    def _observe(self, name: str, v: float) -> None:
+        """One real observation into fixed bounds (cumulative: every bucket at or above ``v``)."""
+        le = LLAMA_LE[name]
+        h = self.llama.setdefault(name, {"le": list(le), "cum": [0] * len(le), "count": 0, "sum": 0.0})
+        h["cum"] = [c + (v <= b) for c, b in zip(h["cum"], le, strict=True)]
+        h["count"] += 1
+        h["sum"] += v
+
+
+HELP = {
+    "pcie_export_ticks": "ticks read from the source since start",
+    "pcie_export_last_tick_timestamp_seconds": "wall clock when the last tick was read",
+    "pcie_export_sample_time_seconds": "the last tick's own time (recorded time on replay)",
+    "pcie_gpu_info": "static facts of the GPU (value 1)",
+    "pcie_link_rate_bytes_per_second": "link traffic, bytes/s per direction (tx = leaving the GPU)",
+    "pcie_link_ceiling_bytes_per_second": "link ceiling per direction, bytes/s (basis: measured or theoretical)",
+    "pcie_link_util_ratio": "busiest link direction over its ceiling, 0..1 (what the verdict uses)",
+    "pcie_link_gen": "PCIe generation the link is trained at now",
+    "pcie_link_width": "PCIe lanes the link is trained at now",
+    "pcie_dram_bandwidth_util_ratio": "DRAM bandwidth used, fraction of peak (GPM DRAM_BW_UTIL)",
+    "pcie_memory_busy_duty_ratio": "NVML memory utilization: a duty cycle, NOT bandwidth",
+    "pcie_sm_util_ratio": "SM utilisation, 0..1 (GPM SM_UTIL, else NVML gpu utilization)",
+    "pcie_memory_used_bytes": "GPU memory in use",
+    "pcie_memory_total_bytes": "GPU memory size",
+    "pcie_power_watts": "board power draw",
+    "pcie_verdict": "saturated resource now (1 for the verdict, 0 for the others)",
+    "pcie_engine_up": "1 when the engine answered its last scrape",
+    "pcie_engine_phase": "engine phase now (1 for the phase, 0 for the others)",
+    "pcie_engine_prompt_tokens": "prompt tokens processed (the engine's counter)",
+    "pcie_engine_generation_tokens": "tokens generated (the engine's counter)",
+    "pcie_engine_requests_running": "requests being processed",
+    "pcie_engine_requests_waiting": "requests queued",
+    "pcie_engine_kv_cache_util_ratio": "KV cache in use, 0..1 (vLLM)",
+    "pcie_engine_ttft_seconds": "time to first token (vLLM: from arrival; llama-server: prompt eval, server side)",
+    "pcie_engine_itl_seconds": "gap between consecutive output tokens, one observation per gap (vLLM)",
+    "pcie_engine_prefill_seconds": "prefill time per request",
+    "pcie_engine_decode_seconds": "decode time per request",
+    "pcie_engine_queue_seconds": "time a request waited in the queue (vLLM)",
+    "pcie_engine_e2e_seconds": "end-to-end latency per request (vLLM)",
+    "pcie_engine_request_itl_mean_seconds": "mean inter-token gap of each request, one observation per request",
+}
+COUNTERS = frozenset({"pcie_export_ticks", "pcie_engine_prompt_tokens", "pcie_engine_generation_tokens"})
+Add = Callable[[str, dict[str, str], Any], None]
+
+
+class PrometheusCollector:
+    """prometheus-client custom collector: builds every pcie_* family from a snapshot at scrape time."""
+
+    def __init__(self, state: ExportState) -> None:
+        self.state = state
+
+    def describe(self) -> list[Any]:
+        return []  # no collect() at registration, before any tick
+
+    def collect(self) -> Iterator[Any]:
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+        fams: dict[str, Any] = {}
+
+        def add(name: str, labels: dict[str, str], value: Any) -> None:
+            v = _num(value)
+            if v is None:
+                return  # unavailable: no sample
+            fam = fams.get(name)
+            if fam is None:
+                cls = CounterMetricFamily if name in COUNTERS else GaugeMetricFamily
+                fam = fams[name] = cls(name, HELP[name], labels=list(labels))
+            fam.add_metric(list(labels.values()), v)
+
+        st = self.state
+        with st.lock:  # building takes well under a millisecond
+            add("pcie_export_ticks", st.source_labels, st.ticks_total)
+            add("pcie_export_last_tick_timestamp_seconds", {}, st.last_wall)
+            s, header = st.sample, st.header
+            if s is not None and header is not None:
+                add("pcie_export_sample_time_seconds", {}, s.t)
+                _gpu_metrics(add, header, s, st)
+            hists = list(_histograms(s.engine.kind, st)) if s is not None and s.engine is not None else []
+            _engine_metrics(add, s)
+        yield from fams.values()
+        yield from hists
+
+
+def _gpu_metrics(add: Add, header: SessionHeader, s: Sample, st: ExportState) -> None:
+    from pcie_tui.analyze.verdict import pcie_ceiling_Bps
+
+    for g in s.gpus:
+        gpu = {"gpu": str(g.index)}
+        info = header.gpu(g.index)
+        if info is not None:
+            facts = {"uuid": info.uuid, "name": info.name, "pci_bus_id": info.pci_bus_id}
+            add("pcie_gpu_info", {**gpu, **facts, "metrics_source": info.metrics_source or ""}, 1)
+        for bus, d in (("pcie", "tx"), ("pcie", "rx"), ("nvlink", "tx"), ("nvlink", "rx")):
+            add("pcie_link_rate_bytes_per_second", {**gpu, "bus": bus, "direction": d}, getattr(g, f"{bus}_{d}_Bps"))
+        ceiling, basis = pcie_ceiling_Bps(info, g)
+        add("pcie_link_ceiling_bytes_per_second", {**gpu, "bus": "pcie", "basis": basis}, ceiling)
+        if info is not None:
+            nvl = {**gpu, "bus": "nvlink", "basis": "theoretical"}
+            add("pcie_link_ceiling_bytes_per_second", nvl, info.nvlink_capacity_Bps)
+            add("pcie_memory_total_bytes", gpu, info.memory_total_bytes)
+        add("pcie_link_util_ratio", gpu, st.link_util.get(g.index))
+        add("pcie_link_gen", gpu, g.link_gen)
+        add("pcie_link_width", gpu, g.link_width)
+        add("pcie_dram_bandwidth_util_ratio", gpu, g.dram_bw_util)
+        add("pcie_memory_busy_duty_ratio", gpu, g.mem_busy)
+        add("pcie_sm_util_ratio", gpu, g.sm_util)
+        add("pcie_memory_used_bytes", gpu, g.mem_used_bytes)
+        add("pcie_power_watts", gpu, g.power_W)
+        verdict = st.verdicts.get(g.index)
+        if verdict is not None:
+            for name in VERDICT_NAMES:
+                add("pcie_verdict", {**gpu, "verdict": name}, 1 if name == verdict else 0)
+
+
+def _engine_metrics(add: Add, s: Sample | None) -> None:
+    e = s.engine if s is not None else None
+    if e is None:
+        return
+    lab = {"engine": e.kind}
+    add("pcie_engine_up", lab, 1 if e.up else 0)
+    if e.phase:
+        for p in (*PHASES, *((e.phase,) if e.phase not in PHASES else ())):
+            add("pcie_engine_phase", {**lab, "phase": p}, 1 if p == e.phase else 0)
+    add("pcie_engine_prompt_tokens", lab, e.prompt_tokens_total)
+    add("pcie_engine_generation_tokens", lab, e.generation_tokens_total)
+    add("pcie_engine_requests_running", lab, e.requests_running)
+    add("pcie_engine_requests_waiting", lab, e.requests_waiting)
+    add("pcie_engine_kv_cache_util_ratio", lab, e.extra.get("kv_cache_util"))
+
+
+def _histograms(kind: str, st: ExportState) -> Iterator[Any]:
+    from prometheus_client.core import HistogramMetricFamily
+    from prometheus_client.utils import floatToGoString
+
+    items = [(f"pcie_engine_{VLLM_HIST[k]}_seconds", h) for k, h in st.hist.items()]
+    items += [(f"pcie_engine_{k}_seconds", h) for k, h in st.llama.items()]
+    for name, h in sorted(items, key=lambda x: x[0]):
+        fam = HistogramMetricFamily(name, HELP[name], labels=["engine"])
+        buckets = [(floatToGoString(le), float(c)) for le, c in zip(h["le"], h["cum"], strict=True)]
+        buckets.append(("+Inf", float(h["count"])))
+        fam.add_metric([kind], buckets, _num(h.get("sum")))
+        yield fam
+
+
+# ---- command -----------------------------------------------------------------
+
+
+def _number(kind: type, lo: float, hi: float, what: str) -> Callable[[str], Any]:
+    def conv(text: str) -> Any:
+        try:
+            v = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+        if not lo <= v <= hi or (kind is float and v == lo):
+            raise argparse.ArgumentTypeError(f"{what}, not {text!r}")
+        return v
+
+    return conv
+
+
+_PORT = _number(int, 0, 65535, "port must be 0..65535 (0: any free port)")
+_SPEED = _number(float, 0, 1000, "speed must be > 0 and <= 1000")
+
+
+def _say(line: str) -> None:
+    print(f"pcie-tui: {line}", file=sys.stderr, flush=True)
+
+
+def register(sub: Any, add_live_options: Callable[[Any], None], open_live: Callable[..., Any]) -> None:
+    p = sub.add_parser("export", help="serve live or replayed readings as Prometheus metrics (/metrics)")
+    p.add_argument("--prometheus", action="store_true", help="serve Prometheus text format at /metrics")
+    p.add_argument("--port", type=_PORT, default=DEFAULT_PORT, help=f"TCP port (default {DEFAULT_PORT}; 0: any)")
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    p.add_argument("--replay", metavar="FILE|DEMO", help="serve a recording or a bundled demo instead of live GPUs")
+    p.add_argument("--speed", type=_SPEED, metavar="X", help="replay speed (default 1)")
+    p.add_argument("--loop", action="store_true", help="replay: start again at the end")
+    add_live_options(p)
+    p.set_defaults(func=lambda args: run(args, open_live))
+
+
+def _is_loopback(host: str) -> bool:
+    try:
+        return host.lower() == "localhost" or ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def _open_source(args: argparse.Namespace, open_live: Callable[..., Any]) -> tuple[Any, str, str]:
+    """(source, what it is for the status line, recording name or "")."""
+    if args.replay is None:
+        source, status = open_live(args, interactive=False)
+        return source, f"live GPUs; {status}", ""
+    from pcie_tui import demos
+    from pcie_tui.record.reader import read_recording
+    from pcie_tui.record.replay import ReplaySource
+
+    path = Path(args.replay)
+    if not path.is_file():
+        found = demos.available().get(args.replay)
+        if found is None:
+            raise UserError(f"--replay {args.replay}: no such file, nor a bundled demo (see pcie-tui demo --list)")
+        path = found
+    speed = args.speed or 1.0
+    source = ReplaySource(read_recording(path), speed=speed, loop=args.loop)
+    return source, f"replay of {args.replay} at {speed:g}x{', looping' if args.loop else ''}", args.replay
+
+
+def run(args: argparse.Namespace, open_live: Callable[..., Any]) -> int:
+    if not args.prometheus:
+        raise UserError("say what to export: --prometheus (the only format so far)")
+    if args.replay is None and (args.speed is not None or args.loop):
+        raise UserError("--speed and --loop apply to --replay only")
+    if args.replay is not None and (args.pid or args.url or args.log or args.gpus or args.stacks or args.no_engine):
+        raise UserError("--pid/--url/--log/--gpus/--stacks/--no-engine apply to live collection, not --replay")
+    from prometheus_client import start_http_server
+    from prometheus_client.registry import CollectorRegistry
+
+    state = ExportState()
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(PrometheusCollector(state))
+    shown = f"[{args.host}]" if ":" in args.host else args.host
+    try:
+        httpd, _ = start_http_server(args.port, addr=args.host, registry=registry)
+    except (OSError, UnicodeError, ValueError) as e:
+        why = getattr(e, "strerror", None) or str(e) or type(e).__name__
+        raise UserError(f"cannot serve on {shown}:{args.port}: {why}") from None
+    if not _is_loopback(args.host):
+        _say(f"warning: {args.host} is not a loopback address: anyone who can reach it can read the metrics")
+    try:
+        return _serve(args, open_live, state, f"http://{shown}:{httpd.server_port}/metrics")
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+
+
+def _serve(args: argparse.Namespace, open_live: Callable[..., Any], state: ExportState, url: str) -> int:
+    source, what, recording = _open_source(args, open_live)
+    stop, outcome = threading.Event(), {}
+    state.start(source.header, "live" if source.live else "replay", recording)
+
+    def loop() -> None:
+        try:
+            while not stop.is_set():
+                s = source.read()
+                if s is None:
+                    break
+                state.feed(s)
+        except Exception as e:  # a failing collector must stop the command with a line, not hang it
+            outcome["error"] = f"{type(e).__name__}: {e}"[:200]
+            stop.set()
+
+    worker = threading.Thread(target=loop, name="pcie-tui-export", daemon=True)
+    old_term = signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    _say(f"serving Prometheus metrics at {url} ({what}); Ctrl-C to stop")
+    worker.start()
+    ended = False
+    try:
+        while not stop.wait(0.2):
+            if not (ended or worker.is_alive()):
+                ended = True
+                _say("the source ended; still serving its last readings (Ctrl-C to stop)")
+    except KeyboardInterrupt:
+        pass
+    finally:
+        stop.set()
+        if not source.live:
+            source.close()  # wakes a replay waiting for its next tick; a live source is closed after its read
+        worker.join(timeout=5.0)
+        source.close()
+        signal.signal(signal.SIGTERM, old_term)
+    if "error" in outcome:
+        _say(f"error: collection stopped: {outcome['error']}")
+        return 1
+    return 0
