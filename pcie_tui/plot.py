@@ -82,8 +82,20 @@ def verdict_strip(an: SessionAnalyzer, index: int) -> tuple[list[float], list[st
     return list(ser.t), labels, [strip_colour(v) for v in labels]
 
 
-# The strip's source. The per-tick attribution (link/transfer/host/memory/compute/idle) replaces it here.
-STRIP = verdict_strip
+def attribution_strip(an: SessionAnalyzer, index: int) -> tuple[list[float], list[str], list[str]]:
+    """Per tick of GPU ``index``: (unix times, what bound it, colour), from :mod:`pcie_tui.analyze.attribution`."""
+    from pcie_tui.analyze.attribution import BOUNDS, tick_bounds
+    from pcie_tui.engines import facts_for
+
+    ser = an.series.get(index)
+    if ser is None or not ser.t:
+        return [], [], []
+    labels = [BOUNDS[c] for c in tick_bounds(an, index, facts_for(an.header.engine)).tolist()]
+    return list(ser.t), labels, [strip_colour(v) for v in labels]
+
+
+# The strip's source: what bound each tick (link/transfer/host/memory/compute/idle).
+STRIP = attribution_strip
 
 
 def _floats(values: Sequence[Any]) -> np.ndarray:
@@ -351,7 +363,7 @@ def render_plot(rec: Recording, an: SessionAnalyzer, path: Path, fmt: str) -> No
             handles = [Patch(color=strip_colour(v), label=v) for v in strip_labels]
             fig.legend(handles=handles, loc="lower center", bbox_to_anchor=(0.5, 0.04 / fig_h), ncol=len(handles) + 1,
                        fontsize=8, frameon=False, borderaxespad=0, title=None)  # fmt: skip
-            fig.text(0.5, (bottom_in - 0.02) / fig_h, "strip: saturated resource per tick (verdict)", ha="center", va="top", fontsize=8)  # fmt: skip
+            fig.text(0.5, (bottom_in - 0.02) / fig_h, "strip: what bound each tick (link-saturated, transfer-bound, host-bound, memory, compute, idle)", ha="center", va="top", fontsize=8)  # fmt: skip
         _save(fig, path, fmt)
 
 

@@ -24,11 +24,14 @@ from pcie_tui.tui.headless import frame_at, run, saturated_moment, wait_until
 REPO = Path(__file__).resolve().parents[1]
 # (recording, the phase the saturation must fall in), first found is used
 RECORDINGS = (
+    (REPO / "pcie_tui/data/h200-pinned.jsonl.gz", "prefill"),
     (REPO / "pcie_tui/data/h200-llama-partial.jsonl.gz", "prefill"),
     (REPO / "pcie_tui/data/h200-reference.jsonl.gz", ""),
     (REPO / "tests/fixtures/h200-probe.jsonl", ""),
 )
 SHOTS = (("demo.svg", (140, 45)), ("demo-80x24.svg", (80, 24)), ("demo-170x45.svg", (170, 45)))
+# The answer where nothing saturates: the pageable session mid-prefill (transfer-bound at 9 GB/s).
+ANSWER = (REPO / "pcie_tui/data/h200-pageable.jsonl.gz", "prefill", "answer-pageable-170x45.svg", (170, 45))
 
 
 async def shoot(recording: Path, phase: str, out: Path, size: tuple[int, int]) -> int:
@@ -48,6 +51,24 @@ async def shoot(recording: Path, phase: str, out: Path, size: tuple[int, int]) -
     return pos
 
 
+async def shoot_mid_phase(recording: Path, phase: str, out: Path, size: tuple[int, int]) -> int:
+    """The tick in the middle of the recording's first run of ``phase``."""
+    rec = read_recording(recording)
+    idx = [i for i, s in enumerate(rec.samples) if s.engine is not None and s.engine.phase == phase]
+    if not idx:
+        raise SystemExit(f"no {phase} in {recording}")
+    pos = idx[len(idx) // 2] + 1
+    src = ReplaySource(rec)
+    src.seek_to_index(pos)
+    src.set_paused(True)
+    app = make_app(src)
+    async with app.run_test(size=size) as pilot:
+        await wait_until(pilot, lambda: frame_at(app, pos), 20)
+        await pilot.pause()
+        app.save_screenshot(out.name, str(out.parent))
+    return pos
+
+
 def main(argv: list[str]) -> int:
     if len(argv) > 1:
         recording, phase = Path(argv[1]), (argv[2] if len(argv) > 2 else "")
@@ -58,6 +79,10 @@ def main(argv: list[str]) -> int:
     for name, size in SHOTS:
         pos = run(shoot(recording, phase, out_dir / name, size))
         print(f"{out_dir / name}: {size[0]}x{size[1]}, {recording.name} at tick {pos} (phase {phase or 'any'})")
+    if len(argv) <= 1:
+        rec, ph, name, size = ANSWER
+        pos = run(shoot_mid_phase(rec, ph, out_dir / name, size))
+        print(f"{out_dir / name}: {size[0]}x{size[1]}, {rec.name} at tick {pos} (middle of {ph})")
     return 0
 
 

@@ -17,7 +17,9 @@ from pcie_tui import demos
 from pcie_tui.analyze.engine import hist_delta
 from pcie_tui.analyze.verdict import pcie_ceiling_Bps
 from pcie_tui.cli import main
-from pcie_tui.plot import STRIP, check_plot_path, gpu_tracks, render_plot, strip_colour, verdict_strip
+from pcie_tui.analyze.attribution import BOUNDS, tick_bounds
+from pcie_tui.engines import facts_for
+from pcie_tui.plot import STRIP, attribution_strip, check_plot_path, gpu_tracks, render_plot, strip_colour, verdict_strip
 from pcie_tui.record.reader import read_recording
 from pcie_tui.report import build_report
 
@@ -71,15 +73,17 @@ def test_every_demo_plots_to_svg(name: str, tmp_path: Path, capsys: pytest.Captu
     assert info.name in title and f"PCIe Gen{info.link.gen} x{info.link.width}" in title
     # The ceiling's value is the recording's, with where it came from.
     ceiling, kind = pcie_ceiling_Bps(info)
-    assert kind == "theoretical" and ceiling is not None
-    assert f"PCIe ceiling {ceiling / 1e9:.1f} GB/s per direction (theoretical: Gen5 x16)" in texts
+    assert ceiling is not None
+    where = "theoretical: Gen5 x16" if kind == "theoretical" else "measured: pcie-tui calibrate"
+    assert kind == ("measured" if info.link.measured_Bps else "theoretical")
+    assert f"PCIe ceiling {ceiling / 1e9:.1f} GB/s per direction ({where})" in texts
     # The phase legend names exactly the phases the analyzer sees in this recording.
     phase_legend = legends["phase (engine phase, else the recording's label)"][1:]
     assert sorted(phase_legend) == _phases(path)
-    # The strip's legend names exactly the verdicts that occur.
+    # The strip's legend names exactly the bounds that occur (the attribution of each tick).
     _, an = build_report(rec)
-    strip = legends[next(k for k in legends if k in ("none", "link", "memory", "compute"))]
-    assert sorted(strip) == sorted({s["saturated"] for s in an.timeline(0)})
+    strip = legends[next(k for k in legends if k in BOUNDS)]
+    assert sorted(strip) == sorted({BOUNDS[c] for c in tick_bounds(an, 0, facts_for(rec.header.engine)).tolist()})
 
 
 def test_png_is_a_real_image(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -234,8 +238,16 @@ def test_lone_readings_get_a_dot() -> None:
     plt.close(fig)
 
 
+def test_the_strip_is_the_attribution() -> None:
+    assert STRIP is attribution_strip
+    _, an = build_report(read_recording(demos.resolve("h200-pageable"), warn=False))
+    t, labels, colours = attribution_strip(an, 0)
+    assert t == an.series[0].t and len(labels) == len(t) == len(colours)
+    assert {"transfer", "host", "idle"} <= set(labels) and "link" not in labels
+    assert attribution_strip(an, 7) == ([], [], [])
+
+
 def test_verdict_strip_is_the_analyzers_timeline() -> None:
-    assert STRIP is verdict_strip
     _, an = build_report(read_recording(demos.resolve("h200-reference"), warn=False))
     t, labels, colours = verdict_strip(an, 0)
     assert t == an.series[0].t and len(labels) == len(t) == len(colours)

@@ -25,22 +25,42 @@ def _pct(v: float | None) -> str:
     return "n/a" if v is None else f"{v * 100:.0f} %"
 
 
-def evidence_text(f: dict[str, Any]) -> str:
-    """The numbers behind one finding, with the ceiling and where it came from."""
+def predicted_range(pred: dict[str, Any]) -> str:
+    """``2.8-3.2 s``, or one number when hiding the copies would not change it."""
+    lo, hi = pred["phase_s_at_best"], pred["phase_s_no_overlap"]
+    return f"{lo:.1f} s" if hi - lo < 0.05 else f"{lo:.1f}-{hi:.1f} s"
+
+
+def evidence_text(f: dict[str, Any], short: bool = False) -> str:
+    """The numbers behind one finding, with the ceiling and where it came from (``short``: for one screen row)."""
     c = f["ceilings"]
     b = f["bound"]
-    rate = fmt_rate(f.get("link_Bps"))
+    if short:
+        src = "calibrated" if c["pinned_source"].startswith("calibrated") else "default"
+        cap = f"{fmt_rate(c['pinned_Bps'])} pinned ({src})"
+        if b == "link":
+            return f"link {fmt_rate(f.get('link_Bps'))} = {_pct(f.get('link_of_pinned'))} of {cap}"
+        if b == "transfer":
+            gsrc = "calibrated" if c["pageable_source"].startswith("calibrated") else "default"
+            return (
+                f"host<->GPU {fmt_rate(f.get('link_Bps'))} = {_pct(f.get('link_of_pinned'))} of {cap}, "
+                f"pageable ceiling {fmt_rate(c['pageable_Bps'])} ({gsrc}); SM {_pct(f.get('sm_util'))}"
+            )
+        if b == "host":
+            return f"SM {_pct(f.get('sm_util'))}, link {fmt_rate(f.get('link_Bps'))}, work in flight"
+    rate = f"{fmt_rate(f.get('link_Bps'))} {f.get('stat', 'median')}"
     pinned = f"{fmt_rate(c['pinned_Bps'])} {c['pinned_source']} ceiling"
     dram_name = "DRAM busy (proxy)" if f.get("dram_basis") == "proxy" else "DRAM"
     if b == "link":
-        return f"link {rate} median = {_pct(f.get('link_of_pinned'))} of the {pinned}"
+        return f"link {rate} = {_pct(f.get('link_of_pinned'))} of the {pinned}"
     if b == "transfer":
         return (
-            f"host<->GPU {rate} median = {_pct(f.get('link_of_pinned'))} of the {pinned}, "
+            f"host<->GPU {rate} = {_pct(f.get('link_of_pinned'))} of the {pinned}, "
             f"pageable ceiling {fmt_rate(c['pageable_Bps'])} ({c['pageable_source']}); GPU SM {_pct(f.get('sm_util'))}"
         )
     if b == "host":
-        return f"GPU SM {_pct(f.get('sm_util'))}, link {rate} while requests were in flight"
+        when = "while requests were in flight" if f.get("work_basis") != "label" else "in a phase labelled as work"
+        return f"GPU SM {_pct(f.get('sm_util'))}, link {rate} {when}"
     if b == "memory":
         return f"{dram_name} {_pct(f.get('dram_util'))} of peak, SM {_pct(f.get('sm_util'))}"
     if b == "compute":
@@ -108,10 +128,7 @@ def headline(f: dict[str, Any] | None, busy_s: float, several_gpus: bool) -> dic
     if adv and adv.get("fix"):
         line2 = f"Cause: {adv['cause']}. Fix: {adv['fix']}"
         if pred and pred.get("phase_s_at_best"):
-            line2 += (
-                f" ({f['phase']} {pred['phase_s']:.1f} s -> {pred['phase_s_at_best']:.1f}-"
-                f"{pred['phase_s_no_overlap']:.1f} s, up to {pred['speedup_at_most']:.1f}x faster)"
-            )
+            line2 += f" ({f['phase']} {pred['phase_s']:.1f} s -> {predicted_range(pred)}, up to {pred['speedup_at_most']:.1f}x faster)"
         line2 += "."
     elif adv:
         line2 = f"Cause: {adv['cause']}."

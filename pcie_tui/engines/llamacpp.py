@@ -103,13 +103,14 @@ def parse_flags(argv: list[str], environ: dict[str, str] | None = None) -> dict[
 def facts(engine_info: dict[str, Any]) -> EngineFacts:
     argv = engine_info.get("cmdline") if isinstance(engine_info.get("cmdline"), list) else []
     env = engine_info.get("environ") if isinstance(engine_info.get("environ"), dict) else None
+    env = {str(k): str(v) for k, v in env.items()} if env else None
     f = parse_flags([str(a) for a in argv], env)
     log = engine_info.get("load_log") if isinstance(engine_info.get("load_log"), dict) else {}
-    lines = [str(x) for x in (log.get("warnings") or []) + (log.get("lines") or [])]
+    lines = [x for key in ("warnings", "lines") if isinstance(log.get(key), list) for x in log[key] if isinstance(x, str)]
     evidence = tuple(x for x in lines if MMAP_WARNING in x or "CUDA_Host" in x or "CPU_Mapped" in x or "offload" in x)
 
     meta = engine_info.get("model_meta") if isinstance(engine_info.get("model_meta"), dict) else {}
-    n_layer = meta.get("block_count") if isinstance(meta.get("block_count"), int) else None
+    n_layer = meta.get("block_count") if type(meta.get("block_count")) is int and meta["block_count"] > 0 else None
     parts = []
     ngl = f.get("n_gpu_layers")
     # -ngl 99 and up is how people say "all layers"; without the layer count a smaller N is a

@@ -43,6 +43,7 @@ def facts(engine_info: dict[str, Any]) -> EngineFacts:
     f = parse_flags([str(a) for a in argv])
     layout = engine_info.get("layout") if isinstance(engine_info.get("layout"), dict) else {}
     tp = f.get("tp") or layout.get("tensor_parallel_size") or layout.get("tp")
+    tp = tp if type(tp) in (int, float) and 0 < tp < 4096 else None
     off = f.get("cpu_offload_gb")
     kv = f.get("kv_offloading_size")
     return EngineFacts(
@@ -51,7 +52,7 @@ def facts(engine_info: dict[str, Any]) -> EngineFacts:
         host_pinned=True if off else None,  # vLLM allocates its CPU-offloaded weights pinned
         host_memory_why="vLLM pins CPU-offloaded weights" if off else None,
         kv_on_host=f"--kv-offloading-size {kv}: KV cache blocks in CPU memory" if kv else None,
-        tensor_parallel=int(tp) if isinstance(tp, int | float) else None,
+        tensor_parallel=int(tp) if tp is not None else None,
         flags=f,
     )
 

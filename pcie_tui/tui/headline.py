@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from pcie_tui.analyze.answer import evidence_text, live_headline
+from pcie_tui.analyze.answer import evidence_text, live_headline, predicted_range
 from pcie_tui.analyze.attribution import BOUND_WORDS
 from pcie_tui.analyze.verdict import Utilisation, pcie_ceiling_Bps
 from pcie_tui.tui import fmt
@@ -44,17 +44,14 @@ def headline_text(state: ViewModel) -> str | None:
     if h is None or h.get("finding") is None:
         return saturation_text(state)
     f = h["finding"]
-    first = f"{h['phase']} · {BOUND_WORDS[h['bound']]} {h['share'] * 100:.0f} %: {evidence_text(f)}"
+    first = f"{h['phase']} · {BOUND_WORDS[h['bound']]} {h['share'] * 100:.0f} %: {evidence_text(f, short=True)}"
     if len(state.attribution.findings()) > 1 or (f["gpu"] not in (0, None)):
         first = f"GPU{f['gpu']} " + first
     if h.get("fix"):
         pred = h.get("predicted")
-        tail = (
-            f" ({h['phase']} {pred['phase_s']:.1f} s -> {pred['phase_s_at_best']:.1f}-{pred['phase_s_no_overlap']:.1f} s)"
-            if pred
-            else ""
-        )
-        return f"{first}\nfix: {h['fix']}{tail}"
+        fix = h["fix"].split(": ", 1)[0].split("; ", 1)[0]  # the change itself; its reasons are in the report
+        tail = f" ({h['phase']} so far {pred['phase_s']:.1f} s -> {predicted_range(pred)})" if pred else ""
+        return f"{first}\nfix: {fix}{tail}"
     if h.get("cause"):
         return f"{first}\ncause: {h['cause']}"
     return first
