@@ -281,7 +281,9 @@ def cmd_report(args: argparse.Namespace) -> int:
     if args.json:
         from pcie_tui.record.validate import finite_json
 
-        json.dump(finite_json(report), sys.stdout, indent=1, allow_nan=False)
+        # Data only: the per-phase sentences are the text report's (the shares are in gpus[].phases).
+        data = {k: v for k, v in report.items() if k != "phase_verdicts"}
+        json.dump(finite_json(data), sys.stdout, indent=1, allow_nan=False)
         sys.stdout.write("\n")
     else:
         # Piped or redirected: no terminal width to follow, so don't wrap at 80 columns.

@@ -23,7 +23,6 @@ from pcie_tui.doctor.cli import render_linkmodel
 from pcie_tui.model import EngineSample, Sample
 from pcie_tui.record.reader import Recording, SampleList, gc_paused
 
-
 # report --json: bump when a field changes meaning or goes away (docs/report-json.md).
 SCHEMA_VERSION = 2
 

@@ -23,7 +23,7 @@ def test_data_layer_imports_without_textual():
     code = (
         "import sys, importlib, pkgutil\n"
         "import pcie_tui\n"
-        "for pkg in ('pcie_tui.model', 'pcie_tui.collect', 'pcie_tui.analyze', 'pcie_tui.record'):\n"
+        "for pkg in ('pcie_tui.model', 'pcie_tui.collect', 'pcie_tui.engines', 'pcie_tui.analyze', 'pcie_tui.record'):\n"
         "    m = importlib.import_module(pkg)\n"
         "    for info in pkgutil.walk_packages(getattr(m, '__path__', []), pkg + '.'):\n"
         "        importlib.import_module(info.name)\n"

@@ -14,12 +14,20 @@ import numpy as np
 import pytest
 
 from pcie_tui import demos
+from pcie_tui.analyze.attribution import BOUNDS, tick_bounds
 from pcie_tui.analyze.engine import hist_delta
 from pcie_tui.analyze.verdict import pcie_ceiling_Bps
 from pcie_tui.cli import main
-from pcie_tui.analyze.attribution import BOUNDS, tick_bounds
 from pcie_tui.engines import facts_for
-from pcie_tui.plot import STRIP, attribution_strip, check_plot_path, gpu_tracks, render_plot, strip_colour, verdict_strip
+from pcie_tui.plot import (
+    STRIP,
+    attribution_strip,
+    check_plot_path,
+    gpu_tracks,
+    render_plot,
+    strip_colour,
+    verdict_strip,
+)
 from pcie_tui.record.reader import read_recording
 from pcie_tui.report import build_report
 

@@ -217,7 +217,7 @@ def test_headline_says_what_holds_the_phase_back(llama):
     head, fix = r["headline"].split("\n")
     # The phase, what bound it so far, and the numbers against the ceiling it was compared with.
     assert head.startswith("prefill · link-saturated ") and "GB/s mean" in head  # live: means so far
-    assert " of the 56.7 GB/s default: 0.90 x theoretical Gen5 x16 ceiling" in head
+    assert " of 56.7 GB/s pinned (default)" in head  # this older recording has no calibration
     # Then the change the engine's own flags point to (llama-server --n-cpu-ffn 12 -ub 128).
     assert fix.startswith("fix: keep more of those weights in VRAM") and "-ub" in fix
     assert r["headline_display"] and head[:40] in r["headline_shown"]

@@ -36,14 +36,15 @@ def evidence_text(f: dict[str, Any], short: bool = False) -> str:
     c = f["ceilings"]
     b = f["bound"]
     if short:
+        stat = f.get("stat", "median")
         src = "calibrated" if c["pinned_source"].startswith("calibrated") else "default"
         cap = f"{fmt_rate(c['pinned_Bps'])} pinned ({src})"
         if b == "link":
-            return f"link {fmt_rate(f.get('link_Bps'))} = {_pct(f.get('link_of_pinned'))} of {cap}"
+            return f"link {fmt_rate(f.get('link_Bps'))} {stat} = {_pct(f.get('link_of_pinned'))} of {cap}"
         if b == "transfer":
             gsrc = "calibrated" if c["pageable_source"].startswith("calibrated") else "default"
             return (
-                f"host<->GPU {fmt_rate(f.get('link_Bps'))} = {_pct(f.get('link_of_pinned'))} of {cap}, "
+                f"host<->GPU {fmt_rate(f.get('link_Bps'))} {stat} = {_pct(f.get('link_of_pinned'))} of {cap}, "
                 f"pageable ceiling {fmt_rate(c['pageable_Bps'])} ({gsrc}); SM {_pct(f.get('sm_util'))}"
             )
         if b == "host":

@@ -329,8 +329,8 @@ def from_engine(header: SessionHeader) -> tuple[ModelShape | None, Layout | None
     llama.cpp: ``layout.model`` is the GGUF; ``-sm layer`` (its default) splits layers
     across the GPUs like pipeline stages, ``-sm row``/``tensor`` splits tensors.
     """
-    eng = header.engine if isinstance(header.engine, dict) else {}
-    lay = eng.get("layout") if isinstance(eng.get("layout"), dict) else {}
+    eng: dict[str, Any] = header.engine if isinstance(header.engine, dict) else {}
+    lay: dict[str, Any] = eng["layout"] if isinstance(eng.get("layout"), dict) else {}
     path = lay.get("model") or eng.get("model")
     if not isinstance(path, str) or not path:
         return None, None, "the engine's model path is unknown"

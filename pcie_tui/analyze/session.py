@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from pcie_tui.analyze.quantiles import quantile  # noqa: F401  (re-exported: one quantile)
 from pcie_tui.analyze.verdict import (
     DEFAULT_THRESHOLDS,
     RESOURCES,
@@ -21,7 +22,6 @@ from pcie_tui.analyze.verdict import (
     GpuVerdictTracker,
     Thresholds,
 )
-from pcie_tui.analyze.quantiles import quantile  # noqa: F401  (re-exported: one quantile)
 from pcie_tui.model import Sample, SessionHeader
 
 

@@ -118,7 +118,7 @@ def link_shares(header: SessionHeader, analyzer: SessionAnalyzer, index: int) ->
 
 def _row(name: str, kind: str, target: float | None, r: float | None, phases: dict[str, Any], ratio: Any, basis: str) -> dict[str, Any]:
     """One scenario: ``ratio(phase, entry)`` gives the phase's T_new/T_old, or None when unknown."""
-    per_phase: dict[str, dict[str, float] | None] = {}
+    per_phase: dict[str, dict[str, float | None] | None] = {}
     total = new_total = 0.0
     known = True
     for ph, p in phases.items():
@@ -187,7 +187,7 @@ def whatif_report(
         if pinned:
             target = next(iter(by_phase.values()))["ceilings"]["pinned_Bps"]
 
-            def pin_ratio(ph: str, p: dict[str, Any]) -> float:
+            def pin_ratio(ph: str, p: dict[str, Any], pinned: dict[str, Any] = pinned) -> float:
                 w = pinned.get(ph)
                 return w["phase_s_at_best"] / w["phase_s"] if w and w["phase_s"] > 0 else 1.0
 

@@ -34,10 +34,10 @@ def apply_calibration(infos: tuple[GpuInfo, ...]) -> tuple[GpuInfo, ...]:
         return infos
     out = []
     for g in infos:
-        shape = {"max_gen": g.link.max_gen, "max_width": g.link.max_width}
-        measured = lookup(g.uuid, g.link.gen, g.link.width, **shape)
+        mg, mw = g.link.max_gen, g.link.max_width
+        measured = lookup(g.uuid, g.link.gen, g.link.width, max_gen=mg, max_width=mw)
         if measured is not None:
-            pageable = lookup_pageable(g.uuid, g.link.gen, g.link.width, **shape)
+            pageable = lookup_pageable(g.uuid, g.link.gen, g.link.width, max_gen=mg, max_width=mw)
             g = dataclasses.replace(
                 g, link=dataclasses.replace(g.link, measured_Bps=measured, measured_pageable_Bps=pageable)
             )

@@ -4,8 +4,8 @@ and the files its log goes to (``/proc/PID/fd/1`` and ``2``, ``--log-file``)."""
 from __future__ import annotations
 
 import contextlib
-import re
 import os
+import re
 import stat
 from typing import Any
 

@@ -45,6 +45,12 @@ class Advice:
         return {"cause": self.cause, "fix": self.fix, "evidence": list(self.evidence), "predicted": self.predicted}
 
 
+def typed(d: dict[str, Any], key: str, typ: type, default: Any) -> Any:
+    """``d[key]`` when it is a ``typ`` (recorded facts can be anything), else ``default``."""
+    v = d.get(key)
+    return v if isinstance(v, typ) and not (typ is int and isinstance(v, bool)) else default
+
+
 def facts_for(engine_info: dict[str, Any] | None) -> EngineFacts | None:
     """Facts of the recorded engine, or None when the recording has none."""
     if not isinstance(engine_info, dict):

@@ -18,9 +18,10 @@ src/llama-model.cpp, src/llama-model-loader.cpp):
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
-from pcie_tui.engines import Advice, EngineFacts
+from pcie_tui.engines import Advice, EngineFacts, typed
 
 _VALUE_FLAGS = {
     "-ngl": "n_gpu_layers",
@@ -93,24 +94,23 @@ def parse_flags(argv: list[str], environ: dict[str, str] | None = None) -> dict[
         out["cuda_no_pinned"] = True
     for key in ("n_cpu_ffn", "n_cpu_moe", "ubatch", "batch", "n_gpu_layers"):
         if isinstance(out.get(key), str):
-            try:
+            with contextlib.suppress(ValueError):  # "auto" / "all" for -ngl stay words
                 out[key] = int(out[key])
-            except ValueError:
-                pass  # "auto" / "all" for -ngl stay words
     return out
 
 
 def facts(engine_info: dict[str, Any]) -> EngineFacts:
-    argv = engine_info.get("cmdline") if isinstance(engine_info.get("cmdline"), list) else []
-    env = engine_info.get("environ") if isinstance(engine_info.get("environ"), dict) else None
-    env = {str(k): str(v) for k, v in env.items()} if env else None
+    argv: list[Any] = typed(engine_info, "cmdline", list, [])
+    raw_env: dict[str, Any] = typed(engine_info, "environ", dict, {})
+    env = {str(k): str(v) for k, v in raw_env.items()} or None
     f = parse_flags([str(a) for a in argv], env)
-    log = engine_info.get("load_log") if isinstance(engine_info.get("load_log"), dict) else {}
+    log: dict[str, Any] = typed(engine_info, "load_log", dict, {})
     lines = [x for key in ("warnings", "lines") if isinstance(log.get(key), list) for x in log[key] if isinstance(x, str)]
     evidence = tuple(x for x in lines if MMAP_WARNING in x or "CUDA_Host" in x or "CPU_Mapped" in x or "offload" in x)
 
-    meta = engine_info.get("model_meta") if isinstance(engine_info.get("model_meta"), dict) else {}
-    n_layer = meta.get("block_count") if type(meta.get("block_count")) is int and meta["block_count"] > 0 else None
+    meta: dict[str, Any] = typed(engine_info, "model_meta", dict, {})
+    n_layer: int | None = typed(meta, "block_count", int, None)
+    n_layer = n_layer if n_layer is not None and n_layer > 0 else None
     parts = []
     ngl = f.get("n_gpu_layers")
     # -ngl 99 and up is how people say "all layers"; without the layer count a smaller N is a

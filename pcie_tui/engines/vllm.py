@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pcie_tui.engines import Advice, EngineFacts
+from pcie_tui.engines import Advice, EngineFacts, typed
 
 _VALUE_FLAGS = {
     "--cpu-offload-gb": "cpu_offload_gb",
@@ -39,10 +39,10 @@ def parse_flags(argv: list[str]) -> dict[str, Any]:
 
 
 def facts(engine_info: dict[str, Any]) -> EngineFacts:
-    argv = engine_info.get("cmdline") if isinstance(engine_info.get("cmdline"), list) else []
+    argv: list[Any] = typed(engine_info, "cmdline", list, [])
     f = parse_flags([str(a) for a in argv])
-    layout = engine_info.get("layout") if isinstance(engine_info.get("layout"), dict) else {}
-    tp = f.get("tp") or layout.get("tensor_parallel_size") or layout.get("tp")
+    layout: dict[str, Any] = typed(engine_info, "layout", dict, {})
+    tp: Any = f.get("tp") or layout.get("tensor_parallel_size") or layout.get("tp")
     tp = tp if type(tp) in (int, float) and 0 < tp < 4096 else None
     off = f.get("cpu_offload_gb")
     kv = f.get("kv_offloading_size")

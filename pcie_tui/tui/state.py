@@ -16,8 +16,8 @@ from typing import Any
 
 from pcie_tui.analyze.attribution import LiveAttribution
 from pcie_tui.analyze.session import SessionAnalyzer, sample_phase
-from pcie_tui.engines import facts_for
 from pcie_tui.analyze.verdict import DEFAULT_THRESHOLDS, Event, Thresholds, Utilisation, pcie_ceiling_Bps
+from pcie_tui.engines import facts_for
 from pcie_tui.model import GpuInfo, GpuSample, Sample, SessionHeader
 from pcie_tui.tui.headline import headline_text
 
