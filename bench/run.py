@@ -145,6 +145,21 @@ def bench_replay(src: Path, n_gpus: int = 1) -> list[tuple[str, str]]:
                 f"(target < 10 %) {_ok(cost < 0.10)}",
             )
         )
+        # The attribution (what bound each tick and phase) and the headline, on the analysed session:
+        # their share of what `pcie-tui report` costs, in the same run.
+        from pcie_tui.analyze.answer import answer
+
+        rec = read_recording(path, warn=False)
+        _, an = build_report(rec)
+        att = min(_once(lambda: answer(rec.header, an)) for _ in range(3))
+        del rec, an
+        rows.append(
+            (
+                f"attribution + headline (answer) on the analysed session, best of 3, {tag}",
+                f"{att * 1e3:.0f} ms = {att / best['total'] * 100:.1f} % of the report's time "
+                f"({n_gpu / att:,.0f} GPU-samples/s)",
+            )
+        )
         if rate < TARGET_REPLAY:
             rows.append(
                 (
@@ -167,6 +182,12 @@ def _profile(fn: Callable[[], object]) -> str:
     for (file, line, name), (_cc, _nc, tt, _ct, _callers) in sorted(st.stats.items(), key=lambda kv: -kv[1][2])[:6]:  # type: ignore[attr-defined]
         top.append(f"{Path(file).name}:{line} {name} {tt:.2f}s")
     return "; ".join(top)
+
+
+def _once(fn: Callable[[], object]) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
 
 
 def _ok(cond: bool) -> str:
