@@ -118,13 +118,13 @@ def run(name: str, args: argparse.Namespace, model: str, port: int) -> dict[str,
         # The live TUI beside the recorder: a screenshot mid-prefill (ptyshot.py, carried in
         # .whl/tools) and, with py-spy, where its CPU goes.
         watch = subprocess.Popen(
-            [sys.executable, ".whl/tools/ptyshot.py", str(args.watch_delay), str(out / f"watch-{name}.svg"), "170", "45",
+            [sys.executable, ".whl/tools/ptyshot.py", str(int(args.watch_delay)), str(out / f"watch-{name}.svg"), "170", "45",
              sys.executable, "-m", "pcie_tui", "watch", "--pid", str(server.pid)],
             stdout=open(out / f"{name}-watch.txt", "wb"), stderr=subprocess.STDOUT,  # noqa: SIM115
         )
         time.sleep(1.0)
-        app = next((p for p in os.listdir("/proc") if p.isdigit() and b"pcie_tui\x00watch" in
-                    _cmdline(p)), None)
+        app = next((p for p in os.listdir("/proc") if p.isdigit() and b"pcie_tui\x00watch" in _cmdline(p)
+                    and b"ptyshot" not in _cmdline(p)), None)
         if app:
             watch_spy = subprocess.Popen(
                 ["py-spy", "record", "--pid", app, "--rate", "100", "--format", "raw", "-o",
