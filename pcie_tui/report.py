@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
 from typing import Any
 
@@ -34,7 +35,23 @@ def build_report(rec: Recording, thresholds: Thresholds = DEFAULT_THRESHOLDS) ->
         return _build_report(rec, thresholds)
 
 
+def with_stored_calibration(rec: Recording) -> None:
+    """GPUs recorded without a calibrated ceiling get this machine's stored one for the same GPU
+    (by UUID, on the same link shape), as the live monitor would have used; the header says so."""
+    hdr = rec.header
+    if not hdr.gpus or all(g.link.measured_Bps is not None for g in hdr.gpus):
+        return
+    from pcie_tui.collect.live import apply_calibration
+
+    applied = apply_calibration(hdr.gpus)
+    gpus = tuple(a if g.link.measured_Bps is None else g for g, a in zip(hdr.gpus, applied, strict=True))
+    if gpus != hdr.gpus:
+        note = "ceilings: this GPU's stored calibration (pcie-tui calibrate) applied at report time"
+        rec.header = dataclasses.replace(hdr, gpus=gpus, extra={**hdr.extra, "calibration_applied": note})
+
+
 def _build_report(rec: Recording, thresholds: Thresholds) -> tuple[dict[str, Any], SessionAnalyzer]:
+    with_stored_calibration(rec)
     # A recording read from a file is analysed from its raw ticks in bulk (no Samples built);
     # the engine report only needs each tick's time and engine, so it gets just those.
     samples = rec.samples
@@ -61,6 +78,7 @@ def _build_report(rec: Recording, thresholds: Thresholds) -> tuple[dict[str, Any
     out["segments"] = rec.segments
     out["gaps_s"] = sum(g["duration_s"] for g in rec.gaps)
     out["gpu_unavailable"] = rec.header.extra.get("gpu_unavailable")
+    out["calibration_applied"] = rec.header.extra.get("calibration_applied")
     out["engine"] = engine_report(engine_ticks, an)
     out["attribution"] = {"findings": ans["findings"], "engine_facts": ans["facts"]}
     out["whatif"] = whatif_report(rec.header, an, {int(k): v for k, v in ans["findings"].items()})
@@ -91,6 +109,8 @@ def render_text(report: dict[str, Any], rec: Recording, console: Console) -> Non
         f"[bold]{report['file']}[/]  host {report['host']}  created {report['created']}  "
         f"{report['duration_s']:.1f} s, {report['ticks']} ticks"
     )
+    if report.get("calibration_applied"):
+        console.print(report["calibration_applied"], markup=False, highlight=False)
     if report.get("gpu_unavailable"):
         console.print(f"GPU side unavailable: {report['gpu_unavailable']}", markup=False, highlight=False)
     holes = [g for g in report.get("gaps") or () if g.get("event") == "recording_gap"]

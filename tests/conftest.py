@@ -46,3 +46,9 @@ def vllm_server(vllm_model, tmp_path_factory):
         pytest.fail(f"vLLM did not start: {e}")
     yield srv
     srv.stop()
+
+
+@pytest.fixture(autouse=True)
+def _no_stored_calibration(tmp_path_factory, monkeypatch):
+    """Reports and the live source read this machine's stored calibration: tests start from none."""
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path_factory.mktemp("config")))

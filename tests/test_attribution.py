@@ -146,3 +146,28 @@ def test_answer_without_work_says_so():
                               EngineSample("llamacpp", True, phase="idle")) for i in range(20)])
     h = answer(hdr, an)["headline"]
     assert h["bound"] == "idle" and h["phase"] is None and "Nothing was in flight" in h["text"]
+
+
+def test_report_applies_this_gpus_stored_calibration(tmp_path, monkeypatch):
+    """A recording made before `calibrate` ran is compared with the calibration stored since, for that GPU."""
+    import json
+
+    from pcie_tui.report import build_report
+
+    rec = read_recording(DATA / "h200-llama-partial.jsonl.gz")
+    g = rec.header.gpus[0]
+    assert g.link.measured_Bps is None
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path))
+    entry = {"uuid": g.uuid, "gen": 5, "width": 16, "max_gen": 5, "max_width": 16,
+             "counter_Bps": 59.4e9, "pageable_counter_Bps": 8.9e9}
+    (tmp_path / "pcie-tui").mkdir()
+    (tmp_path / "pcie-tui" / "calibration.json").write_text(json.dumps({"format": "pcie-tui/calibration", "version": 1, "gpus": {g.uuid: entry}}))
+    rep, _ = build_report(rec)
+    f = next(f for f in rep["attribution"]["findings"]["0"] if f["phase"] == "prefill")
+    assert f["ceilings"]["pinned_Bps"] == 59.4e9 and f["ceilings"]["pinned_source"] == "calibrated pinned"
+    assert f["ceilings"]["pageable_Bps"] == 8.9e9
+    assert "applied at report time" in rep["calibration_applied"]
+    # Another GPU's calibration does not apply.
+    other = read_recording(DATA / "h200-llama-full.jsonl.gz")
+    rep, _ = build_report(other)
+    assert rep["calibration_applied"] is None
