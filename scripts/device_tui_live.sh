@@ -42,4 +42,12 @@ print(f"watch --no-engine: start-up (first 8 s) {c8:.2f} s CPU; steady {100 * (c
 PY
 cat "$OUT/watch-cpu.txt"
 wait $TPID
+# The retest trigger and the exporter on the real GPU.
+export XDG_CONFIG_HOME=/tmp/cfg
+{ python3 -m pcie_tui doctor --save-baseline "$OUT"; echo "save rc=$?"
+  python3 -m pcie_tui doctor --since "$OUT"; echo "since rc=$? (0 = same machine, no retest)"
+  python3 -m pcie_tui export --prometheus --port 9842 --no-engine & EP=$!
+  sleep 5; python3 -c "import urllib.request as u; print(\"\\n\".join(l for l in u.urlopen(\"http://127.0.0.1:9842/metrics\", timeout=5).read().decode().splitlines() if l.startswith((\"pcie_pcie\", \"pcie_link\", \"pcie_dram\", \"pcie_sm\", \"pcie_verdict\")))[:3000])"; kill $EP; wait $EP; echo "export rc=$?"
+} >"$OUT/doctor-export.txt" 2>&1
+cat "$OUT/doctor-export.txt"
 ls -la "$OUT"
