@@ -219,7 +219,7 @@ def test_headline_says_what_holds_the_phase_back(llama):
     assert head.startswith("prefill · link-saturated ") and "GB/s mean" in head  # live: means so far
     assert " of 56.7 GB/s pinned (default)" in head  # this older recording has no calibration
     # Then the change the engine's own flags point to (llama-server --n-cpu-ffn 12 -ub 128).
-    assert fix.startswith("fix: keep more of those weights in VRAM") and "-ub" in fix
+    assert fix.startswith("fix: keep more of those weights in VRAM") and "--n-cpu-ffn" in fix
     assert r["headline_display"] and head[:40] in r["headline_shown"]
     assert r["#headline"].height == 2
 
