@@ -12,7 +12,15 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from pcie_tui.analyze.answer import evidence_text, live_headline, predicted_range
-from pcie_tui.analyze.attribution import BOUND_WORDS
+# Short words for one screen row; the report and docs/attribution.md say them in full.
+BOUND_SHORT = {
+    "link": "link-saturated",
+    "transfer": "transfer-bound",
+    "host": "host-bound",
+    "memory": "memory-bound",
+    "compute": "compute-bound",
+    "idle": "idle",
+}
 from pcie_tui.analyze.verdict import Utilisation, pcie_ceiling_Bps
 from pcie_tui.tui import fmt
 
@@ -44,7 +52,7 @@ def headline_text(state: ViewModel) -> str | None:
     if h is None or h.get("finding") is None:
         return saturation_text(state)
     f = h["finding"]
-    first = f"{h['phase']} · {BOUND_WORDS[h['bound']]} {h['share'] * 100:.0f} %: {evidence_text(f, short=True)}"
+    first = f"{h['phase']} · {BOUND_SHORT[h['bound']]} {h['share'] * 100:.0f}%: {evidence_text(f, short=True)}"
     if len(state.attribution.findings()) > 1 or (f["gpu"] not in (0, None)):
         first = f"GPU{f['gpu']} " + first
     if h.get("fix"):

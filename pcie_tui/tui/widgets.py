@@ -265,7 +265,7 @@ class GpuPanel(Vertical):
 
 
 class HeadlineBar(Static):
-    """One line (two when it does not fit) saying what holds things back now; hidden with nothing to say.
+    """What holds things back now and the fix (up to four rows on narrow screens); hidden with nothing to say.
 
     The text comes ready-made in the frame (``Frame.headline``); only its height and
     visibility ever change the layout, and only when they flip.
@@ -288,9 +288,10 @@ class HeadlineBar(Static):
             self.display = True
 
     def fit(self) -> None:
-        """Two rows when the text is wider than the bar (after a resize too), else one."""
-        room = self.app.size.width - 2  # the bar spans the screen; padding 0 1
-        rows = 2 if self.text is not None and cell_len(self.text) > room else 1
+        """As many rows as its lines need at this width (after a resize too), four at most."""
+        room = max(1, self.app.size.width - 2)  # the bar spans the screen; padding 0 1
+        lines = (self.text or "").split("\n")
+        rows = min(4, sum(max(1, -(-cell_len(ln) // room)) for ln in lines))
         if self.styles.height is None or self.styles.height.value != rows:
             self.styles.height = rows
 
