@@ -211,6 +211,10 @@ class LogTailer:
             self.error = f"cannot read log {self.path}: {e.strerror}"
             return []
         ino = (st.st_dev, st.st_ino)
+        if ino == self._ino and st.st_size == self.offset and self.error is None:
+            # Nothing new (the usual case between two requests): no open, seek or read. A file
+            # rewritten in place to this very length is noticed when it grows, by the check below.
+            return []
         try:
             with open(self.path, "rb") as f:
                 if ino == self._ino and st.st_size >= self.offset and self._sig:
