@@ -210,12 +210,13 @@ def bench_vllm(seconds: float, warmup_s: float, nvml: str, profile_dir: Path | N
     why = vllm_available()
     if why is not None:
         return [("recorder attached to vLLM", f"skipped: {why}")]
-    model_dir = ROOT / ".engines" / "models" / "vllm-tiny-llama"
+    # Written once into the temp folder (the tests' cache, .engines/models, may be shared).
+    model_dir = Path(tempfile.gettempdir()) / "pcie-tui-bench" / "vllm-tiny-llama"
     vocab = ensure_model(model_dir)
     tmp = Path(tempfile.mkdtemp(prefix="pcie-bench-vllm-"))
     srv = VllmServer(model_dir, free_port(), tmp / "vllm.log")
     try:
-        srv.start(timeout_s=240)
+        srv.start(timeout_s=120)
         rng = random.Random(0)
 
         def send(i: int) -> None:
@@ -234,7 +235,7 @@ def bench_vllm(seconds: float, warmup_s: float, nvml: str, profile_dir: Path | N
 
 
 def bench_engine_cpu(
-    seconds: float = 20.0, warmup_s: float = 4.0, engines: str = "all", profile_dir: Path | None = None
+    seconds: float = 15.0, warmup_s: float = 3.0, engines: str = "all", profile_dir: Path | None = None
 ) -> list[tuple[str, str]]:
     nvml = gpu_mode()
     rows: list[tuple[str, str]] = []
@@ -247,8 +248,8 @@ def bench_engine_cpu(
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--seconds", type=float, default=20.0, help="measured seconds per recorder run")
-    ap.add_argument("--warmup", type=float, default=4.0, help="seconds after start before measuring")
+    ap.add_argument("--seconds", type=float, default=15.0, help="measured seconds per recorder run")
+    ap.add_argument("--warmup", type=float, default=3.0, help="seconds after start before measuring")
     ap.add_argument("--engine", choices=("all", "llamacpp", "vllm"), default="all")
     ap.add_argument("--profile", metavar="DIR", help="also py-spy each run (raw collapsed stacks) into DIR")
     a = ap.parse_args(argv)
