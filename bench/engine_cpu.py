@@ -39,12 +39,12 @@ if str(TESTS) not in sys.path:
     sys.path.insert(0, str(TESTS))
 
 # The recorder child: the real CLI, optionally with the replayed H200 NVML in place of pynvml.
-CHILD = """
+CHILD = f"""
 import sys
 fake = sys.argv[1]
 sys.argv = ["pcie-tui", *sys.argv[2:]]
 if fake == "fake":
-    sys.path.insert(0, {tests!r})
+    sys.path.insert(0, {str(TESTS)!r})
     import fakenvml
     sys.modules["pynvml"] = fakenvml.FakeNvml(fakenvml.load_capture())
 elif fake == "none":
@@ -55,7 +55,7 @@ elif fake == "none":
     sys.meta_path.insert(0, _Block())
 from pcie_tui.cli import main
 raise SystemExit(main())
-""".format(tests=str(TESTS))
+"""
 
 
 def _cpu_s(pid: int) -> float | None:
@@ -68,7 +68,7 @@ def _cpu_s(pid: int) -> float | None:
 
 
 def gpu_mode() -> str:
-    """"real" when NVML sees a GPU here, else "fake" (the replayed H200)."""
+    """ "real" when NVML sees a GPU here, else "fake" (the replayed H200)."""
     try:
         from pcie_tui.collect.nvml import nvml_unavailable_reason
 
@@ -95,7 +95,18 @@ def run_recorder(
         spy_bin = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
         if profile is not None and os.path.exists(spy_bin):
             spy = subprocess.Popen(
-                [spy_bin, "record", "--pid", str(p.pid), "--format", "raw", "-d", str(int(seconds)), "-o", str(profile)],
+                [
+                    spy_bin,
+                    "record",
+                    "--pid",
+                    str(p.pid),
+                    "--format",
+                    "raw",
+                    "-d",
+                    str(int(seconds)),
+                    "-o",
+                    str(profile),
+                ],
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL,
             )
@@ -156,7 +167,11 @@ def _measure(
         ("GPU + engine", ["--pid", str(pid)], nvml),
         ("engine alone (no NVML)", ["--pid", str(pid)], "none"),
     ):
-        prof = profile_dir / f"{label}-{name.split()[0].lower()}{'-engine' if '+' in name else ''}.txt" if profile_dir else None
+        prof = (
+            profile_dir / f"{label}-{name.split()[0].lower()}{'-engine' if '+' in name else ''}.txt"
+            if profile_dir
+            else None
+        )
         cpu, wall, _ = run_recorder(extra, mode, seconds, warmup_s, prof)
         runs[name] = (cpu, wall)
     g_c, g_w = runs["GPU only (--no-engine)"]
