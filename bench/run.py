@@ -2,6 +2,7 @@
 
   python bench/run.py              replay/report throughput, recording size, TUI CPU (any machine)
   python bench/run.py --sampler    also the live sampler vs nvitop (needs NVML + a GPU; nvitop)
+  python bench/run.py --no-engines skip the recorder-attached-to-real-engines CPU rows (bench/engine_cpu.py)
 
 Timings are only compared with each other inside one run; see results.md for history.
 """
@@ -344,6 +345,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tui-seconds", type=float, default=60.0, help="seconds of TUI replay to time (0 skips)")
     ap.add_argument("--results", default=str(ROOT / "bench" / "results.md"), help="markdown file to append to")
     ap.add_argument("--seconds", type=float, default=3.0, help="seconds per sampler measurement")
+    ap.add_argument("--no-engines", action="store_true", help="skip the recorder-on-real-engines CPU rows")
+    ap.add_argument("--engine-seconds", type=float, default=15.0, help="seconds per recorder run on an engine")
     a = ap.parse_args(argv)
     rows: list[tuple[str, str]] = []
     if a.sampler:
@@ -355,6 +358,10 @@ def main(argv: list[str] | None = None) -> int:
         from tui_cpu import bench_tui
 
         rows += bench_tui(a.tui_seconds, BUNDLED if BUNDLED.exists() else FALLBACK)
+    if not a.no_engines:
+        from engine_cpu import bench_engine_cpu
+
+        rows += bench_engine_cpu(a.engine_seconds)
     rows.append(("machine fingerprint (`pcie-tui doctor --since` it)", save_fingerprint(Path(a.results).parent)))
     now = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     text = f"\n## {now} - {machine()}\n\n| what | result |\n|---|---|\n" + "".join(f"| {k} | {v} |\n" for k, v in rows)

@@ -19,12 +19,12 @@ from urllib.parse import urlsplit
 
 from pcie_tui.analyze.phases import LOADING_RX_Bps, PhaseTracker, engine_rx_Bps, tick_phase
 from pcie_tui.collect.engine_base import EngineClient
+from pcie_tui.collect.httpget import MAX_BODY_BYTES, AnswerTooLarge, http_request
 from pcie_tui.errors import UserError
 from pcie_tui.model import EngineSample, GpuInfo, GpuSample
 from pcie_tui.record.validate import Tally, clean_engine_sample
 
-# Largest engine answer read (vLLM's /metrics is ~100 kB); a bigger one is one failed scrape.
-MAX_BODY_BYTES = 2 << 20
+__all__ = ["MAX_BODY_BYTES", "AnswerTooLarge", "EnginePoller", "http_get", "http_request", "normalize_url"]
 
 
 def normalize_url(url: str) -> str:
@@ -48,35 +48,14 @@ def http_get(url: str, timeout_s: float) -> tuple[int, bytes]:
     Raises OSError (TimeoutError, ConnectionRefusedError, ...) on failure.
     """
     parts = urlsplit(url)
-    deadline = time.monotonic() + timeout_s
-    cls = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
-    conn = cls(parts.hostname or "127.0.0.1", parts.port, timeout=timeout_s)
+    path = parts.path or "/"
+    if parts.query:
+        path += "?" + parts.query
     try:
-        path = parts.path or "/"
-        if parts.query:
-            path += "?" + parts.query
-        conn.request("GET", path, headers={"Accept": "*/*", "User-Agent": "pcie-tui"})
-        resp = conn.getresponse()
-        chunks: list[bytes] = []
-        size = 0
-        while True:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise TimeoutError("timed out")
-            if conn.sock is not None:
-                conn.sock.settimeout(left)
-            chunk = resp.read1(65536) if hasattr(resp, "read1") else resp.read(65536)
-            if not chunk:
-                break
-            chunks.append(chunk)
-            size += len(chunk)
-            if size > MAX_BODY_BYTES:
-                raise OSError(f"answer larger than {MAX_BODY_BYTES >> 20} MB; not read")
-        return resp.status, b"".join(chunks)
+        status, body, _ = http_request(parts.scheme, parts.hostname or "127.0.0.1", parts.port, path, timeout_s)
     except http.client.HTTPException as e:
         raise OSError(f"bad HTTP response: {type(e).__name__}") from None
-    finally:
-        conn.close()
+    return status, body
 
 
 def pid_alive(pid: int | None) -> bool | None:

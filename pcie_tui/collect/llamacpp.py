@@ -34,10 +34,11 @@ from urllib.parse import urlsplit
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from pcie_tui.collect.engine import MAX_BODY_BYTES
+from pcie_tui.collect.engine import MAX_BODY_BYTES, AnswerTooLarge, http_request
 from pcie_tui.collect.ggufmeta import gguf_meta
 from pcie_tui.collect.llamalog import LogTailer
 from pcie_tui.collect.llamaproc import LAYOUT_ENV, load_facts, log_paths_for_pid, parse_layout, proc_argv, proc_environ
+from pcie_tui.collect.promtext import parse_plain
 from pcie_tui.model import EngineSample
 
 __all__ = ["METRICS_OFF_NOTE", "LlamaCppClient", "log_paths_for_pid", "parse_layout", "slot_phase", "wait_ready"]
@@ -87,6 +88,8 @@ class LlamaCppClient:
         self._noted_metrics_off = False
         self._start_time: str | None = None
         self._last_prompt_total: float | None = None
+        self._metrics_body: bytes | None = None  # the last /metrics text and what it parsed to
+        self._metrics_vals: dict[str, float] | None = None
         self.props: dict[str, Any] | None = None
         self.load_log: dict[str, Any] | None = None
         self.model_meta: dict[str, Any] | None = None  # {} once tried and not readable
@@ -94,27 +97,18 @@ class LlamaCppClient:
     # ---- HTTP -----------------------------------------------------------
 
     def _get(self, path: str) -> tuple[int, bytes, dict[str, str]]:
-        cls = http.client.HTTPSConnection if self._scheme == "https" else http.client.HTTPConnection
-        conn = cls(self._host, self._port, timeout=self.timeout_s)
-        deadline = time.monotonic() + self.timeout_s  # for the whole answer, not per recv
+        # A kept-alive connection per thread (pcie_tui.collect.engine.http_request); the deadline is
+        # for the whole answer, not per recv.
         try:
-            conn.request("GET", path, headers={"Accept": "*/*"})
-            r = conn.getresponse()
-            chunks, size = [], 0
-            while chunk := _read_some(conn, r, deadline):
-                chunks.append(chunk)
-                size += len(chunk)
-                if size > MAX_BODY_BYTES:
-                    raise _HttpError("io", f"{path}: answer larger than {MAX_BODY_BYTES >> 20} MB; not read")
-            return r.status, b"".join(chunks), {k.lower(): v for k, v in r.getheaders()}
+            return http_request(self._scheme, self._host, self._port, path, self.timeout_s)
+        except AnswerTooLarge:
+            raise _HttpError("io", f"{path}: answer larger than {MAX_BODY_BYTES >> 20} MB; not read") from None
         except ConnectionRefusedError:
             raise _HttpError("refused", f"connection refused at {self.url}") from None
         except TimeoutError:
             raise _HttpError("timeout", f"{path} timed out after {self.timeout_s:.2f} s") from None
         except (OSError, http.client.HTTPException) as e:
             raise _HttpError("io", f"{path}: {type(e).__name__}: {e}") from None
-        finally:
-            conn.close()
 
     def _get_json(self, path: str) -> tuple[int, Any]:
         status, body, _ = self._get(path)
@@ -217,7 +211,10 @@ class LlamaCppClient:
             except _HttpError as e:
                 return self._unreachable(e, extra, errors)
             if status == 200:
-                vals = _parse_metrics(body)
+                if body != self._metrics_body:
+                    # Unchanged text (an idle server) reuses the last parse.
+                    self._metrics_body, self._metrics_vals = body, _parse_metrics(body)
+                vals = self._metrics_vals
                 if vals is None:
                     errors.append("/metrics returned something that is not Prometheus text")
                 else:
@@ -341,26 +338,22 @@ class LlamaCppClient:
         """Nothing held open between reads; here for symmetry with other sources."""
 
 
-def _read_some(conn: http.client.HTTPConnection, r: http.client.HTTPResponse, deadline: float) -> bytes:
-    """Up to 64 kB of the body, within what is left of the deadline (TimeoutError past it)."""
-    left = deadline - time.monotonic()
-    if left <= 0:
-        raise TimeoutError("timed out")
-    if conn.sock is not None:
-        conn.sock.settimeout(left)
-    return r.read1(65536)
-
-
 def _parse_metrics(body: bytes) -> dict[str, float] | None:
-    """Sample name -> value, through prometheus_client's parser; None if it is not Prometheus text."""
-    out: dict[str, float] = {}
-    try:
-        for fam in text_string_to_metric_families(body.decode("utf-8", "replace")):
-            for s in fam.samples:
-                if not s.labels:
-                    out[s.name] = float(s.value)
-    except (ValueError, TypeError, KeyError, IndexError):
-        return None
+    """Sample name -> value (unlabelled samples); None if it is not Prometheus text.
+
+    llama-server's /metrics is plain ``name value`` lines, read in one pass; anything
+    else goes through prometheus_client's parser, which gives the same numbers.
+    """
+    out = parse_plain(body)
+    if out is None:
+        out = {}
+        try:
+            for fam in text_string_to_metric_families(body.decode("utf-8", "replace")):
+                for s in fam.samples:
+                    if not s.labels:
+                        out[s.name] = float(s.value)
+        except (ValueError, TypeError, KeyError, IndexError):
+            return None
     return out if any(k.startswith("llamacpp:") for k in out) else None
 
 

@@ -192,6 +192,7 @@ class LogTailer:
         self._sig = b""  # the last bytes consumed, to notice a file rewritten in place
         self.seq = 0  # requests found so far: with ``t``, identifies a request across duplicated ticks
         self.error: str | None = None
+        self._stamp: tuple[tuple[int, int], int, int] | None = None  # (file, size, mtime) at the last look
         try:
             st = os.stat(path)
             self._ino = (st.st_dev, st.st_ino)
@@ -211,6 +212,12 @@ class LogTailer:
             self.error = f"cannot read log {self.path}: {e.strerror}"
             return []
         ino = (st.st_dev, st.st_ino)
+        stamp = (ino, st.st_size, st.st_mtime_ns)
+        if stamp == self._stamp and self.error is None:
+            # Not touched since the last look (the usual case between requests): no open, seek
+            # or read. A rewrite to the very same length still changes the mtime.
+            return []
+        self._stamp = stamp
         try:
             with open(self.path, "rb") as f:
                 if ino == self._ino and st.st_size >= self.offset and self._sig:

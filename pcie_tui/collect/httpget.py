@@ -1,0 +1,80 @@
+"""Bounded HTTP GET over a kept-alive connection per thread and server (engine scrapes)."""
+
+from __future__ import annotations
+
+import http.client
+import threading
+import time
+
+# Largest engine answer read (vLLM's /metrics is ~100 kB); a bigger one is one failed scrape.
+MAX_BODY_BYTES = 2 << 20
+
+
+class AnswerTooLarge(OSError):
+    """The answer passed MAX_BODY_BYTES; it was not read."""
+
+
+# One kept-alive connection per thread and server: a scrape every tick then costs a request,
+# not a TCP handshake plus a fresh server-side connection (llama-server, uvicorn keep them open).
+_conns = threading.local()
+_STALE = (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError, ConnectionAbortedError)
+
+
+def _drop(key: tuple[str, str, int | None]) -> None:
+    pool: dict[tuple[str, str, int | None], http.client.HTTPConnection] = getattr(_conns, "pool", {})
+    conn = pool.pop(key, None)
+    if conn is not None:
+        conn.close()
+
+
+def http_request(
+    scheme: str, host: str, port: int | None, path: str, timeout_s: float
+) -> tuple[int, bytes, dict[str, str]]:
+    """GET ``path`` within about ``timeout_s`` in all (connect + headers + body): (status, body, headers).
+
+    Reuses this thread's open connection to the server when it has one; a connection the server
+    closed meanwhile is replaced once. Raises OSError (TimeoutError, ConnectionRefusedError,
+    AnswerTooLarge, ...) or http.client.HTTPException; the connection is dropped on any failure.
+    """
+    pool: dict[tuple[str, str, int | None], http.client.HTTPConnection] = _conns.__dict__.setdefault("pool", {})
+    key = (scheme, host, port)
+    deadline = time.monotonic() + timeout_s
+    for attempt in (0, 1):
+        conn = pool.get(key)
+        reused = conn is not None
+        if conn is None:
+            cls = http.client.HTTPSConnection if scheme == "https" else http.client.HTTPConnection
+            conn = pool[key] = cls(host, port, timeout=timeout_s)
+        try:
+            if conn.sock is not None:
+                conn.sock.settimeout(max(1e-3, deadline - time.monotonic()))
+            conn.request("GET", path, headers={"Accept": "*/*", "User-Agent": "pcie-tui"})
+            resp = conn.getresponse()
+            chunks: list[bytes] = []
+            size = 0
+            while True:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise TimeoutError("timed out")
+                if conn.sock is not None:
+                    conn.sock.settimeout(left)
+                chunk = resp.read1(65536)
+                if not chunk:
+                    break
+                chunks.append(chunk)
+                size += len(chunk)
+                if size > MAX_BODY_BYTES:
+                    raise AnswerTooLarge(f"answer larger than {MAX_BODY_BYTES >> 20} MB; not read")
+            # read1 leaves a fully read Content-Length answer open; closed, the connection serves the next.
+            resp.close()
+            if resp.will_close:
+                _drop(key)
+            return resp.status, b"".join(chunks), {k.lower(): v for k, v in resp.getheaders()}
+        except _STALE:
+            _drop(key)
+            if not (reused and attempt == 0):
+                raise
+        except BaseException:
+            _drop(key)
+            raise
+    raise AssertionError("unreachable")  # pragma: no cover
