@@ -59,5 +59,9 @@ def recording_path(arg: str) -> tuple[Path, str | None]:
     demos = available()
     if arg in demos:
         return demos[arg], arg
-    names = f" (nor a bundled demo: {', '.join(demos)})" if demos else ""
+    import difflib
+
+    close = difflib.get_close_matches(arg, list(demos), n=1, cutoff=0.8)
+    hint = f"; did you mean {close[0]}?" if close else ""
+    names = f" (nor a bundled demo: {', '.join(demos)}){hint}" if demos else ""
     raise UserError(f"no such recording: {arg}{names}")

@@ -128,7 +128,7 @@ def render_text(report: dict[str, Any], rec: Recording, console: Console) -> Non
         if info is not None and info.link.capacity_Bps:
             link = f"PCIe Gen{info.link.gen} x{info.link.width} ({_gbs(info.link.capacity_Bps)} per direction, theoretical)"
         console.print(f"\n[bold]GPU {g['index']}[/] {g['name'] or ''}  {link}")
-        t = Table("verdict", "time", "share", box=None)
+        t = Table("saturated", "time", "share", box=None)
         total = sum(g["time_in_verdict_s"].values()) or 1.0
         for v, secs in g["time_in_verdict_s"].items():
             if secs > 0:
@@ -152,7 +152,7 @@ def render_text(report: dict[str, Any], rec: Recording, console: Console) -> Non
         st.add_row("SM", _pct(g["sm_util"]["peak"]), _pct(g["sm_util"]["median"]), _pct(g["sm_util"]["p95"]))
         console.print(st)
         if g["phases"]:
-            pt = Table("phase", "ticks", "bound by (share of phase)", "link median", "DRAM median", box=None)
+            pt = Table("phase", "ticks", "saturated (share of phase)", "link median", "DRAM median", box=None)
             pt.columns[0].no_wrap = True
             for p, ph in g["phases"].items():
                 shares = ", ".join(f"{v} {sh * 100:.0f}%" for v, sh in ph["verdict_share"].items() if sh > 0)

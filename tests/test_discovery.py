@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import http.server
+import os
 import subprocess
 import sys
 import threading
@@ -248,3 +249,23 @@ def test_discover_ignores_non_engines():
     finally:
         proc.kill()
         proc.wait()
+
+
+def test_pid_of_a_launcher_attaches_but_pid_1_never_does(monkeypatch):
+    """`--pid N` takes N's engine, or the one engine N started (its child or grandchild); pid 1 is above
+    every process, so it never picks some other user's engine."""
+    import subprocess as sp
+
+    from pcie_tui.collect import process as pr
+    from pcie_tui.errors import UserError as UErr
+
+    child = sp.Popen(["sleep", "30"])
+    try:
+        fake = pr.EngineCandidate(pid=child.pid, kind="llamacpp", url=None, cmdline=("llama-server",))
+        monkeypatch.setattr(pr, "discover", lambda *a, **k: [fake])
+        assert pr.candidate_for_pid(os.getpid()) is fake  # the launcher of exactly one engine
+        with pytest.raises(UErr, match="pid 1 .* is not a vLLM or llama-server process"):
+            pr.candidate_for_pid(1)
+    finally:
+        child.kill()
+        child.wait()

@@ -22,7 +22,7 @@ ENGINE_PHASES = ("prefill", "decode", "mixed")
 
 
 def _pct(v: float | None) -> str:
-    return "n/a" if v is None else f"{v * 100:.0f} %"
+    return "n/a" if v is None else f"{v * 100:.0f}%"
 
 
 def predicted_range(pred: dict[str, Any]) -> str:
@@ -43,30 +43,37 @@ def evidence_text(f: dict[str, Any], short: bool = False) -> str:
             return f"link {fmt_rate(f.get('link_Bps'))} {stat} = {_pct(f.get('link_of_pinned'))} of {cap}"
         if b == "transfer":
             gsrc = "calibrated" if c["pageable_source"].startswith("calibrated") else "default"
+            pageable = f", pageable {fmt_rate(c['pageable_Bps'])} ({gsrc})" if f.get("transfer_staged", True) else ""
             return (
-                f"host<->GPU {fmt_rate(f.get('link_Bps'))} {stat} = {_pct(f.get('link_of_pinned'))} of {cap}, "
-                f"pageable ceiling {fmt_rate(c['pageable_Bps'])} ({gsrc}); SM {_pct(f.get('sm_util'))}"
+                f"host<->GPU {fmt_rate(f.get('link_Bps'))} {stat} = {_pct(f.get('link_of_pinned'))} of {cap}"
+                f"{pageable}; SM {_pct(f.get('sm_util'))}"
             )
         if b == "host":
-            return f"SM {_pct(f.get('sm_util'))}, link {fmt_rate(f.get('link_Bps'))}, work in flight"
+            return f"SM {_pct(f.get('sm_util'))}, link {fmt_rate(f.get('link_Bps'))}, {_when(f)}"
     rate = f"{fmt_rate(f.get('link_Bps'))} {f.get('stat', 'median')}"
     pinned = f"{fmt_rate(c['pinned_Bps'])} {c['pinned_source']} ceiling"
     dram_name = "DRAM busy (proxy)" if f.get("dram_basis") == "proxy" else "DRAM"
     if b == "link":
         return f"link {rate} = {_pct(f.get('link_of_pinned'))} of the {pinned}"
     if b == "transfer":
-        return (
-            f"host<->GPU {rate} = {_pct(f.get('link_of_pinned'))} of the {pinned}, "
-            f"pageable ceiling {fmt_rate(c['pageable_Bps'])} ({c['pageable_source']}); GPU SM {_pct(f.get('sm_util'))}"
+        pageable = (
+            f", pageable ceiling {fmt_rate(c['pageable_Bps'])} ({c['pageable_source']})" if f.get("transfer_staged", True) else ""
         )
+        return f"host<->GPU {rate} = {_pct(f.get('link_of_pinned'))} of the {pinned}{pageable}; GPU SM {_pct(f.get('sm_util'))}"
     if b == "host":
-        when = "while requests were in flight" if f.get("work_basis") != "label" else "in a phase labelled as work"
-        return f"GPU SM {_pct(f.get('sm_util'))}, link {rate} {when}"
+        return f"GPU SM {_pct(f.get('sm_util'))}, link {rate} {_when(f)}"
     if b == "memory":
         return f"{dram_name} {_pct(f.get('dram_util'))} of peak, SM {_pct(f.get('sm_util'))}"
     if b == "compute":
         return f"SM {_pct(f.get('sm_util'))}, {dram_name} {_pct(f.get('dram_util'))}"
     return f"link {rate}, SM {_pct(f.get('sm_util'))}"
+
+
+def _when(f: dict[str, Any]) -> str:
+    """What "work in flight" rests on for a host-bound finding."""
+    if f.get("phase") == "loading":
+        return "while the engine loaded"
+    return "while requests were in flight" if f.get("work_basis") != "label" else "in a phase labelled as work"
 
 
 def _pick(findings: dict[int, list[dict[str, Any]]]) -> dict[str, Any] | None:
@@ -127,21 +134,23 @@ def headline(f: dict[str, Any] | None, busy_s: float, several_gpus: bool) -> dic
     adv = f["advice"][0] if f.get("advice") else None
     pred = adv.get("predicted") if adv else None
     if adv and adv.get("fix"):
-        line2 = f"Cause: {adv['cause']}. Fix: {adv['fix']}"
+        # The change itself (the fix's first clause), why (the short cause), and what it buys.
+        line2 = f"Fix: {adv['fix'].split(': ', 1)[0].split('; ', 1)[0]}"
+        line2 += f" ({adv.get('short') or adv['cause']})"
         if pred and pred.get("phase_s_at_best"):
-            line2 += f" ({f['phase']} {pred['phase_s']:.1f} s -> {predicted_range(pred)}, up to {pred['speedup_at_most']:.1f}x faster)"
-        line2 += "."
+            line2 += f": {f['phase']} {pred['phase_s']:.1f} s -> {predicted_range(pred)}"
+        line2 += ". Details below."
     elif adv:
         line2 = f"Cause: {adv['cause']}."
     elif f["bound"] == "link":
-        line2 = "A faster link shortens it; a slower one lengthens it: see what-if below."
+        line2 = "A faster link shortens it, a slower one lengthens it (what-if below)."
     elif f["bound"] == "transfer":
         line2 = (
-            "The GPU waited on copies the link could move faster: pinned host memory would help "
-            "(no engine facts in this recording name the change)."
+            "The GPU waited on host<->GPU copies running below the link's capacity (pageable memory, or small or "
+            "intermittent copies); this recording has no engine facts that say which."
         )
     else:
-        line2 = "A faster link would not change it much (see what-if below)."
+        line2 = "A faster link would not change it much (what-if below)."
     return {
         "finding": f,
         "text": f"{line1}\n{line2}",

@@ -202,6 +202,11 @@ def phase_findings(
                 "vram_used_bytes": float(np.nanmax(used[m])) if np.any(~np.isnan(used[m])) else None,
                 "vram_total_bytes": float(info.memory_total_bytes) if info and info.memory_total_bytes else None,
             }
+            tm = m & (codes == BOUNDS.index("transfer"))
+            f["transfer_s"] = secs["transfer"]
+            f["transfer_Bps"] = _median(rate[tm])
+            # Staged (pageable or unknown) copies are held by the host, not by the link's speed.
+            f["transfer_staged"] = facts is None or facts.host_pinned is not True
             if bound == "transfer" and c.pinned_Bps and (facts is None or facts.host_pinned is not True):
                 moved = float(np.nansum(rate[bm] * w[bm]))  # bytes the transfer-bound ticks moved (counter)
                 f["whatif_pinned"] = pinned_whatif(dur, dur - secs[bound], moved, c)

@@ -116,6 +116,31 @@ def link_shares(header: SessionHeader, analyzer: SessionAnalyzer, index: int) ->
     return out
 
 
+# What the PCIe counter reads on a saturated link, as a share of its theoretical rate (H200 Gen5 x16:
+# 59.4-60.2 of 63.0 GB/s calibrated): the rate a staged stream would have to fit under.
+COUNTER_AT_SATURATION = 0.94
+
+
+def _staged_transfers(phases: dict[str, Any], findings: dict[str, Any]) -> dict[str, tuple[float, float, float]]:
+    """Per phase with transfer-bound time on staged (pageable) copies: (its share of the phase, its
+    rate, the link busy share of the rest). A faster link does not speed staged copies up; a link
+    slower than their rate slows them down."""
+    out: dict[str, tuple[float, float, float]] = {}
+    for ph, p in phases.items():
+        f = findings.get(ph)
+        busy = p.get("link_busy_share")
+        if not f or busy is None or not f.get("transfer_staged") or not f.get("transfer_Bps") or not f.get("transfer_s"):
+            continue
+        dur = f["duration_s"] or 0.0
+        if dur <= 0:
+            continue
+        t_f = min(1.0, f["transfer_s"] / dur)
+        pinned = f["ceilings"]["pinned_Bps"] or 0.0
+        own = t_f * f["transfer_Bps"] / pinned if pinned else 0.0  # what those ticks added to the busy share
+        out[ph] = (t_f, f["transfer_Bps"], max(0.0, busy - own))
+    return out
+
+
 def _row(name: str, kind: str, target: float | None, r: float | None, phases: dict[str, Any], ratio: Any, basis: str) -> dict[str, Any]:
     """One scenario: ``ratio(phase, entry)`` gives the phase's T_new/T_old, or None when unknown."""
     per_phase: dict[str, dict[str, float | None] | None] = {}
@@ -174,15 +199,25 @@ def whatif_report(
             "calibrated ceiling" if info and info.link.measured_Bps else "theoretical x 0.90 ceiling"
         ) + "; link time never hidden behind compute (upper bound both ways)"
         rows = []
+        by_phase = {f["phase"]: f for f in (findings or {}).get(index, [])}
+        staged = _staged_transfers(phases, by_phase)
+        if staged:
+            busy_basis += "; transfer-bound time on pageable (staged) memory runs at its own rate, capped by the new link"
         for name, target in scenarios(gen, width, max(len(header.gpus), len(analyzer.series))):
             r = target / cur if cur else None
 
-            def link_ratio(_ph: str, p: dict[str, Any], r: float | None = r) -> float | None:
+            def link_ratio(ph: str, p: dict[str, Any], r: float | None = r, target: float = target) -> float | None:
                 f = p["link_busy_share"]
-                return None if f is None or r is None else time_ratio(f, r)
+                if f is None or r is None:
+                    return None
+                st = staged.get(ph)
+                if st is None:
+                    return time_ratio(f, r)
+                t_f, rate, f_other = st
+                achievable = target * COUNTER_AT_SATURATION
+                return (1.0 - f_other - t_f) + f_other / r + t_f * max(1.0, rate / achievable)
 
             rows.append(_row(name, "link", target, r, phases, link_ratio, busy_basis))
-        by_phase = {f["phase"]: f for f in (findings or {}).get(index, [])}
         pinned = {ph: f["whatif_pinned"] for ph, f in by_phase.items() if f.get("whatif_pinned") and f["bound_s"] > 0}
         if pinned:
             target = next(iter(by_phase.values()))["ceilings"]["pinned_Bps"]
@@ -204,9 +239,12 @@ def whatif_report(
                 )
             )
 
-        def infinite(_ph: str, p: dict[str, Any]) -> float | None:
+        def infinite(ph: str, p: dict[str, Any]) -> float | None:
             f = p["link_busy_share"]
-            return None if f is None else 1.0 - min(max(f, 0.0), 1.0)
+            if f is None:
+                return None
+            st = staged.get(ph)
+            return 1.0 - (st[2] if st is not None else min(max(f, 0.0), 1.0))
 
         rows.append(_row("infinitely fast link", "infinite", None, None, phases, infinite, busy_basis))
         gpus.append(

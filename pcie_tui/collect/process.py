@@ -317,8 +317,9 @@ def candidate_for_pid(pid: int) -> EngineCandidate:
         raise UserError(f"cannot inspect pid {pid}: permission denied (run as its user or root)") from None
     r = _engine_root(p)
     if r is None:
-        # A launcher (shell, container init) above exactly one engine is fine too.
-        below = [c for c in discover() if pid in _ancestors(c.pid)]
+        # A launcher (a shell or container init that started the engine: its parent or grandparent)
+        # above exactly one engine is fine too; pid 1 and other far ancestors are above everything.
+        below = [c for c in discover() if pid != 1 and pid in _ancestors(c.pid, depth=2)]
         if len(below) == 1:
             return below[0]
         shown = " ".join(argv)[:80] or name
@@ -329,9 +330,10 @@ def candidate_for_pid(pid: int) -> EngineCandidate:
     return c
 
 
-def _ancestors(pid: int) -> set[int]:
+def _ancestors(pid: int, depth: int | None = None) -> set[int]:
+    """Pids above ``pid`` (the nearest ``depth`` of them when given)."""
     try:
-        return {a.pid for a in psutil.Process(pid).parents()}
+        return {a.pid for a in psutil.Process(pid).parents()[:depth]}
     except psutil.Error:
         return set()
 

@@ -38,11 +38,19 @@ class Advice:
     cause: str
     fix: str | None
     evidence: tuple[str, ...] = ()
+    # The cause in a few words, for the headline.
+    short: str | None = None
     # The change a fix is predicted to make, when the data can price it.
     predicted: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {"cause": self.cause, "fix": self.fix, "evidence": list(self.evidence), "predicted": self.predicted}
+        return {
+            "cause": self.cause,
+            "short": self.short,
+            "fix": self.fix,
+            "evidence": list(self.evidence),
+            "predicted": self.predicted,
+        }
 
 
 def typed(d: dict[str, Any], key: str, typ: type, default: Any) -> Any:

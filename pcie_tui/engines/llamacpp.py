@@ -195,6 +195,7 @@ def advise(fx: EngineFacts, finding: dict[str, Any]) -> list[Advice]:
                 fix=fix,
                 evidence=tuple(x for x in ev if x),
                 predicted=pred,
+                short=f"{fx.host_weights} are copied from pageable memory; pinned copies reach {_gbs(pinned)} here",
             )
         )
     elif fx.host_weights and phase in ("prefill", "mixed") and (
@@ -210,6 +211,7 @@ def advise(fx: EngineFacts, finding: dict[str, Any]) -> list[Advice]:
                 f" (-ub {ub})",
                 fix=fix,
                 evidence=tuple(x for x in ev if x),
+                short=f"{fx.host_weights} stream over PCIe every {ub}-token micro-batch",
             )
         )
     elif bound == "host" and fx.kv_on_host and phase in ("prefill", "decode", "mixed"):
@@ -218,6 +220,7 @@ def advise(fx: EngineFacts, finding: dict[str, Any]) -> list[Advice]:
                 cause=fx.kv_on_host,
                 fix="drop -nkvo so the KV cache and attention stay on the GPU, if memory allows",
                 evidence=tuple(x for x in ["-nkvo on the command line", vram] if x),
+                short="-nkvo keeps the KV cache in host memory: attention runs on the CPU",
             )
         )
     elif bound == "host" and fx.host_weights and phase in ("prefill", "decode", "mixed"):
@@ -227,6 +230,7 @@ def advise(fx: EngineFacts, finding: dict[str, Any]) -> list[Advice]:
                 cause=f"host-resident weights ({fx.host_weights}): the CPU {what} while the GPU waits",
                 fix="keep more of the model in VRAM (raise -ngl, lower --n-cpu-ffn / --n-cpu-moe) if memory allows",
                 evidence=tuple(x for x in [f"host weights: {fx.host_weights}", vram] if x),
+                short=f"the CPU runs {fx.host_weights} while the GPU waits" + (f"; {vram}" if vram else ""),
             )
         )
     return out

@@ -109,8 +109,27 @@ def figure_sources(header: SessionHeader, info: GpuInfo) -> list[FigureSource]:
             "state",
             "hysteresis, per tick",
         ),
+        FigureSource(
+            "headline",
+            "pcie_tui.analyze.attribution: each tick link-saturated, transfer-bound (GPU idle, host<->GPU traffic "
+            "above the transfer floor), host-bound (GPU idle, bus quiet, work in flight), memory, compute or idle; "
+            f"the current phase's most common bound, with running means (docs/attribution.md). {_ceilings_text(info)}. "
+            "The fix comes from the engine's command line, environment and load-time log (pcie_tui/engines)",
+            "bound, % of the phase's time",
+            "since the phase began",
+        ),
     ]
     return rows
+
+
+def _ceilings_text(info: GpuInfo) -> str:
+    from pcie_tui.analyze.attribution import ceilings
+
+    c = ceilings(info)
+    return (
+        f"Ceilings: pinned {fmt.gbps(c.pinned_Bps)} ({c.pinned_source}), "
+        f"pageable {fmt.gbps(c.pageable_Bps)} ({c.pageable_source})"
+    )
 
 
 def engine_kind(engine: Any, header: SessionHeader) -> str | None:
