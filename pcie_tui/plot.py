@@ -207,6 +207,17 @@ def _rate_axis(ax: Any, t: np.ndarray, pairs: list[tuple[str, np.ndarray, str]],
     return top
 
 
+def _pageable_line(ax: Any, info: GpuInfo | None) -> None:
+    """The pageable-copy ceiling the attribution compares host<->GPU traffic with (dotted)."""
+    from pcie_tui.analyze.attribution import ceilings
+
+    c = ceilings(info)
+    if c.pageable_Bps:
+        src = "calibrated" if c.pageable_source.startswith("calibrated") else "default"
+        ax.axhline(c.pageable_Bps / 1e9, color="#e67e22", ls=":", lw=1,
+                   label=f"pageable-copy ceiling {c.pageable_Bps / 1e9:.1f} GB/s ({src})")  # fmt: skip
+
+
 def _gpu_title(index: int, info: GpuInfo | None) -> str:
     if info is None:
         return f"GPU {index}"
@@ -291,6 +302,8 @@ def render_plot(rec: Recording, an: SessionAnalyzer, path: Path, fmt: str) -> No
                     ceiling = {"value": nc, "text": text, "unit": "NVLink (GB/s)"}
                     pairs = [("NVLink RX", tr["nv_rx"], "#17becf"), ("NVLink TX", tr["nv_tx"], "#bcbd22")]
                 top = _rate_axis(ax, x, pairs, ceiling)
+                if kind == "pcie":
+                    _pageable_line(ax, info)
                 if kind == "pcie" and marks:
                     _marks(ax, marks, t0, top, t_end - t0)
                     ax.plot([], [], ls="none", marker="v", color="#333333", label=marks_label)
@@ -332,7 +345,7 @@ def _strip(ax: Any, t: list[float], labels: list[str], cols: list[str], t0: floa
         i = t.index(a)
         ax.axvspan(a - t0, b - t0, color=cols[i], lw=0)
     ax.set_yticks([])
-    ax.set_ylabel("verdict", rotation=0, ha="right", va="center", fontsize=8)
+    ax.set_ylabel("bound", rotation=0, ha="right", va="center", fontsize=8)
     for side in ("top", "right", "left"):
         ax.spines[side].set_visible(False)
 
