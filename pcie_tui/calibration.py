@@ -213,7 +213,9 @@ def measure(
             gpm = False
         dirs = {}
         for d, key in (("h2d", "rx"), ("d2h", "tx")):
-            payload, counters = backend.copy_rate(dev, d, size, duration_s, lambda h=h, gpm=gpm: read_counters(nvml, h, gpm))
+            payload, counters = backend.copy_rate(
+                dev, d, size, duration_s, lambda h=h, gpm=gpm: read_counters(nvml, h, gpm)
+            )
             dirs[d] = _direction_result(payload, counters, key)
         # Pageable host memory (what an engine's mmapped weights are): the driver stages each copy
         # through pinned buffers, so the link idles part of the time. Its ceiling is the rate that
@@ -232,7 +234,10 @@ def measure(
         max_gen: int | None = None
         max_width: int | None = None
         with contextlib.suppress(Exception):
-            max_gen, max_width = int(nvml.nvmlDeviceGetMaxPcieLinkGeneration(h)), int(nvml.nvmlDeviceGetMaxPcieLinkWidth(h))
+            max_gen, max_width = (
+                int(nvml.nvmlDeviceGetMaxPcieLinkGeneration(h)),
+                int(nvml.nvmlDeviceGetMaxPcieLinkWidth(h)),
+            )
         counters = [dirs[d]["counter_Bps"] for d in dirs if dirs[d]["counter_Bps"]]
         entries.append(
             {

@@ -16,6 +16,8 @@ STRIP_COLOURS = {
     "idle": "#f2f2f2",
     "none": "#dcdcdc",
 }
+
+
 def strip_colour(label: str) -> str:
     return STRIP_COLOURS.get(label, "#7f7f7f")
 
@@ -46,5 +48,3 @@ def attribution_strip(an: SessionAnalyzer, index: int) -> tuple[list[float], lis
 
 # The strip's source: what bound each tick (link/transfer/host/memory/compute/idle).
 STRIP = attribution_strip
-
-

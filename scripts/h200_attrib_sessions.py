@@ -45,7 +45,10 @@ SESSIONS: dict[str, tuple[list[str], list[tuple[str, int, int, int]]]] = {
         [("prefill", 256, 1, 1), ("decode", 32, 96, 2)],
     ),
     # MoE (scripts/device_attrib.sh writes model-moe.gguf): experts of every layer in host memory.
-    "moe-pageable": (["-ngl", "999", "--cpu-moe", "-b", "512", "-ub", "512"], [("prefill", 6000, 1, 1), ("decode", 32, 64, 2)]),
+    "moe-pageable": (
+        ["-ngl", "999", "--cpu-moe", "-b", "512", "-ub", "512"],
+        [("prefill", 6000, 1, 1), ("decode", 32, 64, 2)],
+    ),
     "moe-pinned": (
         ["-ngl", "999", "--cpu-moe", "-b", "512", "-ub", "512", "-lm", "none"],
         [("prefill", 6000, 1, 2), ("decode", 32, 64, 2)],
@@ -109,27 +112,70 @@ def run(name: str, args: argparse.Namespace, model: str, port: int) -> dict[str,
     spy = None
     if name in args.spy:
         spy = subprocess.Popen(
-            ["py-spy", "record", "--pid", str(rec.pid), "--rate", "100", "--format", "raw", "-o",
-             str(out / f"{name}-pyspy-record.txt"), "--nonblocking"],
-            stdout=subprocess.DEVNULL, stderr=open(out / f"{name}-pyspy.err", "wb"),  # noqa: SIM115
+            [
+                "py-spy",
+                "record",
+                "--pid",
+                str(rec.pid),
+                "--rate",
+                "100",
+                "--format",
+                "raw",
+                "-o",
+                str(out / f"{name}-pyspy-record.txt"),
+                "--nonblocking",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=open(out / f"{name}-pyspy.err", "wb"),  # noqa: SIM115
         )
     watch = watch_spy = None
     if name in args.watch:
         # The live TUI beside the recorder: a screenshot mid-prefill (ptyshot.py, carried in
         # .whl/tools) and, with py-spy, where its CPU goes.
         watch = subprocess.Popen(
-            [sys.executable, ".whl/tools/ptyshot.py", str(int(args.watch_delay)), str(out / f"watch-{name}.svg"), "170", "45",
-             sys.executable, "-m", "pcie_tui", "watch", "--pid", str(server.pid)],
-            stdout=open(out / f"{name}-watch.txt", "wb"), stderr=subprocess.STDOUT,  # noqa: SIM115
+            [
+                sys.executable,
+                ".whl/tools/ptyshot.py",
+                str(int(args.watch_delay)),
+                str(out / f"watch-{name}.svg"),
+                "170",
+                "45",
+                sys.executable,
+                "-m",
+                "pcie_tui",
+                "watch",
+                "--pid",
+                str(server.pid),
+            ],
+            stdout=open(out / f"{name}-watch.txt", "wb"),
+            stderr=subprocess.STDOUT,  # noqa: SIM115
         )
         time.sleep(1.0)
-        app = next((p for p in os.listdir("/proc") if p.isdigit() and b"pcie_tui\x00watch" in _cmdline(p)
-                    and b"ptyshot" not in _cmdline(p)), None)
+        app = next(
+            (
+                p
+                for p in os.listdir("/proc")
+                if p.isdigit() and b"pcie_tui\x00watch" in _cmdline(p) and b"ptyshot" not in _cmdline(p)
+            ),
+            None,
+        )
         if app:
             watch_spy = subprocess.Popen(
-                ["py-spy", "record", "--pid", app, "--rate", "100", "--format", "raw", "-o",
-                 str(out / f"{name}-pyspy-watch.txt"), "--nonblocking"],
-                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                [
+                    "py-spy",
+                    "record",
+                    "--pid",
+                    app,
+                    "--rate",
+                    "100",
+                    "--format",
+                    "raw",
+                    "-o",
+                    str(out / f"{name}-pyspy-watch.txt"),
+                    "--nonblocking",
+                ],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
             )
     truth: list[dict[str, Any]] = []
     res: dict[str, Any] = {"session": name, "argv": [Path(a).name if a in (args.server, model) else a for a in argv]}
@@ -144,11 +190,20 @@ def run(name: str, args: argparse.Namespace, model: str, port: int) -> dict[str,
             for _ in range(count):
                 ids = [rng.randrange(3, N_VOCAB) for _ in range(n_prompt)]
                 t0 = time.time()
-                r = post(url + "/completion", {"prompt": ids, "n_predict": n_gen, "ignore_eos": True,
-                                               "cache_prompt": False, "temperature": 0.0})
+                r = post(
+                    url + "/completion",
+                    {"prompt": ids, "n_predict": n_gen, "ignore_eos": True, "cache_prompt": False, "temperature": 0.0},
+                )
                 tm = r.get("timings") or {}
-                truth.append({"label": label, "t_send": t0, "t_done": time.time(), "sent_prompt_ids": n_prompt,
-                              **{k: tm.get(k) for k in ("prompt_n", "prompt_ms", "predicted_n", "predicted_ms")}})
+                truth.append(
+                    {
+                        "label": label,
+                        "t_send": t0,
+                        "t_done": time.time(),
+                        "sent_prompt_ids": n_prompt,
+                        **{k: tm.get(k) for k in ("prompt_n", "prompt_ms", "predicted_n", "predicted_ms")},
+                    }
+                )
             time.sleep(1.0)
         time.sleep(1.0)
     except Exception as e:  # one session failing must not lose the others

@@ -98,10 +98,20 @@ def test_a_proxy_memory_reading_never_makes_a_gpu_busy():
 
 
 def test_llama_flags_and_environment():
-    f = parse_flags(["llama-server", "-ngl", "99", "--n-cpu-moe", "4", "-ub", "256", "-ot", "exps=CPU"],
-                    {"LLAMA_ARG_LOAD_MODE": "none"})
-    assert f == {"n_gpu_layers": 99, "n_cpu_moe": 4, "ubatch": 256, "override_tensor": ["exps=CPU"], "load_mode": "none"}
-    fx = facts_for({"kind": "llamacpp", "cmdline": ["llama-server", "--cpu-moe"], "environ": {"LLAMA_ARG_LOAD_MODE": "none"}})
+    f = parse_flags(
+        ["llama-server", "-ngl", "99", "--n-cpu-moe", "4", "-ub", "256", "-ot", "exps=CPU"],
+        {"LLAMA_ARG_LOAD_MODE": "none"},
+    )
+    assert f == {
+        "n_gpu_layers": 99,
+        "n_cpu_moe": 4,
+        "ubatch": 256,
+        "override_tensor": ["exps=CPU"],
+        "load_mode": "none",
+    }
+    fx = facts_for(
+        {"kind": "llamacpp", "cmdline": ["llama-server", "--cpu-moe"], "environ": {"LLAMA_ARG_LOAD_MODE": "none"}}
+    )
     assert fx.host_pinned is True and "--cpu-moe" in fx.host_weights
     fx = facts_for({"kind": "llamacpp", "cmdline": ["llama-server", "--cpu-moe", "-lm", "none", "--no-host"]})
     assert fx.host_pinned is False and "--no-host" in fx.host_memory_why
@@ -142,8 +152,17 @@ def test_live_attribution_agrees_with_the_report(name):
 
 def test_answer_without_work_says_so():
     hdr = header()
-    an = analyze(hdr, [Sample(1.0 + 0.1 * i, (GpuSample(0, pcie_rx_Bps=0.0, sm_util=0.0),),
-                              EngineSample("llamacpp", True, phase="idle")) for i in range(20)])
+    an = analyze(
+        hdr,
+        [
+            Sample(
+                1.0 + 0.1 * i,
+                (GpuSample(0, pcie_rx_Bps=0.0, sm_util=0.0),),
+                EngineSample("llamacpp", True, phase="idle"),
+            )
+            for i in range(20)
+        ],
+    )
     h = answer(hdr, an)["headline"]
     assert h["bound"] == "idle" and h["phase"] is None and "Nothing was in flight" in h["text"]
 
@@ -158,10 +177,19 @@ def test_report_applies_this_gpus_stored_calibration(tmp_path, monkeypatch):
     g = rec.header.gpus[0]
     assert g.link.measured_Bps is None
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path))
-    entry = {"uuid": g.uuid, "gen": 5, "width": 16, "max_gen": 5, "max_width": 16,
-             "counter_Bps": 59.4e9, "pageable_counter_Bps": 8.9e9}
+    entry = {
+        "uuid": g.uuid,
+        "gen": 5,
+        "width": 16,
+        "max_gen": 5,
+        "max_width": 16,
+        "counter_Bps": 59.4e9,
+        "pageable_counter_Bps": 8.9e9,
+    }
     (tmp_path / "pcie-tui").mkdir()
-    (tmp_path / "pcie-tui" / "calibration.json").write_text(json.dumps({"format": "pcie-tui/calibration", "version": 1, "gpus": {g.uuid: entry}}))
+    (tmp_path / "pcie-tui" / "calibration.json").write_text(
+        json.dumps({"format": "pcie-tui/calibration", "version": 1, "gpus": {g.uuid: entry}})
+    )
     rep, _ = build_report(rec)
     f = next(f for f in rep["attribution"]["findings"]["0"] if f["phase"] == "prefill")
     assert f["ceilings"]["pinned_Bps"] == 59.4e9 and f["ceilings"]["pinned_source"] == "calibrated pinned"

@@ -117,12 +117,15 @@ def test_partial_offload_decode_is_host_bound_with_the_layer_count():
     assert "GPU memory used at most" in text  # VRAM room is stated from what the GPU reported
 
 
-@pytest.mark.parametrize(("name", "bound", "words"), [
-    ("moe-pageable", "transfer", ["--cpu-moe", "-lm none", "consider using --load-mode none"]),
-    ("moe-pinned", None, ["--cpu-moe", "-ub 512"]),
-    ("nkvo", "host", ["-nkvo", "attention runs on the CPU"]),
-    ("ngl8", "host", ["8 of 16 layers (-ngl 8)"]),
-])
+@pytest.mark.parametrize(
+    ("name", "bound", "words"),
+    [
+        ("moe-pageable", "transfer", ["--cpu-moe", "-lm none", "consider using --load-mode none"]),
+        ("moe-pinned", None, ["--cpu-moe", "-ub 512"]),
+        ("nkvo", "host", ["-nkvo", "attention runs on the CPU"]),
+        ("ngl8", "host", ["8 of 16 layers (-ngl 8)"]),
+    ],
+)
 def test_2026_pcie_heavy_sessions_name_their_cause(name, bound, words):
     f = finding(report(name), "prefill")
     if bound is not None:
@@ -144,15 +147,23 @@ def test_engine_counts_match_what_the_driver_sent():
     for name in ("pageable", "pinned", "moe-pinned"):
         rep, t = report(name), truth(name)["truth"]
         assert rep["engine"]["requests"] == len(t)
-        got = sorted(round(p * 1000, 1) for p in rep["engine"]["prefill_s"]["values"]) if "values" in (
-            rep["engine"]["prefill_s"] or {}) else None
+        got = (
+            sorted(round(p * 1000, 1) for p in rep["engine"]["prefill_s"]["values"])
+            if "values" in (rep["engine"]["prefill_s"] or {})
+            else None
+        )
         if got is not None:
             assert got == sorted(round(r["prompt_ms"], 1) for r in t)
 
 
 def test_report_json_is_the_documented_schema():
-    out = subprocess.run([sys.executable, "-m", "pcie_tui", "report", "h200-pageable", "--json"],
-                         capture_output=True, text=True, timeout=120, check=True).stdout
+    out = subprocess.run(
+        [sys.executable, "-m", "pcie_tui", "report", "h200-pageable", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    ).stdout
     rep = json.loads(out)
     assert isinstance(rep["schema_version"], int)
     h = rep["headline"]
@@ -167,7 +178,12 @@ def test_report_json_is_the_documented_schema():
         for v in s["phases"].values():
             assert v is None or isinstance(v["time_change_s"], float)
     # The text report opens with the same two lines.
-    text = subprocess.run([sys.executable, "-m", "pcie_tui", "report", "h200-pageable"],
-                          capture_output=True, text=True, timeout=120, check=True).stdout
+    text = subprocess.run(
+        [sys.executable, "-m", "pcie_tui", "report", "h200-pageable"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    ).stdout
     first = text.splitlines()[0]
     assert first.startswith("prefill (") and "transfer-bound below link capacity" in first

@@ -133,8 +133,11 @@ def test_measure_stores_what_the_counter_reads_at_saturation():
     assert e["h2d"]["payload_Bps"] == pytest.approx(cap.truth["h2d_pinned"]["GBps"] * 1e9, rel=1e-6)
     # The stored counter is a GPM reading of that phase (MiB/s -> bytes/s), not the payload.
     for d, metric in (("h2d", "NVML_GPM_METRIC_PCIE_RX_PER_SEC"), ("d2h", "NVML_GPM_METRIC_PCIE_TX_PER_SEC")):
-        seen = [g["metrics"][metric] * 2**20 for g in cap.gpm if g["phase"] == f"{d}_pinned"
-                and isinstance(g["metrics"].get(metric), float)]
+        seen = [
+            g["metrics"][metric] * 2**20
+            for g in cap.gpm
+            if g["phase"] == f"{d}_pinned" and isinstance(g["metrics"].get(metric), float)
+        ]
         assert e[d]["counter_source"] == "gpm"
         assert min(seen) <= e[d]["counter_Bps"] <= max(seen)
         assert e[d]["counter_Bps"] > e[d]["payload_Bps"]
@@ -142,8 +145,11 @@ def test_measure_stores_what_the_counter_reads_at_saturation():
     # Pageable copies (the capture has them host->device): timed payload and the counter's reading of that phase.
     pg = e["h2d_pageable"]
     assert pg["payload_Bps"] == pytest.approx(cap.truth["h2d_pageable"]["GBps"] * 1e9, rel=1e-6)
-    seen = [g["metrics"]["NVML_GPM_METRIC_PCIE_RX_PER_SEC"] * 2**20 for g in cap.gpm if g["phase"] == "h2d_pageable"
-            and isinstance(g["metrics"].get("NVML_GPM_METRIC_PCIE_RX_PER_SEC"), float)]
+    seen = [
+        g["metrics"]["NVML_GPM_METRIC_PCIE_RX_PER_SEC"] * 2**20
+        for g in cap.gpm
+        if g["phase"] == "h2d_pageable" and isinstance(g["metrics"].get("NVML_GPM_METRIC_PCIE_RX_PER_SEC"), float)
+    ]
     assert min(seen) <= pg["counter_Bps"] <= max(seen)
     assert e["pageable_counter_Bps"] == pg["counter_Bps"]  # host->device: the direction weights stream in
     assert e["pageable_counter_Bps"] < e["counter_Bps"] / 4  # staged copies: a fraction of the pinned ceiling

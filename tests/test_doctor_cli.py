@@ -17,9 +17,18 @@ def no_nvml(monkeypatch):
     monkeypatch.setattr(nvmlfacts, "open_nvml", boom)
 
 
-@pytest.mark.parametrize("argv", [["doctor", "--pid", "-1"], ["doctor", "--pid", "0"], ["doctor", "--pid", "x"],
-                                  ["doctor", "--load-s", "-2"], ["calibrate", "--gpu", "-1"],
-                                  ["calibrate", "--size-mib", "0"], ["calibrate", "--seconds", "-1"]])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["doctor", "--pid", "-1"],
+        ["doctor", "--pid", "0"],
+        ["doctor", "--pid", "x"],
+        ["doctor", "--load-s", "-2"],
+        ["calibrate", "--gpu", "-1"],
+        ["calibrate", "--size-mib", "0"],
+        ["calibrate", "--seconds", "-1"],
+    ],
+)
 @pytest.mark.parametrize("entry", ["pcie-tui", "python -m pcie_tui.doctor"])
 def test_bad_flags_are_one_line_before_nvml(argv, entry, no_nvml, capsys):
     if entry == "pcie-tui":

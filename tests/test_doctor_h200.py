@@ -16,10 +16,16 @@ fakenvml = pytest.importorskip("fakenvml", reason="tests/fakenvml (replaying H20
 
 def test_doctor_runs_clean_on_the_replayed_h200():
     nv = fakenvml.FakeNvml(fakenvml.load_capture())
-    r = run_doctor(nvml=nv, sysfs_root=str(FIX / "sysfs" / "h200-vm"), proc_root=str(FIX / "sysfs" / "h200-vm" / "proc"),
-                   load_s=0.2, backend_factory=None)
+    r = run_doctor(
+        nvml=nv,
+        sysfs_root=str(FIX / "sysfs" / "h200-vm"),
+        proc_root=str(FIX / "sysfs" / "h200-vm" / "proc"),
+        load_s=0.2,
+        backend_factory=None,
+    )
     assert r["ok"] and r["summary"]["fail"] == 0 and r["summary"]["warn"] == 0, [
-        (i["check"], i["title"]) for i in r["items"] if i["status"] != "pass"]
+        (i["check"], i["title"]) for i in r["items"] if i["status"] != "pass"
+    ]
     by = {i["check"]: i for i in r["items"]}
     assert by["link"]["title"].endswith("Gen5 x16 of max Gen5 x16")
     assert by["chain"]["data"]["attach"] == "direct"
@@ -54,8 +60,13 @@ def test_without_a_load_generator_it_reads_while_the_gpu_works(phase, how):
     cap = fakenvml.load_capture()
     start = cap.phase_spans()[phase][0] + (0.5 if phase == "idle" else 0.1)  # idle: past the first busy ticks
     nv = fakenvml.FakeNvml(cap, offsets_s=[start])
-    r = run_doctor(nvml=nv, sysfs_root=str(FIX / "sysfs" / "h200-vm"), proc_root=str(FIX / "sysfs" / "h200-vm" / "proc"),
-                   load_s=0.4, backend_factory=None)
+    r = run_doctor(
+        nvml=nv,
+        sysfs_root=str(FIX / "sysfs" / "h200-vm"),
+        proc_root=str(FIX / "sysfs" / "h200-vm" / "proc"),
+        load_s=0.4,
+        backend_factory=None,
+    )
     assert r["load"]["how"] == how
     link = next(i for i in r["items"] if i["check"] == "link")
     assert link["status"] == "pass"

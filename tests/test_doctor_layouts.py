@@ -31,15 +31,37 @@ def one(report, check, gpu=None):
 
 def doctor(layout: str, nv: StandInNvml, load: bool = True, **kw):
     factory = (lambda: StandInLoad(nv)) if load else None
-    return run_doctor(nvml=nv, sysfs_root=str(SYSFS / layout), proc_root=str(SYSFS / layout / "proc"),
-                      load_s=0.3, backend_factory=factory, **kw)
+    return run_doctor(
+        nvml=nv,
+        sysfs_root=str(SYSFS / layout),
+        proc_root=str(SYSFS / layout / "proc"),
+        load_s=0.3,
+        backend_factory=factory,
+        **kw,
+    )
 
 
 def a6000_pair(gpu1_loaded=(4, 16)) -> StandInNvml:
     inactive = [(0, NVLINK_3_0, "00000000:00:00.0")] * 4
     gpus = [
-        Gpu("00000000:01:00.0", "NVIDIA RTX A6000", idle=(1, 16), loaded=(4, 16), max=(4, 16), gpu_max_gen=4, nvlinks=inactive),
-        Gpu("00000000:41:00.0", "NVIDIA RTX A6000", idle=(1, 16), loaded=gpu1_loaded, max=(4, 16), gpu_max_gen=4, nvlinks=inactive),
+        Gpu(
+            "00000000:01:00.0",
+            "NVIDIA RTX A6000",
+            idle=(1, 16),
+            loaded=(4, 16),
+            max=(4, 16),
+            gpu_max_gen=4,
+            nvlinks=inactive,
+        ),
+        Gpu(
+            "00000000:41:00.0",
+            "NVIDIA RTX A6000",
+            idle=(1, 16),
+            loaded=gpu1_loaded,
+            max=(4, 16),
+            gpu_max_gen=4,
+            nvlinks=inactive,
+        ),
     ]
     return StandInNvml(gpus, p2p=symmetric({(0, 1): (OK, OK, NS)}), topo=symmetric({(0, 1): pynvml.NVML_TOPOLOGY_NODE}))
 
@@ -47,7 +69,8 @@ def a6000_pair(gpu1_loaded=(4, 16)) -> StandInNvml:
 def test_x16x16_on_cpu_lanes_is_clean():
     r = doctor("x16x16-cpu", a6000_pair())
     assert r["ok"] and r["summary"]["fail"] == 0 and r["summary"]["warn"] == 0, [
-        (i["check"], i["title"]) for i in r["items"] if i["status"] != "pass"]
+        (i["check"], i["title"]) for i in r["items"] if i["status"] != "pass"
+    ]
     assert r["load"]["how"] == "generated"
     for g in (0, 1):
         assert one(r, "chain", g)["title"].startswith("on CPU lanes: Gen4 x16")
@@ -71,9 +94,13 @@ def test_downtraining_under_load_fails_and_idle_only_warns():
 
 
 def test_x8x8_split_warns_about_width_and_missing_p2p():
-    gpus = [Gpu(f"00000000:0{i}:00.0", "NVIDIA GeForce RTX 4090", idle=(1, 8), loaded=(4, 8), max=(4, 8), gpu_max_gen=4)
-            for i in (1, 2)]
-    nv = StandInNvml(gpus, p2p=symmetric({(0, 1): (NS, NS, NS)}), topo=symmetric({(0, 1): pynvml.NVML_TOPOLOGY_HOSTBRIDGE}))
+    gpus = [
+        Gpu(f"00000000:0{i}:00.0", "NVIDIA GeForce RTX 4090", idle=(1, 8), loaded=(4, 8), max=(4, 8), gpu_max_gen=4)
+        for i in (1, 2)
+    ]
+    nv = StandInNvml(
+        gpus, p2p=symmetric({(0, 1): (NS, NS, NS)}), topo=symmetric({(0, 1): pynvml.NVML_TOPOLOGY_HOSTBRIDGE})
+    )
     r = doctor("x8x8-split", nv)
     for g in (0, 1):
         ch = one(r, "chain", g)
@@ -93,7 +120,9 @@ def chipset_amd() -> StandInNvml:
         Gpu("00000000:0A:00.0", "NVIDIA GeForce RTX 3090", idle=(1, 16), loaded=(4, 16), max=(4, 16), gpu_max_gen=4),
         Gpu("00000000:04:00.0", "NVIDIA GeForce RTX 3090", idle=(1, 4), loaded=(4, 4), max=(4, 4), gpu_max_gen=4),
     ]
-    return StandInNvml(gpus, p2p=symmetric({(0, 1): (CNS, CNS, NS)}), topo=symmetric({(0, 1): pynvml.NVML_TOPOLOGY_HOSTBRIDGE}))
+    return StandInNvml(
+        gpus, p2p=symmetric({(0, 1): (CNS, CNS, NS)}), topo=symmetric({(0, 1): pynvml.NVML_TOPOLOGY_HOSTBRIDGE})
+    )
 
 
 def test_chipset_x4_is_called_out_with_its_tensor_parallel_cost():
@@ -107,7 +136,9 @@ def test_chipset_x4_is_called_out_with_its_tensor_parallel_cost():
     # Tensor-parallel cost from the link model: 2.6 MB/token for 70B TP=2 bf16, prefill x4 vs x16 = 4x.
     cost = ch["data"]["tp_cost"]
     assert cost["here"]["tp_bytes_per_token"] == pytest.approx(2 * 80 * 2 * 0.5 * 8192 * 2)
-    assert cost["here"]["prefill"]["bandwidth_time_s"] / cost["better"]["prefill"]["bandwidth_time_s"] == pytest.approx(4.0)
+    assert cost["here"]["prefill"]["bandwidth_time_s"] / cost["better"]["prefill"]["bandwidth_time_s"] == pytest.approx(
+        4.0
+    )
     assert "2.6 MB per token" in ev and "slowest link" in ev
     assert "CPU-attached slot" in ch["advice"]
     assert one(r, "chain", 0)["status"] == "pass"
@@ -120,7 +151,9 @@ def test_chipset_x4_intel_pch():
         Gpu("00000000:01:00.0", "NVIDIA GeForce RTX 4090", idle=(1, 16), loaded=(4, 16), max=(4, 16), gpu_max_gen=4),
         Gpu("00000000:03:00.0", "NVIDIA GeForce RTX 4090", idle=(1, 4), loaded=(4, 4), max=(4, 4), gpu_max_gen=4),
     ]
-    nv = StandInNvml(gpus, p2p=symmetric({(0, 1): (NS, NS, NS)}), topo=symmetric({(0, 1): pynvml.NVML_TOPOLOGY_HOSTBRIDGE}))
+    nv = StandInNvml(
+        gpus, p2p=symmetric({(0, 1): (NS, NS, NS)}), topo=symmetric({(0, 1): pynvml.NVML_TOPOLOGY_HOSTBRIDGE})
+    )
     r = doctor("chipset-x4-intel", nv)
     ch = one(r, "chain", 1)
     assert ch["status"] == "fail"
@@ -131,20 +164,27 @@ def test_chipset_x4_intel_pch():
 
 
 def test_gpu_behind_a_pcie_switch():
-    gpus = [Gpu(f"00000000:{b}:00.0", "NVIDIA A100 80GB PCIe", idle=(4, 16), loaded=(4, 16), max=(4, 16), gpu_max_gen=4)
-            for b in ("18", "19")]
+    gpus = [
+        Gpu(f"00000000:{b}:00.0", "NVIDIA A100 80GB PCIe", idle=(4, 16), loaded=(4, 16), max=(4, 16), gpu_max_gen=4)
+        for b in ("18", "19")
+    ]
     nv = StandInNvml(gpus, p2p=symmetric({(0, 1): (OK, OK, NS)}), topo=symmetric({(0, 1): pynvml.NVML_TOPOLOGY_SINGLE}))
     r = doctor("switch", nv)
     assert r["ok"] and r["summary"]["warn"] == 0
     ch = one(r, "chain", 0)
     assert ch["data"]["attach"] == "switch"
     assert "behind a PCIe switch" in ch["title"] and "shared with 1 other GPU" in ch["title"]
-    assert [h["role"] for h in ch["data"]["hops"]] == ["root port -> switch upstream port", "switch downstream port -> device"]
+    assert [h["role"] for h in ch["data"]["hops"]] == [
+        "root port -> switch upstream port",
+        "switch downstream port -> device",
+    ]
     assert r["topology"]["matrix"] == [["X", "PIX"], ["PIX", "X"]]
 
 
 def test_gen5_x8_card_in_a_narrow_slot():
-    nv = StandInNvml([Gpu("00000000:01:00.0", "NVIDIA GeForce RTX 5090", idle=(1, 8), loaded=(5, 8), max=(5, 8), gpu_max_gen=5)])
+    nv = StandInNvml(
+        [Gpu("00000000:01:00.0", "NVIDIA GeForce RTX 5090", idle=(1, 8), loaded=(5, 8), max=(5, 8), gpu_max_gen=5)]
+    )
     r = doctor("gen5-x8", nv)
     ch = one(r, "chain", 0)
     assert ch["status"] == "warn" and "Gen5 x8 for a Gen5 x16 card (31.5 GB/s per direction)" in ch["title"]
@@ -157,12 +197,28 @@ def test_nvlink_bridge_pair():
         return [(1, NVLINK_3_0, peer)] * 4
 
     gpus = [
-        Gpu("00000000:0A:00.0", "NVIDIA GeForce RTX 3090", idle=(1, 8), loaded=(4, 8), max=(4, 8), gpu_max_gen=4,
-            nvlinks=links("00000000:0B:00.0")),
-        Gpu("00000000:0B:00.0", "NVIDIA GeForce RTX 3090", idle=(1, 8), loaded=(4, 8), max=(4, 8), gpu_max_gen=4,
-            nvlinks=links("00000000:0A:00.0")),
+        Gpu(
+            "00000000:0A:00.0",
+            "NVIDIA GeForce RTX 3090",
+            idle=(1, 8),
+            loaded=(4, 8),
+            max=(4, 8),
+            gpu_max_gen=4,
+            nvlinks=links("00000000:0B:00.0"),
+        ),
+        Gpu(
+            "00000000:0B:00.0",
+            "NVIDIA GeForce RTX 3090",
+            idle=(1, 8),
+            loaded=(4, 8),
+            max=(4, 8),
+            gpu_max_gen=4,
+            nvlinks=links("00000000:0A:00.0"),
+        ),
     ]
-    nv = StandInNvml(gpus, p2p=symmetric({(0, 1): (OK, OK, OK)}), topo=symmetric({(0, 1): pynvml.NVML_TOPOLOGY_HOSTBRIDGE}))
+    nv = StandInNvml(
+        gpus, p2p=symmetric({(0, 1): (OK, OK, OK)}), topo=symmetric({(0, 1): pynvml.NVML_TOPOLOGY_HOSTBRIDGE})
+    )
     r = doctor("nvlink-pair", nv)
     assert r["topology"]["matrix"] == [["X", "NV4"], ["NV4", "X"]]
     p = one(r, "p2p")
@@ -179,12 +235,29 @@ def test_nvlink_bridge_pair():
 
 def numa_pair(pids_on_gpu1=(4242,)) -> StandInNvml:
     gpus = [
-        Gpu("00000000:01:00.0", "NVIDIA H100 PCIe", idle=(5, 16), loaded=(5, 16), max=(5, 16), gpu_max_gen=5,
-            affinity=[0xFFFFFFFF]),
-        Gpu("00000000:81:00.0", "NVIDIA H100 PCIe", idle=(5, 16), loaded=(5, 16), max=(5, 16), gpu_max_gen=5,
-            affinity=[0xFFFFFFFF << 32], pids=list(pids_on_gpu1)),
+        Gpu(
+            "00000000:01:00.0",
+            "NVIDIA H100 PCIe",
+            idle=(5, 16),
+            loaded=(5, 16),
+            max=(5, 16),
+            gpu_max_gen=5,
+            affinity=[0xFFFFFFFF],
+        ),
+        Gpu(
+            "00000000:81:00.0",
+            "NVIDIA H100 PCIe",
+            idle=(5, 16),
+            loaded=(5, 16),
+            max=(5, 16),
+            gpu_max_gen=5,
+            affinity=[0xFFFFFFFF << 32],
+            pids=list(pids_on_gpu1),
+        ),
     ]
-    return StandInNvml(gpus, p2p=symmetric({(0, 1): (OK, OK, NS)}), topo=symmetric({(0, 1): pynvml.NVML_TOPOLOGY_SYSTEM}))
+    return StandInNvml(
+        gpus, p2p=symmetric({(0, 1): (OK, OK, NS)}), topo=symmetric({(0, 1): pynvml.NVML_TOPOLOGY_SYSTEM})
+    )
 
 
 def test_numa_mismatch_of_the_engine():

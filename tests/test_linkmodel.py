@@ -53,12 +53,16 @@ def test_pipeline_stages_split_the_layers():
 def test_reads_vllm_model_dirs(tmp_path):
     d = tmp_path / "Llama-3-70B"
     d.mkdir()
-    (d / "config.json").write_text(json.dumps({"hidden_size": 8192, "num_hidden_layers": 80, "torch_dtype": "bfloat16"}))
+    (d / "config.json").write_text(
+        json.dumps({"hidden_size": 8192, "num_hidden_layers": 80, "torch_dtype": "bfloat16"})
+    )
     s = lm.from_hf_config(d)
     assert (s.hidden_size, s.num_layers, s.dtype_bytes, s.name) == (8192, 80, 2, "Llama-3-70B")
     mm = tmp_path / "vlm"
     mm.mkdir()
-    (mm / "config.json").write_text(json.dumps({"text_config": {"hidden_size": 4096, "num_hidden_layers": 32, "dtype": "float32"}}))
+    (mm / "config.json").write_text(
+        json.dumps({"text_config": {"hidden_size": 4096, "num_hidden_layers": 32, "dtype": "float32"}})
+    )
     assert (lm.from_hf_config(mm).hidden_size, lm.from_hf_config(mm).dtype_bytes) == (4096, 4)
     bad = tmp_path / "bad"
     bad.mkdir()
@@ -91,13 +95,17 @@ def _two_gpu_session(pred_bytes_per_token: float, tokens_per_s: float, seconds: 
     from pcie_tui.model import GpuInfo, LinkInfo
 
     link = LinkInfo(4, 16, 4, 16, pcie_capacity_Bps(4, 16))
-    header = SessionHeader("2026-12-02", "h", "t", tuple(GpuInfo(i, f"GPU-{i}", "g", f"0000:0{i}:00.0", link, None) for i in (0, 1)))
+    header = SessionHeader(
+        "2026-12-02", "h", "t", tuple(GpuInfo(i, f"GPU-{i}", "g", f"0000:0{i}:00.0", link, None) for i in (0, 1))
+    )
     rate = pred_bytes_per_token * tokens_per_s
     samples = []
     for k in range(seconds * 10 + 1):
         t = 1000.0 + k * 0.1
         gpus = tuple(GpuSample(i, pcie_tx_Bps=rate, pcie_rx_Bps=rate) for i in (0, 1))
-        eng = EngineSample("vllm", True, phase="decode", prompt_tokens_total=0.0, generation_tokens_total=k * 0.1 * tokens_per_s)
+        eng = EngineSample(
+            "vllm", True, phase="decode", prompt_tokens_total=0.0, generation_tokens_total=k * 0.1 * tokens_per_s
+        )
         samples.append(Sample(t, gpus, eng))
     return header, samples
 
@@ -123,8 +131,22 @@ def test_real_recording_without_engine_has_no_token_counts():
 
 
 def _args(**kw):
-    base = dict(model=None, gguf=None, hidden=None, layers=None, dtype_bytes=None, tp=1, pp=1, batch=1,
-                prompt_tokens=2048, link="4x16", ceiling_gbps=None, latency_us=25.0, recording=None, json=False)
+    base = dict(
+        model=None,
+        gguf=None,
+        hidden=None,
+        layers=None,
+        dtype_bytes=None,
+        tp=1,
+        pp=1,
+        batch=1,
+        prompt_tokens=2048,
+        link="4x16",
+        ceiling_gbps=None,
+        latency_us=25.0,
+        recording=None,
+        json=False,
+    )
     base.update(kw)
     return argparse.Namespace(**base)
 
@@ -136,9 +158,12 @@ def test_cli(capsys):
     assert linkmodel_main(_args(hidden=8192, layers=80, tp=2, json=True, recording=str(REFERENCE_SESSION))) == 0
     got = json.loads(capsys.readouterr().out)
     assert got["tp_bytes_per_token"] == 2_621_440 and "measured" in got
-    for bad, msg in ((_args(), "give --model"), (_args(hidden=1, layers=1, tp=0), "--tp must be"),
-                     (_args(hidden=1, layers=1, link="7x16"), "unknown PCIe link"),
-                     (_args(hidden=1, layers=1, link="x16"), "GENxWIDTH")):
+    for bad, msg in (
+        (_args(), "give --model"),
+        (_args(hidden=1, layers=1, tp=0), "--tp must be"),
+        (_args(hidden=1, layers=1, link="7x16"), "unknown PCIe link"),
+        (_args(hidden=1, layers=1, link="x16"), "GENxWIDTH"),
+    ):
         with pytest.raises(UserError, match=msg):
             linkmodel_main(bad)
 
@@ -150,7 +175,9 @@ def test_report_linkmodel_reads_the_engine_facts(tmp_path):
     header, samples = _two_gpu_session(2 * 2 * 1 * 256 * 4, tokens_per_s=100.0)
     import dataclasses
 
-    header = dataclasses.replace(header, engine={"kind": "vllm", "layout": {"model": str(d), "tensor_parallel_size": 2}})
+    header = dataclasses.replace(
+        header, engine={"kind": "vllm", "layout": {"model": str(d), "tensor_parallel_size": 2}}
+    )
     rep = lm.report_linkmodel(header, samples)
     assert rep["available"] and rep["layout"]["tp"] == 2 and rep["tp_bytes_per_token"] == 2 * 2 * 1 * 256 * 4
     assert rep["comparison"]["decode"][0]["ratio"] == pytest.approx(1.0)
@@ -175,9 +202,21 @@ def _cli(argv, capsys):
     return rc, cap.out, cap.err
 
 
-@pytest.mark.parametrize("flag,value", [("--hidden", "-5"), ("--latency-us", "-3"), ("--dtype-bytes", "0"),
-                                        ("--layers", "0"), ("--tp", "0"), ("--pp", "-1"), ("--batch", "0"),
-                                        ("--prompt-tokens", "0"), ("--ceiling-gbps", "0"), ("--hidden", "abc")])
+@pytest.mark.parametrize(
+    "flag,value",
+    [
+        ("--hidden", "-5"),
+        ("--latency-us", "-3"),
+        ("--dtype-bytes", "0"),
+        ("--layers", "0"),
+        ("--tp", "0"),
+        ("--pp", "-1"),
+        ("--batch", "0"),
+        ("--prompt-tokens", "0"),
+        ("--ceiling-gbps", "0"),
+        ("--hidden", "abc"),
+    ],
+)
 def test_cli_rejects_bad_numbers_in_one_line_naming_the_flag(flag, value, capsys):
     argv = ["linkmodel", "--hidden", "64", "--layers", "2", flag, value]
     rc, out, err = _cli(argv, capsys)
@@ -213,8 +252,12 @@ def test_single_gpu_layout_says_there_is_no_inter_gpu_traffic(capsys):
 def test_small_rates_and_singulars_are_formatted(capsys):
     assert lm.fmt_rate(0.000249e9) == "249 kB/s" and lm.fmt_rate(63e9) == "63.0 GB/s"
     assert lm.fmt_gbs(0.000249e9) == "249 kB/s" and lm.fmt_gbs(53.84e9) == "53.8 GB/s"
-    assert lm.fmt_bytes(2_621_440) == "2.62 MB" and lm.count(1, "token") == "1 token" and lm.count(2, "tick") == "2 ticks"
-    rc, out, _ = _cli(["linkmodel", "--hidden", "8192", "--layers", "80", "--tp", "2", "--ceiling-gbps", "0.000249"], capsys)
+    assert (
+        lm.fmt_bytes(2_621_440) == "2.62 MB" and lm.count(1, "token") == "1 token" and lm.count(2, "tick") == "2 ticks"
+    )
+    rc, out, _ = _cli(
+        ["linkmodel", "--hidden", "8192", "--layers", "80", "--tp", "2", "--ceiling-gbps", "0.000249"], capsys
+    )
     assert rc == 0
     assert "249 kB/s per direction" in out and "0.000249" not in out and "0.0 GB/s" not in out
     assert "(1 token)" in out and "1 tokens" not in out and "e+" not in out

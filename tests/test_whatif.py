@@ -62,11 +62,16 @@ def test_published_A_x8x8_vs_x16x16_70b_batch1_within_a_few_percent():
 CASES_B = {
     # 2x RTX 4090: 82.6 TFLOP/s dense bf16 (fp32 accumulate) each, 50 % achieved; Llama-3-8B bf16
     # (8.0e9 params, hidden 4096, 32 layers), TP=2, prefill-dominated serving of 2048-token prompts.
-    "8B prefill on 2x4090": dict(shape=lm.ModelShape(4096, 32, 2), layout=lm.Layout(tp=2, prompt_tokens=2048),
-                                 phase="prefill", other_s=2 * 8.0e9 * 2048 / 2 / (0.5 * 82.6e12)),
+    "8B prefill on 2x4090": dict(
+        shape=lm.ModelShape(4096, 32, 2),
+        layout=lm.Layout(tp=2, prompt_tokens=2048),
+        phase="prefill",
+        other_s=2 * 8.0e9 * 2048 / 2 / (0.5 * 82.6e12),
+    ),
     # 2x RTX 3090: 13B fp16 (26 GB, 13 GB per GPU), TP=2, batch-64 decode, 80 % of 936 GB/s achieved.
-    "13B batch-64 decode on 2x3090": dict(shape=lm.ModelShape(5120, 40, 2), layout=lm.Layout(tp=2, batch=64),
-                                          phase="decode", other_s=13e9 / (0.8 * 936e9)),
+    "13B batch-64 decode on 2x3090": dict(
+        shape=lm.ModelShape(5120, 40, 2), layout=lm.Layout(tp=2, batch=64), phase="decode", other_s=13e9 / (0.8 * 936e9)
+    ),
 }
 
 
@@ -126,8 +131,10 @@ def test_calibrated_ceiling_is_used_when_present():
 
 def test_no_link_readings_is_na_not_zero():
     rec = read_recording(REFERENCE_SESSION)
-    samples = [dataclasses.replace(s, gpus=tuple(dataclasses.replace(x, pcie_tx_Bps=None, pcie_rx_Bps=None)
-                                                  for x in s.gpus)) for s in rec.samples]
+    samples = [
+        dataclasses.replace(s, gpus=tuple(dataclasses.replace(x, pcie_tx_Bps=None, pcie_rx_Bps=None) for x in s.gpus))
+        for s in rec.samples
+    ]
     rep = whatif_report(rec.header, analyze(rec.header, samples))
     g = rep["gpus"][0]
     assert all(p["link_busy_share"] is None for p in g["phases"].values())

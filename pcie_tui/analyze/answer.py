@@ -57,7 +57,9 @@ def evidence_text(f: dict[str, Any], short: bool = False) -> str:
         return f"link {rate} = {_pct(f.get('link_of_pinned'))} of the {pinned}"
     if b == "transfer":
         pageable = (
-            f", pageable ceiling {fmt_rate(c['pageable_Bps'])} ({c['pageable_source']})" if f.get("transfer_staged", True) else ""
+            f", pageable ceiling {fmt_rate(c['pageable_Bps'])} ({c['pageable_source']})"
+            if f.get("transfer_staged", True)
+            else ""
         )
         return f"host<->GPU {rate} = {_pct(f.get('link_of_pinned'))} of the {pinned}{pageable}; GPU SM {_pct(f.get('sm_util'))}"
     if b == "host":
@@ -122,8 +124,16 @@ def _facts_json(fx: EngineFacts | None) -> dict[str, Any] | None:
 def headline(f: dict[str, Any] | None, busy_s: float, several_gpus: bool) -> dict[str, Any]:
     """Two lines at most: what held which phase back with its numbers, then the change that would help."""
     if f is None:
-        return {"text": "Nothing was in flight: no phase of work to attribute.", "phase": None, "bound": "idle",
-                "gpu": None, "share": None, "cause": None, "fix": None, "predicted": None}
+        return {
+            "text": "Nothing was in flight: no phase of work to attribute.",
+            "phase": None,
+            "bound": "idle",
+            "gpu": None,
+            "share": None,
+            "cause": None,
+            "fix": None,
+            "predicted": None,
+        }
     share = f["shares"][f["bound"]]
     where = f" on GPU {f['gpu']}" if several_gpus else ""
     of_busy = f", {f['duration_s'] / busy_s * 100:.0f} % of the busy time" if busy_s > 0 else ""

@@ -252,7 +252,9 @@ class LiveAttribution:
         iv = self.header.interval_s or 0.1
         dt = iv if prev is None or not 0 < t - prev <= 5 * iv else t - prev
         b = classify(sat, u, phase not in QUIET_PHASES, self._floor[index], self.th)
-        a = self.acc.setdefault((index, phase or "unlabelled"), {"secs": dict.fromkeys(BOUNDS, 0.0), "sums": {}, "vram": None})
+        a = self.acc.setdefault(
+            (index, phase or "unlabelled"), {"secs": dict.fromkeys(BOUNDS, 0.0), "sums": {}, "vram": None}
+        )
         a["secs"][b] += dt
         s = a["sums"].setdefault(b, [0, 0.0, 0.0, 0.0, 0, 0, 0])
         for k, v in ((1, u.link_Bps), (2, u.compute), (3, None if u.memory_proxy else u.memory)):

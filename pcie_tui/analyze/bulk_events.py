@@ -16,7 +16,6 @@ BUS = (None, "pcie", "pcie", "nvlink", "nvlink")  # by link-source code; 0 = no 
 DIR = (None, "rx", "tx", "rx", "tx")
 
 
-
 def _runs(mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Starts and ends (inclusive) of the runs of True in ``mask``."""
     d = np.diff(np.concatenate(([0], mask.view(np.int8), [0])))

@@ -126,7 +126,9 @@ def from_hf_config(path: str | Path, dtype_bytes: int | None = None) -> ModelSha
     if dtype_bytes is None:
         dt = str(text.get("torch_dtype") or text.get("dtype") or cfg.get("torch_dtype") or "bfloat16")
         dtype_bytes = DTYPE_BYTES.get(dt.replace("torch.", ""), 2)
-    return ModelShape(int(hidden), int(layers), dtype_bytes, name=p.name if p.is_dir() else p.parent.name, source=str(cfg_path))
+    return ModelShape(
+        int(hidden), int(layers), dtype_bytes, name=p.name if p.is_dir() else p.parent.name, source=str(cfg_path)
+    )
 
 
 def from_gguf(path: str | Path, dtype_bytes: int = 4) -> ModelShape:
@@ -202,7 +204,9 @@ def measured_bytes_per_token(header: SessionHeader, samples: Iterable[Sample]) -
             dt = s.t - prev.t
             phase = _phase(s)
             if phase and dt > 0:
-                a = acc.setdefault(phase, {"seconds": 0.0, "ticks": 0, "bytes": {}, "prompt_tokens": 0.0, "gen_tokens": 0.0})
+                a = acc.setdefault(
+                    phase, {"seconds": 0.0, "ticks": 0, "bytes": {}, "prompt_tokens": 0.0, "gen_tokens": 0.0}
+                )
                 a["seconds"] += dt
                 a["ticks"] += 1
                 for g in s.gpus:
@@ -228,7 +232,8 @@ def measured_bytes_per_token(header: SessionHeader, samples: Iterable[Sample]) -
             basis = f"token counts of {count(len(requests), 'finished request')}"
             if not tokens:
                 reason = f"the {count(len(requests), 'finished request')} counted no " + (
-                    "prompt tokens" if phase == "prefill" else "generated tokens")
+                    "prompt tokens" if phase == "prefill" else "generated tokens"
+                )
         elif not counters_seen:
             tokens, reason = None, "the engine reported no token counters"
         else:
@@ -238,10 +243,19 @@ def measured_bytes_per_token(header: SessionHeader, samples: Iterable[Sample]) -
                 reason = f"the engine's counters did not move during {phase} ticks"
         per_gpu = {}
         for idx, b in sorted(a["bytes"].items()):
-            per_gpu[idx] = {"bytes": b, "mean_Bps": b / a["seconds"], "bytes_per_token": (b / tokens) if tokens else None}
-        out[phase] = {"seconds": a["seconds"], "ticks": a["ticks"], "tokens": tokens or None,
-                      "tokens_basis": basis if tokens else None, "tokens_reason": None if tokens else reason,
-                      "gpus": per_gpu}
+            per_gpu[idx] = {
+                "bytes": b,
+                "mean_Bps": b / a["seconds"],
+                "bytes_per_token": (b / tokens) if tokens else None,
+            }
+        out[phase] = {
+            "seconds": a["seconds"],
+            "ticks": a["ticks"],
+            "tokens": tokens or None,
+            "tokens_basis": basis if tokens else None,
+            "tokens_reason": None if tokens else reason,
+            "gpus": per_gpu,
+        }
     return out
 
 

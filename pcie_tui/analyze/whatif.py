@@ -129,7 +129,13 @@ def _staged_transfers(phases: dict[str, Any], findings: dict[str, Any]) -> dict[
     for ph, p in phases.items():
         f = findings.get(ph)
         busy = p.get("link_busy_share")
-        if not f or busy is None or not f.get("transfer_staged") or not f.get("transfer_Bps") or not f.get("transfer_s"):
+        if (
+            not f
+            or busy is None
+            or not f.get("transfer_staged")
+            or not f.get("transfer_Bps")
+            or not f.get("transfer_s")
+        ):
             continue
         dur = f["duration_s"] or 0.0
         if dur <= 0:
@@ -141,7 +147,9 @@ def _staged_transfers(phases: dict[str, Any], findings: dict[str, Any]) -> dict[
     return out
 
 
-def _row(name: str, kind: str, target: float | None, r: float | None, phases: dict[str, Any], ratio: Any, basis: str) -> dict[str, Any]:
+def _row(
+    name: str, kind: str, target: float | None, r: float | None, phases: dict[str, Any], ratio: Any, basis: str
+) -> dict[str, Any]:
     """One scenario: ``ratio(phase, entry)`` gives the phase's T_new/T_old, or None when unknown."""
     per_phase: dict[str, dict[str, float | None] | None] = {}
     total = new_total = 0.0
@@ -195,14 +203,18 @@ def whatif_report(
         cur = pcie_capacity_Bps(gen, width)
         phases = link_shares(header, analyzer, index)
         total = sum(p["duration_s"] for p in phases.values())
-        busy_basis = "link busy share per phase against the " + (
-            "calibrated ceiling" if info and info.link.measured_Bps else "theoretical x 0.90 ceiling"
-        ) + "; link time never hidden behind compute (upper bound both ways)"
+        busy_basis = (
+            "link busy share per phase against the "
+            + ("calibrated ceiling" if info and info.link.measured_Bps else "theoretical x 0.90 ceiling")
+            + "; link time never hidden behind compute (upper bound both ways)"
+        )
         rows = []
         by_phase = {f["phase"]: f for f in (findings or {}).get(index, [])}
         staged = _staged_transfers(phases, by_phase)
         if staged:
-            busy_basis += "; transfer-bound time on pageable (staged) memory runs at its own rate, capped by the new link"
+            busy_basis += (
+                "; transfer-bound time on pageable (staged) memory runs at its own rate, capped by the new link"
+            )
         for name, target in scenarios(gen, width, max(len(header.gpus), len(analyzer.series))):
             r = target / cur if cur else None
 

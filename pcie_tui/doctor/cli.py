@@ -42,29 +42,52 @@ nonneg_float = _number(float, 0, inclusive=True)
 def register(subparsers: Any) -> None:
     p = subparsers.add_parser("doctor", help="check slot wiring, link training, NUMA placement, P2P and PCIe errors")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
-    p.add_argument("--pid", type=positive_int, metavar="PID",
-                   help="check this process's CPU/memory placement against the GPUs' NUMA nodes")
-    p.add_argument("--load-s", type=nonneg_float, default=3.0, metavar="S",
-                   help="seconds of generated copy load to judge links under (default 3; 0: none)")
+    p.add_argument(
+        "--pid",
+        type=positive_int,
+        metavar="PID",
+        help="check this process's CPU/memory placement against the GPUs' NUMA nodes",
+    )
+    p.add_argument(
+        "--load-s",
+        type=nonneg_float,
+        default=3.0,
+        metavar="S",
+        help="seconds of generated copy load to judge links under (default 3; 0: none)",
+    )
     p.add_argument("--sysfs-root", default="/sys", metavar="DIR", help="sysfs mount to read (default /sys)")
     p.add_argument("--proc-root", default="/proc", help=argparse.SUPPRESS)
-    p.add_argument("--save-baseline", nargs="?", const="", metavar="DIR",
-                   help="also write this machine's fingerprint as baseline-<host>-<UTC time>.json into DIR "
-                        "(default: beside the calibration, $XDG_CONFIG_HOME/pcie-tui)")
-    p.add_argument("--since", metavar="BASELINE",
-                   help="say what changed since this baseline (file, or a folder: its newest) and whether a retest "
-                        "is due (exit 1), instead of the checks")
+    p.add_argument(
+        "--save-baseline",
+        nargs="?",
+        const="",
+        metavar="DIR",
+        help="also write this machine's fingerprint as baseline-<host>-<UTC time>.json into DIR "
+        "(default: beside the calibration, $XDG_CONFIG_HOME/pcie-tui)",
+    )
+    p.add_argument(
+        "--since",
+        metavar="BASELINE",
+        help="say what changed since this baseline (file, or a folder: its newest) and whether a retest "
+        "is due (exit 1), instead of the checks",
+    )
     p.add_argument("--now", metavar="FILE", help="with --since: compare with this baseline instead of the machine now")
-    p.add_argument("--recording", metavar="FILE",
-                   help="take the engine layout for the baseline from this recording's header")
+    p.add_argument(
+        "--recording", metavar="FILE", help="take the engine layout for the baseline from this recording's header"
+    )
     p.set_defaults(func=doctor_main)
 
-    c = subparsers.add_parser("calibrate", help="measure achievable host<->GPU copy rates and store them as link ceilings")
+    c = subparsers.add_parser(
+        "calibrate", help="measure achievable host<->GPU copy rates and store them as link ceilings"
+    )
     c.add_argument("--gpu", type=nonneg_int, metavar="INDEX", help="only this GPU (NVML index)")
     c.add_argument("--size-mib", type=positive_int, default=256, metavar="MIB", help="copy size in MiB (default 256)")
-    c.add_argument("--seconds", type=positive_float, default=1.5, metavar="S",
-                   help="seconds of copies per direction (default 1.5)")
-    c.add_argument("--backend", choices=("torch", "cuda-python"), help="copy backend (default: torch, else cuda-python)")
+    c.add_argument(
+        "--seconds", type=positive_float, default=1.5, metavar="S", help="seconds of copies per direction (default 1.5)"
+    )
+    c.add_argument(
+        "--backend", choices=("torch", "cuda-python"), help="copy backend (default: torch, else cuda-python)"
+    )
     c.add_argument("--no-save", action="store_true", help="measure only; do not store the result")
     c.add_argument("--json", action="store_true", help="print the result as JSON")
     c.add_argument("--sysfs-root", default="/sys", help=argparse.SUPPRESS)
@@ -77,22 +100,38 @@ def register(subparsers: Any) -> None:
     src.add_argument("--gguf", metavar="FILE", help="GGUF model file (reads its metadata)")
     m.add_argument("--hidden", type=positive_int, metavar="N", help="hidden size (overrides the config)")
     m.add_argument("--layers", type=positive_int, metavar="N", help="number of layers (overrides the config)")
-    m.add_argument("--dtype-bytes", type=positive_int, metavar="B",
-                   help="bytes per activation element on the wire (bf16 2, f32 4; default: the config's, "
-                        "GGUF 4, flags 2)")
-    m.add_argument("--tp", type=positive_int, default=1, metavar="N",
-                   help="tensor-parallel GPUs (default 1: no all-reduces)")
-    m.add_argument("--pp", type=positive_int, default=1, metavar="N",
-                   help="pipeline-parallel stages (default 1: no hand-offs)")
-    m.add_argument("--batch", type=positive_int, default=1, metavar="N",
-                   help="sequences decoded together per step (default 1)")
-    m.add_argument("--prompt-tokens", type=positive_int, default=2048, metavar="N",
-                   help="tokens per prefill step (default 2048)")
+    m.add_argument(
+        "--dtype-bytes",
+        type=positive_int,
+        metavar="B",
+        help="bytes per activation element on the wire (bf16 2, f32 4; default: the config's, GGUF 4, flags 2)",
+    )
+    m.add_argument(
+        "--tp", type=positive_int, default=1, metavar="N", help="tensor-parallel GPUs (default 1: no all-reduces)"
+    )
+    m.add_argument(
+        "--pp", type=positive_int, default=1, metavar="N", help="pipeline-parallel stages (default 1: no hand-offs)"
+    )
+    m.add_argument(
+        "--batch", type=positive_int, default=1, metavar="N", help="sequences decoded together per step (default 1)"
+    )
+    m.add_argument(
+        "--prompt-tokens", type=positive_int, default=2048, metavar="N", help="tokens per prefill step (default 2048)"
+    )
     m.add_argument("--link", default="4x16", metavar="GENxWIDTH", help="link to price, e.g. 4x16, 5x8 (default 4x16)")
-    m.add_argument("--ceiling-gbps", type=positive_float, metavar="GB/S",
-                   help="link ceiling in GB/s per direction (overrides --link)")
-    m.add_argument("--latency-us", type=nonneg_float, default=25.0, metavar="US",
-                   help="fixed latency per all-reduce in us (default 25, PCIe; 0 prices bandwidth only)")
+    m.add_argument(
+        "--ceiling-gbps",
+        type=positive_float,
+        metavar="GB/S",
+        help="link ceiling in GB/s per direction (overrides --link)",
+    )
+    m.add_argument(
+        "--latency-us",
+        type=nonneg_float,
+        default=25.0,
+        metavar="US",
+        help="fixed latency per all-reduce in us (default 25, PCIe; 0 prices bandwidth only)",
+    )
     m.add_argument("--recording", metavar="FILE", help="compare with the traffic measured in this recording")
     m.add_argument("--json", action="store_true", help="print the prediction (and comparison) as JSON")
     m.set_defaults(func=linkmodel_main)
@@ -130,7 +169,9 @@ def doctor_main(args: argparse.Namespace, nvml: Any = None) -> int:
         from pcie_tui.doctor.retest import since_main
 
         return since_main(args, nvml)
-    report = run_doctor(nvml=nvml, sysfs_root=args.sysfs_root, proc_root=args.proc_root, pid=args.pid, load_s=args.load_s)
+    report = run_doctor(
+        nvml=nvml, sysfs_root=args.sysfs_root, proc_root=args.proc_root, pid=args.pid, load_s=args.load_s
+    )
     _add_calibration_items(report)
     if save is not None:
         report["baseline"] = str(_save_doctor_baseline(args, report, save or None))
@@ -166,19 +207,42 @@ def _add_calibration_items(report: dict[str, Any]) -> None:
         e = lookup_entry(g["uuid"])
         item: tuple[str, str, str, list[str]]
         if e is None:
-            item = ("pass", "not calibrated: the monitor uses the theoretical link rate",
-                    "Run pcie-tui calibrate once so link % is shown against what this link really achieves.", [])
-        elif shape_matches(e, gen if isinstance(gen, int) else None, width if isinstance(width, int) else None) or \
-                shape_matches(e, mgen if isinstance(mgen, int) else None, mwidth if isinstance(mwidth, int) else None):
-            item = ("pass", f"calibrated ceiling {fmt_gbs(e.get('counter_Bps'))} (counter) on Gen{e.get('gen')} x{e.get('width')}",
-                    "Nothing to do.", [f"calibrated {_when(e.get('time'))} with {e.get('backend')}: payload {fmt_gbs(e.get('payload_Bps'))}"])
+            item = (
+                "pass",
+                "not calibrated: the monitor uses the theoretical link rate",
+                "Run pcie-tui calibrate once so link % is shown against what this link really achieves.",
+                [],
+            )
+        elif shape_matches(
+            e, gen if isinstance(gen, int) else None, width if isinstance(width, int) else None
+        ) or shape_matches(e, mgen if isinstance(mgen, int) else None, mwidth if isinstance(mwidth, int) else None):
+            item = (
+                "pass",
+                f"calibrated ceiling {fmt_gbs(e.get('counter_Bps'))} (counter) on Gen{e.get('gen')} x{e.get('width')}",
+                "Nothing to do.",
+                [f"calibrated {_when(e.get('time'))} with {e.get('backend')}: payload {fmt_gbs(e.get('payload_Bps'))}"],
+            )
         else:
-            item = ("warn", "machine changed shape, recalibrate",
-                    "Run pcie-tui calibrate again: the stored ceiling was measured on a different link.",
-                    [f"calibrated on Gen{e.get('gen')} x{e.get('width')}, link now Gen{gen} x{width} (max Gen{mgen} x{mwidth})"])
+            item = (
+                "warn",
+                "machine changed shape, recalibrate",
+                "Run pcie-tui calibrate again: the stored ceiling was measured on a different link.",
+                [
+                    f"calibrated on Gen{e.get('gen')} x{e.get('width')}, link now Gen{gen} x{width} (max Gen{mgen} x{mwidth})"
+                ],
+            )
         status, title, advice, ev = item
-        report["items"].append({"check": "calibration", "gpu": g["index"], "status": status, "title": title,
-                                "evidence": ev, "advice": advice, "data": {"entry": e}})
+        report["items"].append(
+            {
+                "check": "calibration",
+                "gpu": g["index"],
+                "status": status,
+                "title": title,
+                "evidence": ev,
+                "advice": advice,
+                "data": {"entry": e},
+            }
+        )
         report["summary"][status] += 1
     report["ok"] = report["summary"]["fail"] == 0
 
@@ -208,7 +272,13 @@ def calibrate_main(args: argparse.Namespace, nvml: Any = None) -> int:
         with contextlib.suppress(Exception):
             nv.nvmlShutdown()
     path = None if args.no_save else str(calibration.save_entries(entries))
-    result = {"format": "pcie-tui/calibrate-run", "path": path, "backend": backend.name, "size_mib": args.size_mib, "gpus": entries}
+    result = {
+        "format": "pcie-tui/calibrate-run",
+        "path": path,
+        "backend": backend.name,
+        "size_mib": args.size_mib,
+        "gpus": entries,
+    }
     if path is not None:
         result["baseline"] = _save_calibration_baseline(args, nvml, entries, path)
     if args.json:
@@ -218,7 +288,9 @@ def calibrate_main(args: argparse.Namespace, nvml: Any = None) -> int:
     return 0
 
 
-def _save_calibration_baseline(args: argparse.Namespace, nvml: Any, entries: list[dict[str, Any]], path: str) -> str | None:
+def _save_calibration_baseline(
+    args: argparse.Namespace, nvml: Any, entries: list[dict[str, Any]], path: str
+) -> str | None:
     """The machine's fingerprint beside the calibration file, links under the calibration's copies."""
     from pathlib import Path
 
@@ -331,11 +403,15 @@ def render_linkmodel(p: dict[str, Any]) -> str:
             if mb is None:
                 lines.append(f"{head}: bytes per token n/a ({r.get('tokens_reason') or 'no token counts'})")
             elif no_traffic:
-                lines.append(f"{head}: measured {fmt_bytes(mb)}/token over {count(mph.get('tokens') or 0, 'token')} "
-                             "(host<->GPU traffic: the model predicts none between GPUs)")
+                lines.append(
+                    f"{head}: measured {fmt_bytes(mb)}/token over {count(mph.get('tokens') or 0, 'token')} "
+                    "(host<->GPU traffic: the model predicts none between GPUs)"
+                )
             else:
-                lines.append(f"{head}: measured {fmt_bytes(mb)}/token vs predicted {fmt_bytes(r['predicted_bytes_per_token'])}"
-                             + (f" (x{r['ratio']:.2f})" if r["ratio"] else ""))
+                lines.append(
+                    f"{head}: measured {fmt_bytes(mb)}/token vs predicted {fmt_bytes(r['predicted_bytes_per_token'])}"
+                    + (f" (x{r['ratio']:.2f})" if r["ratio"] else "")
+                )
     return "\n".join(lines)
 
 

@@ -134,8 +134,13 @@ class TorchBackend:
         bufs = []
         for d in devs:
             with t.cuda.device(d):
-                bufs.append((d, t.empty(size_bytes, dtype=t.uint8, pin_memory=True),
-                             t.empty(size_bytes, dtype=t.uint8, device=f"cuda:{d}")))
+                bufs.append(
+                    (
+                        d,
+                        t.empty(size_bytes, dtype=t.uint8, pin_memory=True),
+                        t.empty(size_bytes, dtype=t.uint8, device=f"cuda:{d}"),
+                    )
+                )
         while not stop.is_set():
             for _d, h, g in bufs:
                 g.copy_(h, non_blocking=True)
@@ -193,7 +198,9 @@ class CudaPythonBackend:
         gpu = self._ck(rt.cudaMalloc(size_bytes))
         stream = self._ck(rt.cudaStreamCreate())
         ev0, ev1 = self._ck(rt.cudaEventCreate()), self._ck(rt.cudaEventCreate())
-        kind = rt.cudaMemcpyKind.cudaMemcpyHostToDevice if direction == "h2d" else rt.cudaMemcpyKind.cudaMemcpyDeviceToHost
+        kind = (
+            rt.cudaMemcpyKind.cudaMemcpyHostToDevice if direction == "h2d" else rt.cudaMemcpyKind.cudaMemcpyDeviceToHost
+        )
         dst, src = (gpu, host) if direction == "h2d" else (host, gpu)
         try:
             for _ in range(2):

@@ -64,7 +64,11 @@ def _util(nvml: Any, g: GpuFacts) -> int | None:
 
 
 def sample_links(
-    nvml: Any, gpus: list[GpuFacts], sysfs_root: str, seconds: float, period_s: float = 0.2,
+    nvml: Any,
+    gpus: list[GpuFacts],
+    sysfs_root: str,
+    seconds: float,
+    period_s: float = 0.2,
     util_max: dict[int, int] | None = None,
 ) -> tuple[dict[int, LinkRead], dict[int, tuple[int | None, int | None]]]:
     """Best (highest gen, then width) NVML and sysfs reading per GPU over ``seconds``.

@@ -105,7 +105,9 @@ def facts(engine_info: dict[str, Any]) -> EngineFacts:
     env = {str(k): str(v) for k, v in raw_env.items()} or None
     f = parse_flags([str(a) for a in argv], env)
     log: dict[str, Any] = typed(engine_info, "load_log", dict, {})
-    lines = [x for key in ("warnings", "lines") if isinstance(log.get(key), list) for x in log[key] if isinstance(x, str)]
+    lines = [
+        x for key in ("warnings", "lines") if isinstance(log.get(key), list) for x in log[key] if isinstance(x, str)
+    ]
     evidence = tuple(x for x in lines if MMAP_WARNING in x or "CUDA_Host" in x or "CPU_Mapped" in x or "offload" in x)
 
     meta: dict[str, Any] = typed(engine_info, "model_meta", dict, {})
@@ -142,7 +144,10 @@ def facts(engine_info: dict[str, Any]) -> EngineFacts:
         pinned, why = True, f"load mode {mode}: host weights in pinned CUDA host buffers"
     elif mode in ("auto", "mmap", "mlock", "mmap+mlock"):
         # mlock locks pages but does not register them with CUDA: copies are still staged.
-        pinned, why = False, f"load mode {mode}" + (" = mmap, the default" if mode == "auto" else "") + ": pageable memory"
+        pinned, why = (
+            False,
+            f"load mode {mode}" + (" = mmap, the default" if mode == "auto" else "") + ": pageable memory",
+        )
     else:
         pinned, why = None, f"load mode {mode}"
     if any(MMAP_WARNING in x for x in lines):
@@ -183,7 +188,11 @@ def advise(fx: EngineFacts, finding: dict[str, Any]) -> list[Advice]:
         pinned = ceil.get("pinned_Bps")
         ev = [f"host weights: {fx.host_weights}", fx.host_memory_why or "", *fx.log_evidence]
         pred = None
-        fix = "run llama-server with `-lm none` (drop `--no-host`)" if fx.flags.get("no_host") else "run llama-server with `-lm none`"
+        fix = (
+            "run llama-server with `-lm none` (drop `--no-host`)"
+            if fx.flags.get("no_host")
+            else "run llama-server with `-lm none`"
+        )
         fix += ": host weights then load into pinned CUDA host buffers"
         if pinned and rate:
             pred = finding.get("whatif_pinned")
@@ -198,8 +207,10 @@ def advise(fx: EngineFacts, finding: dict[str, Any]) -> list[Advice]:
                 short=f"{fx.host_weights} are copied from pageable memory; pinned copies reach {_gbs(pinned)} here",
             )
         )
-    elif fx.host_weights and phase in ("prefill", "mixed") and (
-        bound == "link" or (bound == "transfer" and fx.host_pinned is True)
+    elif (
+        fx.host_weights
+        and phase in ("prefill", "mixed")
+        and (bound == "link" or (bound == "transfer" and fx.host_pinned is True))
     ):
         ub = fx.ubatch or DEFAULT_UBATCH
         ev = [f"host weights: {fx.host_weights}", fx.host_memory_why or ""] + ([vram] if vram else [])

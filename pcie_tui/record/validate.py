@@ -361,6 +361,8 @@ def _bounds() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
             np.array(sorted(LINK_WIDTHS), dtype=np.float64),
         )
     return _BOUNDS
+
+
 MAX_ABS_T = 1e11  # unix seconds; year 5138
 
 

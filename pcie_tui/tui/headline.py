@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from pcie_tui.analyze.answer import evidence_text, live_headline, predicted_range
+
 # Short words for one screen row; the report and docs/attribution.md say them in full.
 BOUND_SHORT = {
     "link": "link-saturated",
