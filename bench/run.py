@@ -152,7 +152,8 @@ def bench_replay(src: Path, n_gpus: int = 1) -> list[tuple[str, str]]:
 
         rec = read_recording(path, warn=False)
         _, an = build_report(rec)
-        att = min(_once(lambda: answer(rec.header, an)) for _ in range(3))
+        hdr = rec.header
+        att = min(_once(lambda hdr=hdr, an=an: answer(hdr, an)) for _ in range(3))
         del rec, an
         rows.append(
             (

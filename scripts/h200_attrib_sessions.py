@@ -147,8 +147,8 @@ def run(name: str, args: argparse.Namespace, model: str, port: int) -> dict[str,
                 "--pid",
                 str(server.pid),
             ],
-            stdout=open(out / f"{name}-watch.txt", "wb"),
-            stderr=subprocess.STDOUT,  # noqa: SIM115
+            stdout=open(out / f"{name}-watch.txt", "wb"),  # noqa: SIM115 - the child holds it
+            stderr=subprocess.STDOUT,
         )
         time.sleep(1.0)
         app = next(

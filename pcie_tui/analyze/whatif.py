@@ -218,7 +218,9 @@ def whatif_report(
         for name, target in scenarios(gen, width, max(len(header.gpus), len(analyzer.series))):
             r = target / cur if cur else None
 
-            def link_ratio(ph: str, p: dict[str, Any], r: float | None = r, target: float = target) -> float | None:
+            def link_ratio(
+                ph: str, p: dict[str, Any], r: float | None = r, target: float = target, staged: dict = staged
+            ) -> float | None:
                 f = p["link_busy_share"]
                 if f is None or r is None:
                     return None
@@ -251,7 +253,7 @@ def whatif_report(
                 )
             )
 
-        def infinite(ph: str, p: dict[str, Any]) -> float | None:
+        def infinite(ph: str, p: dict[str, Any], staged: dict = staged) -> float | None:
             f = p["link_busy_share"]
             if f is None:
                 return None

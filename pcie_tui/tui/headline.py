@@ -13,6 +13,12 @@ from typing import TYPE_CHECKING
 
 from pcie_tui.analyze.answer import evidence_text, live_headline, predicted_range
 
+from pcie_tui.analyze.verdict import Utilisation, pcie_ceiling_Bps
+from pcie_tui.tui import fmt
+
+if TYPE_CHECKING:
+    from pcie_tui.tui.state import ViewModel
+
 # Short words for one screen row; the report and docs/attribution.md say them in full.
 BOUND_SHORT = {
     "link": "link-saturated",
@@ -22,11 +28,6 @@ BOUND_SHORT = {
     "compute": "compute-bound",
     "idle": "idle",
 }
-from pcie_tui.analyze.verdict import Utilisation, pcie_ceiling_Bps
-from pcie_tui.tui import fmt
-
-if TYPE_CHECKING:
-    from pcie_tui.tui.state import ViewModel
 
 # Which verdict names the session when GPUs disagree (the verdict's own priority).
 RANK = {"link": 3, "memory": 2, "compute": 1, "none": 0}
