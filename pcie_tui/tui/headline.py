@@ -12,7 +12,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from pcie_tui.analyze.answer import evidence_text, live_headline, predicted_range
-
 from pcie_tui.analyze.verdict import Utilisation, pcie_ceiling_Bps
 from pcie_tui.tui import fmt
 
