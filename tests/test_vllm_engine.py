@@ -149,12 +149,15 @@ def test_streamed_load_matches_the_client(vllm_server, tmp_path):
     # The engine's interval (arrival in the API server -> first token out of the engine) lies inside the
     # client's (send -> first chunk back), so the engine can only read lower; the difference is HTTP
     # and API-server time, ~20 ms on an idle machine and up to ~0.2 s when colleagues load both cores.
-    # Bounds: engine <= client + 10 ms, and engine >= 25 % of the client's figure (ITL or e2e read by
-    # mistake would be ~10x off either way).
-    assert 0.25 * client_mean <= engine_mean <= client_mean + 0.01
+    # Bounds: engine <= client + 10 ms (e2e or queue+e2e read by mistake would be far above the
+    # client's), and engine >= 5 % of the client's figure (a unit slip would be 1000x off). The gap is
+    # HTTP and API-server time: on this 2-core machine it reached ~100 ms at the median
+    # (2026-12-03: client mean 127-162 ms, p50 18-109 ms; engine mean 13-35 ms, p50 8-13 ms), so a
+    # tighter lower bound would test the machine's load, not the reading.
+    assert 0.05 * client_mean <= engine_mean <= client_mean + 0.01
     i = next((k for k, le in enumerate(h["le"]) if client_p50 <= le), len(h["le"]) - 1)
     hi = h["le"][min(i + 1, len(h["le"]) - 1)]  # the client's p50 bucket, widened by one bucket up
-    assert 0.25 * client_p50 <= p50 <= hi
+    assert 0.05 * client_p50 <= p50 <= hi
 
     # Phases: busy ticks during the load, idle before and after; nothing down.
     phases = [s.engine.phase for s in recording.samples if s.engine is not None]

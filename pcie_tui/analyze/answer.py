@@ -36,16 +36,22 @@ def evidence_text(f: dict[str, Any], short: bool = False) -> str:
     c = f["ceilings"]
     b = f["bound"]
     if short:
-        stat = f.get("stat", "median")
+        stat = "mean" if f.get("stat") == "mean" else ""  # the TUI's running means say so; the report's are medians
         src = "calibrated" if c["pinned_source"].startswith("calibrated") else "default"
         cap = f"{fmt_rate(c['pinned_Bps'])} pinned ({src})"
         if b == "link":
-            return f"link {fmt_rate(f.get('link_Bps'))} {stat} = {_pct(f.get('link_of_pinned'))} of {cap}"
+            return f"link {fmt_rate(f.get('link_Bps'))}{' ' + stat if stat else ''} = {_pct(f.get('link_of_pinned'))} of {cap}"
         if b == "transfer":
             gsrc = "calibrated" if c["pageable_source"].startswith("calibrated") else "default"
-            pageable = f", pageable {fmt_rate(c['pageable_Bps'])} ({gsrc})" if f.get("transfer_staged", True) else ""
+            if not f.get("transfer_staged", True):
+                pageable = ""
+            elif gsrc == src:  # one word for both ceilings
+                cap = f"{fmt_rate(c['pinned_Bps'])} pinned"
+                pageable = f", pageable {fmt_rate(c['pageable_Bps'])} (both {src})"
+            else:
+                pageable = f", pageable {fmt_rate(c['pageable_Bps'])} ({gsrc})"
             return (
-                f"host<->GPU {fmt_rate(f.get('link_Bps'))} {stat} = {_pct(f.get('link_of_pinned'))} of {cap}"
+                f"copies {fmt_rate(f.get('link_Bps'))}{' ' + stat if stat else ''} = {_pct(f.get('link_of_pinned'))} of {cap}"
                 f"{pageable}; SM {_pct(f.get('sm_util'))}"
             )
         if b == "host":
@@ -136,16 +142,17 @@ def headline(f: dict[str, Any] | None, busy_s: float, several_gpus: bool) -> dic
         }
     share = f["shares"][f["bound"]]
     where = f" on GPU {f['gpu']}" if several_gpus else ""
-    of_busy = f", {f['duration_s'] / busy_s * 100:.0f} % of the busy time" if busy_s > 0 else ""
+    of_busy = ""  # the phase's share of the busy time is in the JSON headline and the detail
+    # One screen line where it can be: the evidence in short (the detail below has it in full).
     line1 = (
-        f"{f['phase']}{where} ({f['duration_s']:.1f} s{of_busy}) was {BOUND_WORDS[f['bound']]} "
-        f"{share * 100:.0f} % of the time: {evidence_text(f)}."
+        f"{f['phase']}{where} ({f['duration_s']:.1f} s{of_busy}): {BOUND_WORDS[f['bound']]} "
+        f"{share * 100:.0f}%: {evidence_text(f, short=True)}."
     )
     adv = f["advice"][0] if f.get("advice") else None
     pred = adv.get("predicted") if adv else None
     if adv and adv.get("fix"):
         # The change itself (the fix's first clause), why (the short cause), and what it buys.
-        line2 = f"Fix: {adv['fix'].split(': ', 1)[0].split('; ', 1)[0]}"
+        line2 = f"Fix: {adv['fix'].split(': ', 1)[0].split('; ', 1)[0].split(' (', 1)[0]}"
         line2 += f" ({adv.get('short') or adv['cause']})"
         if pred and pred.get("phase_s_at_best"):
             line2 += f": {f['phase']} {pred['phase_s']:.1f} s -> {predicted_range(pred)}"
