@@ -52,7 +52,11 @@ def http_get(url: str, timeout_s: float) -> tuple[int, bytes]:
     if parts.query:
         path += "?" + parts.query
     try:
-        status, body, _ = http_request(parts.scheme, parts.hostname or "127.0.0.1", parts.port, path, timeout_s)
+        # vLLM's API server: a fresh connection per scrape, as before kept-alive scrapes were added
+        # for llama-server (a vLLM run with reused connections saw one scrape marked down under load).
+        status, body, _ = http_request(
+            parts.scheme, parts.hostname or "127.0.0.1", parts.port, path, timeout_s, reuse=False
+        )
     except http.client.HTTPException as e:
         raise OSError(f"bad HTTP response: {type(e).__name__}") from None
     return status, body

@@ -28,7 +28,7 @@ def _drop(key: tuple[str, str, int | None]) -> None:
 
 
 def http_request(
-    scheme: str, host: str, port: int | None, path: str, timeout_s: float
+    scheme: str, host: str, port: int | None, path: str, timeout_s: float, *, reuse: bool = True
 ) -> tuple[int, bytes, dict[str, str]]:
     """GET ``path`` within about ``timeout_s`` in all (connect + headers + body): (status, body, headers).
 
@@ -67,7 +67,7 @@ def http_request(
                     raise AnswerTooLarge(f"answer larger than {MAX_BODY_BYTES >> 20} MB; not read")
             # read1 leaves a fully read Content-Length answer open; closed, the connection serves the next.
             resp.close()
-            if resp.will_close:
+            if resp.will_close or not reuse:
                 _drop(key)
             return resp.status, b"".join(chunks), {k.lower(): v for k, v in resp.getheaders()}
         except _STALE:
