@@ -52,3 +52,14 @@ def vllm_server(vllm_model, tmp_path_factory):
 def _no_stored_calibration(tmp_path_factory, monkeypatch):
     """Reports and the live source read this machine's stored calibration: tests start from none."""
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path_factory.mktemp("config")))
+
+
+def pytest_collection_modifyitems(config, items):
+    """Run the tests of the real vLLM server first.
+
+    On this project's current 2-core CI machine (Intel Xeon, 2026-12-03), the vLLM engine tests fail
+    when they run after the Textual live-app test in the same process (the engine's TTFT and py-spy
+    states then look idle; seen with the project's code from before this change too) and pass when
+    they run first. The cause is not found yet; the order keeps the suite meaningful meanwhile.
+    """
+    items.sort(key=lambda item: 0 if "vllm_server" in getattr(item, "fixturenames", ()) else 1)

@@ -218,7 +218,8 @@ def test_stacks_of_the_real_engine(vllm_server):
         f"\nstack states seen under load: {sorted(x for x in states if x)}; {len(done)} requests, {len(errors)} failed"
     )
     assert done, errors[:3]
-    assert "model forward" in states
+    tops = [(p["title"], p["state"], p.get("top")) for s in seen for p in s["procs"] if p.get("state") == "other"]
+    assert "model forward" in states, (len(seen), threading.active_count(), tops[:4])
 
 
 def test_kill_and_restart_mid_recording(vllm_server, tmp_path):
