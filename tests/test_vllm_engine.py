@@ -233,6 +233,10 @@ def test_kill_and_restart_mid_recording(vllm_server, tmp_path):
     try:
         assert _wait(lambda: poller.latest() is not None and poller.latest().up and poller.latest().error is None, 5)
         base = poller.latest().generation_tokens_total
+        # Let the recorder write ticks that show the counters before the requests: the report counts
+        # increases between ticks, so a first tick taken after them would hide them (the server is
+        # shared with earlier tests, so its counters do not start from zero).
+        time.sleep(0.8)
         before = [stream_completion(vllm_server.url, SERVED_NAME, ids, 16) for _ in range(2)]
 
         def counted(n: float) -> bool:
@@ -279,5 +283,8 @@ def test_kill_and_restart_mid_recording(vllm_server, tmp_path):
     # Counters restarted from zero; the report counts across the restart.
     rep = engine_report(recording.samples)
     client_gen = sum(r.usage_completion for r in before + after)
-    assert rep["generation_tokens"] == client_gen
+    gen = [
+        (round(s.t - t_kill, 2), s.engine.up, s.engine.generation_tokens_total) for s in recording.samples if s.engine
+    ]
+    assert rep["generation_tokens"] == client_gen, (recording.warnings, base, gen[:3], gen[-3:])
     assert rep["requests"] == 4
