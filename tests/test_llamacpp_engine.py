@@ -171,8 +171,10 @@ def test_engine_stats_live_rate_from_slots_and_latencies_from_the_log(server):
         fut = pool.submit(stream_completion, server.url, "abc", server.n_tokens("abc"), 400)
         counters, decoded, snap = set(), [], None
         end = time.monotonic() + 60
+        early: list[dict] = []  # the request's log lines can land before the loop sees the future done
         while time.monotonic() < end and not fut.done():
             s, t = client.read(), time.time()
+            early += s.extra.get("requests", [])
             st.feed(Sample(t=t, gpus=(), engine=s))
             ticks.append((t, s))
             if slot_phase(s) == "decode":
@@ -188,7 +190,8 @@ def test_engine_stats_live_rate_from_slots_and_latencies_from_the_log(server):
     # One request on a slot that started idle: at least the last count seen, never more than it made.
     got = slot_tokens_total(ticks, "n_decoded")
     assert got is not None and decoded[-1] <= got[0] <= 400
-    s, reqs = _read_until(client, lambda s: bool(s.extra.get("requests")))
+    s, reqs = _read_until(client, lambda s: bool(early) or bool(s.extra.get("requests")))
+    reqs = early + reqs  # the stats already took the early ones from the ticks that carried them
     st.feed(Sample(t=time.time(), gpus=(), engine=s))
     snap = st.snapshot()
     assert [(r["prompt_n"], r["predicted_n"]) for r in reqs] == [(res.prompt_tokens, 400)]
