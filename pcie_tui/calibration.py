@@ -67,6 +67,22 @@ def shape_matches(entry: dict[str, Any], gen: int | None, width: int | None) -> 
     return (gen, width) in {(entry.get("gen"), entry.get("width")), (entry.get("max_gen"), entry.get("max_width"))}
 
 
+def _applicable(
+    uuid: str, gen: int | None, width: int | None, path: Path | None, max_gen: int | None, max_width: int | None
+) -> dict[str, Any] | None:
+    """This GPU's stored entry, when it was measured on the link it has now (its current or its max state).
+
+    An idle link trains down (Gen1 at P8), so a current state that does not match still counts
+    when the link's max (``max_gen``/``max_width``) is the calibrated max. None when never
+    calibrated or when the link is another one (the machine changed shape; recalibrate).
+    """
+    e = lookup_entry(uuid, path)
+    if e is None:
+        return None
+    same_max = max_gen is not None and (max_gen, max_width) == (e.get("max_gen"), e.get("max_width"))
+    return e if shape_matches(e, gen, width) or same_max else None
+
+
 def lookup(
     uuid: str,
     gen: int | None,
@@ -76,20 +92,9 @@ def lookup(
     max_gen: int | None = None,
     max_width: int | None = None,
 ) -> float | None:
-    """The counter's saturated reading (bytes/s per direction) for this GPU, or None.
-
-    None when never calibrated or when the link is not the one calibrated
-    (different gen or width: the machine changed shape; recalibrate). An idle
-    link trains down (Gen1 at P8), so a current state that does not match still
-    counts when the link's max (``max_gen``/``max_width``) is the calibrated max.
-    """
-    e = lookup_entry(uuid, path)
-    if e is None:
-        return None
-    same_max = max_gen is not None and (max_gen, max_width) == (e.get("max_gen"), e.get("max_width"))
-    if not (shape_matches(e, gen, width) or same_max):
-        return None
-    v = e.get("counter_Bps") or e.get("payload_Bps")
+    """The counter's saturated reading on pinned copies (bytes/s per direction) for this GPU, or None."""
+    e = _applicable(uuid, gen, width, path, max_gen, max_width)
+    v = e and (e.get("counter_Bps") or e.get("payload_Bps"))
     return float(v) if v else None
 
 
@@ -102,11 +107,9 @@ def lookup_pageable(
     max_gen: int | None = None,
     max_width: int | None = None,
 ) -> float | None:
-    """The counter's reading on saturating pageable copies (bytes/s), under the same rules as :func:`lookup`."""
-    if lookup(uuid, gen, width, path, max_gen=max_gen, max_width=max_width) is None:
-        return None
-    e = lookup_entry(uuid, path) or {}
-    v = e.get("pageable_counter_Bps") or e.get("pageable_payload_Bps")
+    """The counter's reading on pageable host->device copies (bytes/s), under the same rules as :func:`lookup`."""
+    e = _applicable(uuid, gen, width, path, max_gen, max_width)
+    v = e and (e.get("pageable_counter_Bps") or e.get("pageable_payload_Bps"))
     return float(v) if v else None
 
 

@@ -101,9 +101,8 @@ def answer(header: SessionHeader, analyzer: SessionAnalyzer) -> dict[str, Any]:
     for fs in findings.values():
         for f in fs:
             f["advice"] = [a.to_json() for a in advise(fx, f)]
-    busy_s = {g: sum(f["duration_s"] for f in fs if f["phase"] not in NOT_WORK) for g, fs in findings.items()}
     top = _pick(findings)
-    head = headline(top, busy_s.get(top["gpu"], 0.0) if top else 0.0, len(findings) > 1)
+    head = headline(top, len(findings) > 1)
     head.pop("finding", None)  # the findings below carry it
     return {
         "headline": head,
@@ -127,7 +126,7 @@ def _facts_json(fx: EngineFacts | None) -> dict[str, Any] | None:
     }
 
 
-def headline(f: dict[str, Any] | None, busy_s: float, several_gpus: bool) -> dict[str, Any]:
+def headline(f: dict[str, Any] | None, several_gpus: bool) -> dict[str, Any]:
     """Two lines at most: what held which phase back with its numbers, then the change that would help."""
     if f is None:
         return {
@@ -142,10 +141,9 @@ def headline(f: dict[str, Any] | None, busy_s: float, several_gpus: bool) -> dic
         }
     share = f["shares"][f["bound"]]
     where = f" on GPU {f['gpu']}" if several_gpus else ""
-    of_busy = ""  # the phase's share of the busy time is in the JSON headline and the detail
     # One screen line where it can be: the evidence in short (the detail below has it in full).
     line1 = (
-        f"{f['phase']}{where} ({f['duration_s']:.1f} s{of_busy}): {BOUND_WORDS[f['bound']]} "
+        f"{f['phase']}{where} ({f['duration_s']:.1f} s): {BOUND_WORDS[f['bound']]} "
         f"{share * 100:.0f}%: {evidence_text(f, short=True)}."
     )
     adv = f["advice"][0] if f.get("advice") else None
@@ -192,5 +190,4 @@ def live_headline(live: LiveAttribution, phase: str | None) -> dict[str, Any] | 
     if top is None:
         return None
     top["advice"] = [a.to_json() for a in advise(live.facts, top)]
-    busy = sum(f["duration_s"] for f in findings.get(top["gpu"], []) if f["phase"] not in NOT_WORK)
-    return headline(top, busy, len(findings) > 1)
+    return headline(top, len(findings) > 1)

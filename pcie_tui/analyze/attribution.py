@@ -207,7 +207,7 @@ def phase_findings(
             f["transfer_Bps"] = _median(rate[tm])
             # Staged (pageable or unknown) copies are held by the host, not by the link's speed.
             f["transfer_staged"] = facts is None or facts.host_pinned is not True
-            if bound == "transfer" and c.pinned_Bps and (facts is None or facts.host_pinned is not True):
+            if bound == "transfer" and c.pinned_Bps and f["transfer_staged"]:
                 moved = float(np.nansum(rate[bm] * w[bm]))  # bytes the transfer-bound ticks moved (counter)
                 f["whatif_pinned"] = pinned_whatif(dur, dur - secs[bound], moved, c)
             found.append(f)
