@@ -192,6 +192,29 @@ def test_engine_report_counts_and_phases():
     assert engine_report([Sample(t=0.0, gpus=())]) is None
 
 
+def test_engine_report_rate_leaves_a_gap_out_of_both_tokens_and_time():
+    # 5 tok/s for 10 s, an unwatched 4 s gap in which 100 tokens were made, then 5 tok/s
+    # again. The gap is out of the rate's time and tokens alike (the totals keep them).
+    from pcie_tui.analyze.session import SessionAnalyzer
+    from pcie_tui.model import SessionHeader
+
+    samples, g = [], 0.0
+    for t in [float(i) for i in range(11)] + [14.0 + i for i in range(11)]:
+        if t == 14.0:
+            g += 100.0
+        elif t > 0:
+            g += 5.0
+        samples.append(Sample(t=t, gpus=(), engine=_eng(0.0, g, phase="decode")))
+    an = SessionAnalyzer(SessionHeader("2026-12-03", "host", "t", (), interval_s=1.0))
+    for x in samples:
+        an.feed(x)
+    an.gaps = [(10.0, 14.0)]  # as report.py sets them from the reader's gap list
+    rep = engine_report(samples, an)
+    assert rep["up_s"] == pytest.approx(20.0)
+    assert rep["generation_tokens_per_s"] == pytest.approx(5.0)
+    assert rep["generation_tokens"] == pytest.approx(200.0)
+
+
 def test_per_request_hook():
     reqs = [
         {"prompt_tokens": 100, "prompt_s": 0.5, "generation_tokens": 50, "generation_s": 1.0},

@@ -339,8 +339,16 @@ def engine_report(samples: Iterable[Sample], analyzer: Any = None) -> dict[str, 
     up = [e for e in engines if e.up]
     span = _up_span_s(ticks, getattr(analyzer, "gaps", ()))
 
+    skip = {float(a) for a, _ in getattr(analyzer, "gaps", ())}
+
     def rate(attr: str) -> float | None:
-        inc = counter_total(getattr(e, attr) for e in up)
+        # Increases across a gap are left out of the rate as the gap's time is (both
+        # stay in the token totals): tokens over watched time.
+        inc: float | None = None
+        for (t0, a), (_, b) in zip(ticks, ticks[1:], strict=False):
+            va, vb = getattr(a, attr), getattr(b, attr)
+            if a.up and b.up and va is not None and vb is not None:
+                inc = (inc or 0.0) + (0.0 if t0 in skip else (counter_increase(va, vb) or 0.0))
         return inc / span if inc is not None and span > 0 else None
 
     per_request = unique_requests(engines)
