@@ -108,6 +108,19 @@ def run(name: str, args: argparse.Namespace, model: str, port: int) -> dict[str,
     rec_cmd += ["--headless", "--interval", "0.1"]
     rec_log = open(out / f"{name}-record.txt", "wb")  # noqa: SIM115
     rec = subprocess.Popen(rec_cmd, stdout=rec_log, stderr=subprocess.STDOUT)
+    # The GPU-only recorder beside it, same interval, for the engine side's cost as a ratio.
+    base_cmd = [
+        sys.executable,
+        "-m",
+        "pcie_tui",
+        "record",
+        "--no-engine",
+        "--out",
+        str(out / f"{name}-gpu-only.jsonl.gz"),
+    ]
+    base = subprocess.Popen(
+        [*base_cmd, "--headless", "--interval", "0.1"], stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT
+    )
     t_rec = time.time()
     spy = None
     if name in args.spy:
@@ -178,6 +191,7 @@ def run(name: str, args: argparse.Namespace, model: str, port: int) -> dict[str,
                 stderr=subprocess.DEVNULL,
             )
     truth: list[dict[str, Any]] = []
+    steady0: tuple[float, float | None, float | None] | None = None
     res: dict[str, Any] = {"session": name, "argv": [Path(a).name if a in (args.server, model) else a for a in argv]}
     try:
         t_ready = wait_health(url, server, 300.0)
@@ -185,6 +199,7 @@ def run(name: str, args: argparse.Namespace, model: str, port: int) -> dict[str,
         if t_ready is None:
             raise RuntimeError(f"{name}: llama-server not ready (rc={server.poll()})")
         time.sleep(2.0)
+        steady0 = (time.time(), cpu_s(rec.pid), cpu_s(base.pid))
         rng = random.Random(sum(map(ord, name)))
         for label, n_prompt, n_gen, count in plan:
             for _ in range(count):
@@ -211,6 +226,22 @@ def run(name: str, args: argparse.Namespace, model: str, port: int) -> dict[str,
     finally:
         res["recorder_cpu_s"] = cpu_s(rec.pid)
         res["recorder_wall_s"] = time.time() - t_rec
+        res["gpu_only_cpu_s"] = cpu_s(base.pid)
+        if steady0 is not None and None not in steady0:
+            wall = time.time() - steady0[0]
+            eng, gpu = cpu_s(rec.pid), cpu_s(base.pid)
+            if eng is not None and gpu is not None and wall > 0:
+                # Steady state (after the server was ready): % of one core, both recorders at 10 Hz.
+                res["steady_pct_core"] = {
+                    "window_s": round(wall, 1),
+                    "gpu_and_engine": round(100 * (eng - steady0[1]) / wall, 2),
+                    "gpu_only": round(100 * (gpu - steady0[2]) / wall, 2),
+                }
+        base.send_signal(signal.SIGTERM)
+        try:
+            base.wait(20)
+        except subprocess.TimeoutExpired:
+            base.kill()
         rec.send_signal(signal.SIGTERM)
         try:
             res["recorder_rc"] = rec.wait(20)
