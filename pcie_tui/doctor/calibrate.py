@@ -98,7 +98,7 @@ def measure(
 ) -> list[dict[str, Any]]:
     """Time H2D and D2H (and device-to-device) copies per GPU; one calibration entry per GPU."""
     from pcie_tui.doctor.copybench import map_devices
-    from pcie_tui.doctor.topology import normalize_bdf
+    from pcie_tui.doctor.sysfs_pci import normalize_bdf
 
     count = int(nvml.nvmlDeviceGetCount())
     if gpu is not None and not 0 <= gpu < count:
