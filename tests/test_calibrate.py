@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from pcie_tui import calibration
-from pcie_tui.doctor.cli import _add_calibration_items, calibrate_main
+from pcie_tui.doctor.calibrate import add_calibration_items, calibrate_main, measure
 from pcie_tui.doctor.copybench import load_backend
 from pcie_tui.errors import UserError
 
@@ -64,7 +64,7 @@ def test_doctor_warns_when_the_machine_changed_shape():
     report = json.loads((FIX / "h200-doctor.json").read_text())
     report["items"] = [i for i in report["items"] if i["check"] != "calibration"]
     report["summary"] = {"pass": 0, "warn": 0, "fail": 0}
-    _add_calibration_items(report)
+    add_calibration_items(report)
     assert report["items"][-1]["status"] == "pass"
     assert report["items"][-1]["title"] == "calibrated ceiling 60.0 GB/s (counter) on Gen5 x16"
     # Same GPU, now trained to Gen4 x16 even under load (e.g. moved to another slot).
@@ -72,7 +72,7 @@ def test_doctor_warns_when_the_machine_changed_shape():
     report["gpus"][0]["link_idle"] = gen4
     report["load"]["links"] = {"0": gen4}
     report["items"] = []
-    _add_calibration_items(report)
+    add_calibration_items(report)
     item = report["items"][-1]
     assert item["status"] == "warn" and item["title"] == "machine changed shape, recalibrate"
 
@@ -126,7 +126,7 @@ def test_measure_stores_what_the_counter_reads_at_saturation():
         offset[0] += t - nv.now()
 
     nv.nvmlInit()
-    entries = calibration.measure(nv, _ReplayBackend(nv, jump))
+    entries = measure(nv, _ReplayBackend(nv, jump))
     (e,) = entries
     cap = nv.capture
     assert (e["gen"], e["width"]) == (5, 16)

@@ -260,7 +260,7 @@ def test_calibrate_writes_a_baseline_with_the_under_load_link(proc, tmp_path, mo
     from test_calibrate import _ReplayBackend
 
     import pcie_tui.doctor.copybench as copybench
-    from pcie_tui.doctor.cli import calibrate_main
+    from pcie_tui.doctor.calibrate import calibrate_main
 
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "cfg"))
     offset = [0.0]

@@ -10,7 +10,8 @@ import pytest
 from pcie_tui.analyze.session import sample_phase
 from pcie_tui.record.reader import Recording, read_recording
 from pcie_tui.record.replay import ReplaySource
-from pcie_tui.tui.app import SPEEDS, make_app, next_speed
+from pcie_tui.tui.actions import SPEEDS, next_speed
+from pcie_tui.tui.app import make_app
 from pcie_tui.tui.events import EventsPane
 from pcie_tui.tui.headless import frame_at, run, saturated_moment, screen_text, wait_until
 from pcie_tui.tui.screens import SourcesScreen

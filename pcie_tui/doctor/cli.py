@@ -1,18 +1,17 @@
 """argparse wiring for ``doctor``, ``calibrate`` and ``linkmodel``.
 
 ``register(subparsers)`` adds the three subcommands; each sets ``func`` to a
-handler ``(args) -> int``. Handlers raise UserError / NoGpuError for bad input
+handler ``(args) -> int`` (calibrate's lives in :mod:`pcie_tui.doctor.calibrate`). Handlers raise UserError / NoGpuError for bad input
 or a missing GPU; the main CLI prints that as one line.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
-import json
-import sys
 from typing import Any
 
+from pcie_tui.doctor.calibrate import add_calibration_items, calibrate_main
+from pcie_tui.doctor.render import print_json
 from pcie_tui.errors import UserError
 from pcie_tui.model import pcie_capacity_Bps
 
@@ -137,21 +136,6 @@ def register(subparsers: Any) -> None:
     m.set_defaults(func=linkmodel_main)
 
 
-def _print_json(obj: Any) -> None:
-    from pcie_tui.record.validate import finite_json
-
-    # RFC 8259: no NaN/Infinity (they become null).
-    plain = json.loads(json.dumps(obj, default=_json_default))
-    json.dump(finite_json(plain), sys.stdout, indent=1, allow_nan=False)
-    sys.stdout.write("\n")
-
-
-def _json_default(o: Any) -> Any:
-    if isinstance(o, set):
-        return sorted(o)
-    return str(o)
-
-
 def doctor_main(args: argparse.Namespace, nvml: Any = None) -> int:
     from pcie_tui.doctor.render import render_doctor
     from pcie_tui.doctor.run import run_doctor
@@ -172,11 +156,11 @@ def doctor_main(args: argparse.Namespace, nvml: Any = None) -> int:
     report = run_doctor(
         nvml=nvml, sysfs_root=args.sysfs_root, proc_root=args.proc_root, pid=args.pid, load_s=args.load_s
     )
-    _add_calibration_items(report)
+    add_calibration_items(report)
     if save is not None:
         report["baseline"] = str(_save_doctor_baseline(args, report, save or None))
     if args.json:
-        _print_json(report)
+        print_json(report)
     else:
         print(render_doctor(report))
         if save is not None:
@@ -192,116 +176,6 @@ def _save_doctor_baseline(args: argparse.Namespace, report: dict[str, Any], dire
         engine = fpm.engine_from_pid(args.pid)
     host = fpm.host_facts(args.proc_root, report.get("driver_version"))
     return fpm.write(fpm.from_report(report, host, engine, "doctor"), directory)
-
-
-def _add_calibration_items(report: dict[str, Any]) -> None:
-    """One item per GPU: is the stored ceiling still valid for this link?"""
-    from pcie_tui.analyze.linkmodel import fmt_gbs
-    from pcie_tui.calibration import lookup_entry, shape_matches
-
-    for g in report["gpus"]:
-        links = report["load"]["links"]
-        link = links.get(g["index"]) or links.get(str(g["index"])) or g["link_idle"]
-        gen, width = link.get("cur_gen"), link.get("cur_width")
-        mgen, mwidth = link.get("max_gen"), link.get("max_width")
-        e = lookup_entry(g["uuid"])
-        item: tuple[str, str, str, list[str]]
-        if e is None:
-            item = (
-                "pass",
-                "not calibrated: the monitor uses the theoretical link rate",
-                "Run pcie-tui calibrate once so link % is shown against what this link really achieves.",
-                [],
-            )
-        elif shape_matches(
-            e, gen if isinstance(gen, int) else None, width if isinstance(width, int) else None
-        ) or shape_matches(e, mgen if isinstance(mgen, int) else None, mwidth if isinstance(mwidth, int) else None):
-            item = (
-                "pass",
-                f"calibrated ceiling {fmt_gbs(e.get('counter_Bps'))} (counter) on Gen{e.get('gen')} x{e.get('width')}",
-                "Nothing to do.",
-                [f"calibrated {_when(e.get('time'))} with {e.get('backend')}: payload {fmt_gbs(e.get('payload_Bps'))}"],
-            )
-        else:
-            item = (
-                "warn",
-                "machine changed shape, recalibrate",
-                "Run pcie-tui calibrate again: the stored ceiling was measured on a different link.",
-                [
-                    f"calibrated on Gen{e.get('gen')} x{e.get('width')}, link now Gen{gen} x{width} (max Gen{mgen} x{mwidth})"
-                ],
-            )
-        status, title, advice, ev = item
-        report["items"].append(
-            {
-                "check": "calibration",
-                "gpu": g["index"],
-                "status": status,
-                "title": title,
-                "evidence": ev,
-                "advice": advice,
-                "data": {"entry": e},
-            }
-        )
-        report["summary"][status] += 1
-    report["ok"] = report["summary"]["fail"] == 0
-
-
-def _when(t: Any) -> str:
-    from datetime import datetime, timezone
-
-    try:
-        return datetime.fromtimestamp(float(t), timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    except (TypeError, ValueError):
-        return "at an unknown time"
-
-
-def calibrate_main(args: argparse.Namespace, nvml: Any = None) -> int:
-    from pcie_tui import calibration
-    from pcie_tui.doctor.copybench import load_backend
-    from pcie_tui.doctor.nvmlfacts import open_nvml
-    from pcie_tui.doctor.render import render_calibration
-
-    if args.size_mib <= 0 or args.seconds <= 0:
-        raise UserError("--size-mib and --seconds must be positive")
-    nv = open_nvml(nvml)
-    try:
-        backend = load_backend(args.backend)
-        entries = calibration.measure(nv, backend, gpu=args.gpu, size_mib=args.size_mib, duration_s=args.seconds)
-    finally:
-        with contextlib.suppress(Exception):
-            nv.nvmlShutdown()
-    path = None if args.no_save else str(calibration.save_entries(entries))
-    result = {
-        "format": "pcie-tui/calibrate-run",
-        "path": path,
-        "backend": backend.name,
-        "size_mib": args.size_mib,
-        "gpus": entries,
-    }
-    if path is not None:
-        result["baseline"] = _save_calibration_baseline(args, nvml, entries, path)
-    if args.json:
-        _print_json(result)
-    else:
-        print(render_calibration(result))
-    return 0
-
-
-def _save_calibration_baseline(
-    args: argparse.Namespace, nvml: Any, entries: list[dict[str, Any]], path: str
-) -> str | None:
-    """The machine's fingerprint beside the calibration file, links under the calibration's copies."""
-    from pathlib import Path
-
-    from pcie_tui.doctor import fingerprint as fpm
-
-    try:
-        fp = fpm.snapshot(nvml, getattr(args, "sysfs_root", "/sys"), getattr(args, "proc_root", "/proc"), entries)
-        return str(fpm.write(fp, Path(path).parent))
-    except UserError as e:  # the calibration itself is saved; say so and go on
-        print(f"pcie-tui: warning: {e}", file=sys.stderr)
-        return None
 
 
 def parse_link(text: str) -> tuple[int, int]:
@@ -358,7 +232,7 @@ def linkmodel_main(args: argparse.Namespace) -> int:
         pred["measured"] = measured
         pred["comparison"] = lm.compare(pred, measured)
     if args.json:
-        _print_json(pred)
+        print_json(pred)
     else:
         print(render_linkmodel(pred))
     return 0

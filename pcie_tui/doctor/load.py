@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pcie_tui.doctor.nvmlfacts import GpuFacts, LinkRead, read_link
-from pcie_tui.doctor.topology import device_path, parse_link_speed
+from pcie_tui.doctor.sysfs_pci import device_path, parse_link_speed
 
 
 @dataclass

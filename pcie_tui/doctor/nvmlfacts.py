@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from pcie_tui.doctor.topology import normalize_bdf
+from pcie_tui.doctor.sysfs_pci import normalize_bdf
 from pcie_tui.errors import NoGpuError
 
 # Field ids (nvml.h; ABI-stable), used when the module lacks the constant.

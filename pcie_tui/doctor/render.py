@@ -1,7 +1,9 @@
-"""Plain-text rendering of doctor and calibrate reports (no Textual, no colour required)."""
+"""Plain-text rendering of doctor and calibrate reports (no Textual, no colour required), and their JSON."""
 
 from __future__ import annotations
 
+import json
+import sys
 from typing import Any
 
 _MARK = {"pass": "PASS", "warn": "WARN", "fail": "FAIL"}
@@ -79,3 +81,18 @@ def _gb(v: float | None) -> str:
     from pcie_tui.analyze.linkmodel import fmt_gbs
 
     return fmt_gbs(v)
+
+
+def print_json(obj: Any) -> None:
+    from pcie_tui.record.validate import finite_json
+
+    # RFC 8259: no NaN/Infinity (they become null).
+    plain = json.loads(json.dumps(obj, default=_json_default))
+    json.dump(finite_json(plain), sys.stdout, indent=1, allow_nan=False)
+    sys.stdout.write("\n")
+
+
+def _json_default(o: Any) -> Any:
+    if isinstance(o, set):
+        return sorted(o)
+    return str(o)

@@ -12,8 +12,10 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from pcie_tui.doctor.checks import FAIL, PASS, WARN, DoctorData, Item, run_checks, topology_matrix
+from pcie_tui.doctor.checks import run_checks
+from pcie_tui.doctor.checks_peers import topology_matrix
 from pcie_tui.doctor.fingerprint import driver_version
+from pcie_tui.doctor.items import FAIL, PASS, WARN, DoctorData, Item
 from pcie_tui.doctor.load import read_under_load
 from pcie_tui.doctor.numa import ProcPlacement, node_cpus, read_placement
 from pcie_tui.doctor.nvmlfacts import gather, open_nvml, pair_facts, read_pcie_counters

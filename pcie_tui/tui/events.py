@@ -9,7 +9,7 @@ from textual.containers import Vertical
 from textual.widgets import DataTable
 
 from pcie_tui.tui import fmt
-from pcie_tui.tui.state import EventView
+from pcie_tui.tui.frame import EventView
 from pcie_tui.tui.widgets import BUS_WORDS, set_border_title
 
 # Rows the box grows to before its table scrolls (it never takes more than the room below the panels).

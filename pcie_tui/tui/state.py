@@ -2,8 +2,9 @@
 
 The worker thread feeds every Sample into :class:`ViewModel` (which runs the
 :class:`SessionAnalyzer`), and at most ten times a second asks it for a
-:class:`Frame`: an immutable snapshot that the UI thread only renders. No
-Textual here, so the model can be tested and timed on its own.
+:class:`Frame` (:mod:`pcie_tui.tui.frame`): an immutable snapshot that the UI
+thread only renders. No Textual here, so the model can be tested and timed on
+its own.
 """
 
 from __future__ import annotations
@@ -11,14 +12,14 @@ from __future__ import annotations
 import time
 from collections import deque
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from pcie_tui.analyze.attribution import LiveAttribution
 from pcie_tui.analyze.session import SessionAnalyzer, sample_phase
-from pcie_tui.analyze.verdict import DEFAULT_THRESHOLDS, Event, Thresholds, Utilisation, pcie_ceiling_Bps
+from pcie_tui.analyze.verdict import DEFAULT_THRESHOLDS, Thresholds, pcie_ceiling_Bps
 from pcie_tui.engines import facts_for
-from pcie_tui.model import GpuInfo, GpuSample, Sample, SessionHeader
+from pcie_tui.model import GpuSample, Sample, SessionHeader
+from pcie_tui.tui.frame import EventView, Frame, GpuView, ReplayView
 from pcie_tui.tui.headline import headline_text
 
 # Ticks of history kept per GPU for the sparklines (30 s at 10 Hz).
@@ -36,112 +37,6 @@ def _engine_stats_class() -> Any:
     except ImportError:
         return None
     return EngineStats
-
-
-@dataclass(frozen=True, slots=True)
-class EventView:
-    """A frozen copy of one saturation event (the analyzer's Event mutates)."""
-
-    key: str
-    gpu: int
-    resource: str
-    start_s: float  # since the session's first tick
-    end_s: float | None  # None while open
-    peak_util: float
-    mean_util: float
-    proxy: bool
-    bus: str | None
-    direction: str | None
-    peak_Bps: float | None
-    phase: str | None
-
-    @classmethod
-    def of(cls, ev: Event, t0: float) -> EventView:
-        return cls(
-            key=f"{ev.gpu}/{ev.resource}/{ev.start!r}",
-            gpu=ev.gpu,
-            resource=ev.resource,
-            start_s=ev.start - t0,
-            end_s=None if ev.end is None else ev.end - t0,
-            peak_util=ev.peak_util,
-            mean_util=ev.mean_util,
-            proxy=ev.proxy,
-            bus=ev.bus,
-            direction=ev.direction_label,
-            peak_Bps=ev.peak_Bps,
-            phase=ev.phase,
-        )
-
-
-@dataclass(frozen=True, slots=True)
-class GpuView:
-    """One GPU at the moment of the frame, plus its recent history."""
-
-    index: int
-    info: GpuInfo | None
-    sample: GpuSample | None
-    util: Utilisation | None
-    verdict: str  # link | memory | compute | none
-    ceiling_Bps: float | None
-    ceiling_kind: str  # measured | theoretical
-    # Highest reading since the previous frame (ticks can outpace renders).
-    peak_tx_Bps: float | None
-    peak_rx_Bps: float | None
-    open_events: tuple[EventView, ...]
-    has_nvlink: bool
-    # History: absolute index of the first tick, then one entry per tick.
-    hist_start: int
-    hist_tx: tuple[float | None, ...]
-    hist_rx: tuple[float | None, ...]
-    hist_nvlink: tuple[float | None, ...]  # max of both directions
-    hist_mem: tuple[float | None, ...]  # per memory_basis: DRAM_BW_UTIL or the memory-busy proxy
-    hist_phase: tuple[str | None, ...]
-    hist_span_s: float
-    # "gpm": true DRAM bandwidth; "proxy": only NVML's memory-busy duty cycle; None: neither.
-    memory_basis: str | None = None
-    mem_util: float | None = None  # the figure to show for memory_basis
-    link_enter: float = DEFAULT_THRESHOLDS.link_enter  # below it an open link event is easing
-
-    @property
-    def memory_proxy(self) -> bool:
-        return self.memory_basis == "proxy"
-
-
-@dataclass(frozen=True, slots=True)
-class ReplayView:
-    position: int  # index of the next tick
-    total: int
-    speed: float
-    paused: bool
-    start_t: float
-    end_t: float
-    current_t: float
-
-
-@dataclass(frozen=True, slots=True)
-class Frame:
-    """Everything one render needs; built in the worker thread."""
-
-    seq: int
-    ticks: int  # ticks analysed so far
-    t: float | None  # unix time of the latest tick
-    t_rel: float | None  # seconds since the first tick
-    phase: str | None
-    gpus: tuple[GpuView, ...]
-    events: tuple[EventView, ...]  # newest last
-    events_total: int
-    engine: Any  # EngineSample | None (latest tick's)
-    engine_stats: dict[str, Any] | None
-    engine_stats_available: bool
-    replay: ReplayView | None
-    ended: bool = False
-    # Engine history, one entry per tick like the GPU history: requests running, and the phase.
-    engine_hist_start: int = 0
-    engine_hist_running: tuple[float | None, ...] = ()
-    engine_hist_phase: tuple[str | None, ...] = ()
-    engine_hist_span_s: float = 0.0
-    built_s: float = 0.0  # monotonic clock when built (for rate checks; never shown)
-    headline: str | None = None  # headline_text(state): one line on what holds things back; None: hide
 
 
 class _GpuHistory:
