@@ -34,6 +34,7 @@ LINK_WIDTHS = frozenset({1, 2, 4, 8, 12, 16, 32})
 # (``label value``, joined by " · "); the others are rows with their own layout in tui/widgets.py.
 PANELS = ("title", "link", "memory", "figures")
 KINDS = ("rate", "fraction", "bytes", "watts", "state", "count")
+BACKENDS = ("gpm", "nvml")  # GpuInfo.metrics_source values a Source can name
 GPM_WINDOW = "one tick ({tick}) between two GPM samples"
 
 
