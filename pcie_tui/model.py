@@ -146,7 +146,7 @@ class GpuSample:
     # Current link state this tick (idle links train down).
     link_gen: int | None = None
     link_width: int | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
+    extra: dict[str, Any] = field(default_factory=dict, hash=False)  # stays hashable, as before
 
     def get(self, name: str) -> Any:
         """The reading of one metrics-table row (None: unavailable)."""

@@ -129,7 +129,7 @@ def _gpu_positional() -> Callable[[dict[str, Any]], GpuSample]:
                 return GpuSample.from_json(g)
         if extra_names:
             extra = {n: v for n in extra_names if (v := g.get(n)) is not None}
-            return GpuSample(int(g["index"]), *vals, extra)
+            return GpuSample(int(g["index"]), *(*vals, extra))  # the typed rows, then extra
         return GpuSample(int(g["index"]), *vals)
 
     return gpu if _fast_matches(gpu) else GpuSample.from_json
@@ -151,9 +151,13 @@ def _sample_fast(d: dict[str, Any]) -> Sample:
 def _fast_matches(gpu: Callable[[dict[str, Any]], GpuSample] | None = None) -> bool:
     """Whether the positional reader (``gpu``, else the current one) equals from_json on every shape."""
     names = metrics.names()
-    full = {"index": 3, **{k: 1000.0 + i for i, k in enumerate(names)}}
+    full: dict[str, Any] = {"index": 3, **{k: 1000.0 + i for i, k in enumerate(names)}}
     optional = {m.name for m in metrics.table() if not m.always}
-    shapes = [full, {k: v for k, v in full.items() if k not in optional | {"power_W"}}, dict(full, index="2")]
+    shapes: list[dict[str, Any]] = [
+        full,
+        {k: v for k, v in full.items() if k not in optional | {"power_W"}},
+        dict(full, index="2"),
+    ]
     shapes += [{k: v for k, v in full.items() if k != n} for n in optional]  # one optional row known
     try:
         if gpu is not None:
