@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from pcie_tui import metrics
 from pcie_tui.errors import UserError
 from pcie_tui.model import Sample, SessionHeader
 
@@ -137,17 +138,9 @@ HELP = {
     "pcie_export_last_tick_timestamp_seconds": "wall clock when the last tick was read",
     "pcie_export_sample_time_seconds": "the last tick's own time (recorded time on replay)",
     "pcie_gpu_info": "static facts of the GPU (value 1)",
-    "pcie_link_rate_bytes_per_second": "link traffic, bytes/s per direction (tx = leaving the GPU)",
     "pcie_link_ceiling_bytes_per_second": "link ceiling per direction, bytes/s (basis: measured or theoretical)",
     "pcie_link_util_ratio": "busiest link direction over its ceiling, 0..1 (what the verdict uses)",
-    "pcie_link_gen": "PCIe generation the link is trained at now",
-    "pcie_link_width": "PCIe lanes the link is trained at now",
-    "pcie_dram_bandwidth_util_ratio": "DRAM bandwidth used, fraction of peak (GPM DRAM_BW_UTIL)",
-    "pcie_memory_busy_duty_ratio": "NVML memory utilization: a duty cycle, NOT bandwidth",
-    "pcie_sm_util_ratio": "SM utilisation, 0..1 (GPM SM_UTIL, else NVML gpu utilization)",
-    "pcie_memory_used_bytes": "GPU memory in use",
     "pcie_memory_total_bytes": "GPU memory size",
-    "pcie_power_watts": "board power draw",
     "pcie_verdict": "saturated resource now (1 for the verdict, 0 for the others)",
     "pcie_engine_up": "1 when the engine answered its last scrape",
     "pcie_engine_phase": "engine phase now (1 for the phase, 0 for the others)",
@@ -164,6 +157,14 @@ HELP = {
     "pcie_engine_e2e_seconds": "end-to-end latency per request (vLLM)",
     "pcie_engine_request_itl_mean_seconds": "mean inter-token gap of each request, one observation per request",
 }
+
+
+def _table_help() -> dict[str, str]:
+    """The per-GPU gauges of the metrics table (pcie_tui.metrics): name -> help."""
+    return {m.prom.name: m.prom.help for m in metrics.table() if m.prom is not None}
+
+
+HELP.update(_table_help())
 COUNTERS = frozenset({"pcie_export_ticks", "pcie_engine_prompt_tokens", "pcie_engine_generation_tokens"})
 Add = Callable[[str, dict[str, str], Any], None]
 
@@ -189,7 +190,8 @@ class PrometheusCollector:
             fam = fams.get(name)
             if fam is None:
                 cls = CounterMetricFamily if name in COUNTERS else GaugeMetricFamily
-                fam = fams[name] = cls(name, HELP[name], labels=list(labels))
+                doc = HELP[name] if name in HELP else _table_help()[name]  # a row registered since import
+                fam = fams[name] = cls(name, doc, labels=list(labels))
             fam.add_metric(list(labels.values()), v)
 
         st = self.state
@@ -215,8 +217,9 @@ def _gpu_metrics(add: Add, header: SessionHeader, s: Sample, st: ExportState) ->
         if info is not None:
             facts = {"uuid": info.uuid, "name": info.name, "pci_bus_id": info.pci_bus_id}
             add("pcie_gpu_info", {**gpu, **facts, "metrics_source": info.metrics_source or ""}, 1)
-        for bus, d in (("pcie", "tx"), ("pcie", "rx"), ("nvlink", "tx"), ("nvlink", "rx")):
-            add("pcie_link_rate_bytes_per_second", {**gpu, "bus": bus, "direction": d}, getattr(g, f"{bus}_{d}_Bps"))
+        for m in metrics.table():  # the per-GPU readings
+            if m.prom is not None:
+                add(m.prom.name, {**gpu, **dict(m.prom.labels)}, g.get(m.name))
         ceiling, basis = pcie_ceiling_Bps(info, g)
         add("pcie_link_ceiling_bytes_per_second", {**gpu, "bus": "pcie", "basis": basis}, ceiling)
         if info is not None:
@@ -224,13 +227,6 @@ def _gpu_metrics(add: Add, header: SessionHeader, s: Sample, st: ExportState) ->
             add("pcie_link_ceiling_bytes_per_second", nvl, info.nvlink_capacity_Bps)
             add("pcie_memory_total_bytes", gpu, info.memory_total_bytes)
         add("pcie_link_util_ratio", gpu, st.link_util.get(g.index))
-        add("pcie_link_gen", gpu, g.link_gen)
-        add("pcie_link_width", gpu, g.link_width)
-        add("pcie_dram_bandwidth_util_ratio", gpu, g.dram_bw_util)
-        add("pcie_memory_busy_duty_ratio", gpu, g.mem_busy)
-        add("pcie_sm_util_ratio", gpu, g.sm_util)
-        add("pcie_memory_used_bytes", gpu, g.mem_used_bytes)
-        add("pcie_power_watts", gpu, g.power_W)
         verdict = st.verdicts.get(g.index)
         if verdict is not None:
             for name in VERDICT_NAMES:

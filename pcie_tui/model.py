@@ -7,8 +7,10 @@ Units are in the names: ``_Bps`` bytes per second, ``_util`` a fraction 0..1,
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
+
+from pcie_tui import metrics
 
 # Per-lane payload rate after line coding, bytes/s per direction (GB = 1e9 B).
 # Gen1/2 use 8b/10b, Gen3+ 128b/130b; Gen6 is PAM4 with FLIT (~242b/256b).
@@ -120,22 +122,14 @@ class GpuInfo:
         )
 
 
-GPU_SAMPLE_FIELDS = (
-    "pcie_tx_Bps",
-    "pcie_rx_Bps",
-    "nvlink_tx_Bps",
-    "nvlink_rx_Bps",
-    "dram_bw_util",
-    "mem_busy",
-    "sm_util",
-    "mem_used_bytes",
-    "power_W",
-)
-
-
 @dataclass(frozen=True, slots=True)
 class GpuSample:
-    """One GPU's readings for one tick. TX = leaving the GPU."""
+    """One GPU's readings for one tick. TX = leaving the GPU.
+
+    The figures and their units are the rows of :mod:`pcie_tui.metrics`; a row without an
+    attribute here travels in ``extra`` (name -> value, unavailable ones left out). Read any
+    row with :meth:`get`.
+    """
 
     index: int
     pcie_tx_Bps: float | None = None
@@ -152,33 +146,45 @@ class GpuSample:
     # Current link state this tick (idle links train down).
     link_gen: int | None = None
     link_width: int | None = None
+    extra: dict[str, Any] = field(default_factory=dict, hash=False)  # stays hashable, as before
+
+    def get(self, name: str) -> Any:
+        """The reading of one metrics-table row (None: unavailable)."""
+        return getattr(self, name) if name in _TYPED else self.extra.get(name)
 
     def to_json(self) -> dict[str, Any]:
         d: dict[str, Any] = {"index": self.index}
-        for name in GPU_SAMPLE_FIELDS:
-            d[name] = getattr(self, name)
-        if self.link_gen is not None:
-            d["link_gen"] = self.link_gen
-        if self.link_width is not None:
-            d["link_width"] = self.link_width
+        for name, typed, always in _codec():
+            v = getattr(self, name) if typed else self.extra.get(name)
+            if always or v is not None:
+                d[name] = v
         return d
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> GpuSample:
-        return cls(
-            index=int(d["index"]),
-            pcie_tx_Bps=d.get("pcie_tx_Bps"),
-            pcie_rx_Bps=d.get("pcie_rx_Bps"),
-            nvlink_tx_Bps=d.get("nvlink_tx_Bps"),
-            nvlink_rx_Bps=d.get("nvlink_rx_Bps"),
-            dram_bw_util=d.get("dram_bw_util"),
-            mem_busy=d.get("mem_busy"),
-            sm_util=d.get("sm_util"),
-            mem_used_bytes=d.get("mem_used_bytes"),
-            power_W=d.get("power_W"),
-            link_gen=d.get("link_gen"),
-            link_width=d.get("link_width"),
-        )
+        extra = {n: v for n in _extra_names() if (v := d.get(n)) is not None}
+        return cls(index=int(d["index"]), **{n: d.get(n) for n in TYPED_METRICS}, extra=extra)
+
+
+# The metrics-table rows that are GpuSample attributes, in attribute order.
+TYPED_METRICS = tuple(f.name for f in fields(GpuSample))[1:-1]
+_TYPED = frozenset(TYPED_METRICS)
+
+
+@metrics.per_table
+def _codec() -> tuple[tuple[str, bool, bool], ...]:
+    """(name, typed attribute, written when unavailable) per row, in the order a tick writes them."""
+    return tuple((m.name, m.name in TYPED_METRICS, m.always) for m in metrics.table())
+
+
+@metrics.per_table
+def _extra_names() -> tuple[str, ...]:
+    """Rows carried in GpuSample.extra."""
+    return tuple(m.name for m in metrics.table() if m.name not in TYPED_METRICS)
+
+
+if tuple(n for n in metrics.names() if n in TYPED_METRICS) != TYPED_METRICS:  # pragma: no cover - a dev error
+    raise RuntimeError("GpuSample's metric attributes and their pcie_tui.metrics rows must match, in one order")
 
 
 @dataclass(frozen=True, slots=True)

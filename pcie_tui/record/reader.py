@@ -10,14 +10,15 @@ import sys
 import zlib
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from itertools import compress
 from operator import itemgetter
 from pathlib import Path
 from typing import Any, overload
 
+from pcie_tui import metrics
 from pcie_tui.errors import UserError
-from pcie_tui.model import EngineSample, GpuSample, Sample, SessionHeader
+from pcie_tui.model import TYPED_METRICS, EngineSample, GpuSample, Sample, SessionHeader
 from pcie_tui.record.timeline import check_ticks
 from pcie_tui.record.validate import Tally, clean_header_dict, scrub
 
@@ -102,40 +103,66 @@ def _loads(line: bytes, bad: list[int] | None = None) -> Any:
 
 
 # Sample.from_json with positional construction (keyword calls of these frozen dataclasses cost
-# 3x more). Checked against Sample.from_json at import; on any difference from_json is used.
-_GPU_KEYS = tuple(f.name for f in fields(GpuSample))[1:]
-_gpu_all = itemgetter(*_GPU_KEYS)
-_gpu_no_link = itemgetter(*_GPU_KEYS[:-2]) if _GPU_KEYS[-2:] == ("link_gen", "link_width") else None
+# 3x more), built from the metrics table. Checked against from_json whenever the table is read;
+# on any difference from_json is used.
 _TICK_KEYS = ("t", "gpus", "engine")
 
 
-def _gpu_fast(g: dict[str, Any]) -> GpuSample:
-    try:
-        return GpuSample(int(g["index"]), *_gpu_all(g))
-    except KeyError:
-        if _gpu_no_link is not None:
+def _gpu_positional() -> Callable[[dict[str, Any]], GpuSample]:
+    """GpuSample.from_json for the table as it is now: positional, the typed rows in attribute order."""
+    table = {m.name: m for m in metrics.table()}
+    always = tuple(n for n in TYPED_METRICS if table[n].always)
+    optional = TYPED_METRICS[len(always) :]  # the rows written only when known come last
+    extra_names = tuple(n for n in table if n not in TYPED_METRICS)
+    get_all = itemgetter(*TYPED_METRICS)
+    get_always = itemgetter(*always) if always and always == TYPED_METRICS[: len(always)] else None
+
+    def gpu(g: dict[str, Any]) -> GpuSample:
+        try:
+            vals = get_all(g)
+        except KeyError:
+            if get_always is None:
+                return GpuSample.from_json(g)
             try:
-                return GpuSample(int(g["index"]), *_gpu_no_link(g))
+                vals = (*get_always(g), *map(g.get, optional))
             except KeyError:
-                pass
-        return GpuSample.from_json(g)
+                return GpuSample.from_json(g)
+        if extra_names:
+            extra = {n: v for n in extra_names if (v := g.get(n)) is not None}
+            return GpuSample(int(g["index"]), *(*vals, extra))  # the typed rows, then extra
+        return GpuSample(int(g["index"]), *vals)
+
+    return gpu if _fast_matches(gpu) else GpuSample.from_json
+
+
+_gpu_reader = metrics.per_table(_gpu_positional)
 
 
 def _sample_fast(d: dict[str, Any]) -> Sample:
     eng = d.get("engine")
     return Sample(
         float(d["t"]),
-        tuple(map(_gpu_fast, d.get("gpus") or ())),
+        tuple(map(_gpu_reader(), d.get("gpus") or ())),
         EngineSample.from_json(eng) if isinstance(eng, dict) else None,
         {k: v for k, v in d.items() if k not in _TICK_KEYS},
     )
 
 
-def _fast_matches() -> bool:
-    full = {"index": 3, **{k: 1000.0 + i for i, k in enumerate(_GPU_KEYS)}}
-    part = {k: v for k, v in full.items() if k not in ("link_gen", "link_width", "power_W")}
-    tick = {"t": 5, "gpus": [full, part, dict(full, index="2")], "engine": {"kind": "vllm", "phase": "decode"}, "x": 1}
+def _fast_matches(gpu: Callable[[dict[str, Any]], GpuSample] | None = None) -> bool:
+    """Whether the positional reader (``gpu``, else the current one) equals from_json on every shape."""
+    names = metrics.names()
+    full: dict[str, Any] = {"index": 3, **{k: 1000.0 + i for i, k in enumerate(names)}}
+    optional = {m.name for m in metrics.table() if not m.always}
+    shapes: list[dict[str, Any]] = [
+        full,
+        {k: v for k, v in full.items() if k not in optional | {"power_W"}},
+        dict(full, index="2"),
+    ]
+    shapes += [{k: v for k, v in full.items() if k != n} for n in optional]  # one optional row known
     try:
+        if gpu is not None:
+            return all(gpu(g) == GpuSample.from_json(g) for g in shapes)
+        tick = {"t": 5, "gpus": shapes, "engine": {"kind": "vllm", "phase": "decode"}, "x": 1}
         return _sample_fast(tick) == Sample.from_json(tick) and _sample_fast(
             {"t": 1.5, "gpus": []}
         ) == Sample.from_json({"t": 1.5, "gpus": []})

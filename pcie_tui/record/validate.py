@@ -7,12 +7,11 @@ first seen (``report --json`` ``warnings`` and one stderr line per kind).
 
 Rules (see docs/recording-format.md):
 
-* rates ``*_Bps``: a number, finite, 0 .. 2 TB/s (no PCIe or NVLink link of today comes near);
-* fractions ``dram_bw_util``, ``mem_busy``, ``sm_util``: 0 .. 1; up to 1.05 is counter jitter
-  (GPM's ratios can overshoot a little) and is clamped to 1.0 silently; above that, unavailable;
-* ``mem_used_bytes``: an integer 0 .. 2**50 (an integral float is taken as the integer);
-* ``power_W``: 0 .. 10 kW;
-* ``link_gen`` 1..6, ``link_width`` one of 1, 2, 4, 8, 12, 16, 32;
+* per-GPU figures: the range of their row in :mod:`pcie_tui.metrics` (``lo``/``hi``, ``integer``,
+  ``allowed``; values in ``(clamp, hi]`` are counter jitter, read as ``clamp`` silently). Today:
+  rates ``*_Bps`` 0 .. 2 TB/s; fractions ``dram_bw_util``, ``mem_busy``, ``sm_util`` 0 .. 1 (up to
+  1.05 is clamped to 1.0); ``mem_used_bytes`` an integer 0 .. 2**50 (an integral float is taken as
+  the integer); ``power_W`` 0 .. 10 kW; ``link_gen`` 1..6, ``link_width`` one of 1, 2, 4, 8, 12, 16, 32;
 * engine counters and gauges: a number, finite, >= 0; ``phase``/``error``/``kind`` strings;
   ``up`` a bool.
 
@@ -22,35 +21,19 @@ Rules (see docs/recording-format.md):
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from itertools import chain
 from operator import itemgetter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pcie_tui.model import EngineSample, GpuSample
+from pcie_tui import metrics
+from pcie_tui.metrics import LINK_WIDTHS, MAX_LINK_Bps
+from pcie_tui.model import TYPED_METRICS, EngineSample, GpuSample
 
 if TYPE_CHECKING:
     import numpy as np
 
-MAX_LINK_Bps = 2e12
-UTIL_JITTER = 1.05
-LINK_WIDTHS = frozenset({1, 2, 4, 8, 12, 16, 32})
-
-# field -> (low, high, integer)
-GPU_RULES: dict[str, tuple[float, float, bool]] = {
-    "pcie_tx_Bps": (0.0, MAX_LINK_Bps, False),
-    "pcie_rx_Bps": (0.0, MAX_LINK_Bps, False),
-    "nvlink_tx_Bps": (0.0, MAX_LINK_Bps, False),
-    "nvlink_rx_Bps": (0.0, MAX_LINK_Bps, False),
-    "dram_bw_util": (0.0, UTIL_JITTER, False),
-    "mem_busy": (0.0, UTIL_JITTER, False),
-    "sm_util": (0.0, UTIL_JITTER, False),
-    "mem_used_bytes": (0.0, float(1 << 50), True),
-    "power_W": (0.0, 10_000.0, False),
-    "link_gen": (1.0, 6.0, True),
-    "link_width": (1.0, 32.0, True),
-}
-_UTILS = frozenset({"dram_bw_util", "mem_busy", "sm_util"})
 ENGINE_NUMBERS = ("prompt_tokens_total", "generation_tokens_total", "requests_running", "requests_waiting")
 ENGINE_STRINGS = ("phase", "error")
 MAX_GPU_INDEX = 4096
@@ -91,31 +74,31 @@ class Tally:
 
 
 def check_value(key: str, v: Any) -> tuple[Any, str | None]:
-    """(value to keep, reason it was rejected or None) for one GPU field."""
+    """(value to keep, reason it was rejected or None) for one GPU field (a metrics-table row)."""
     if v is None:
         return None, None
-    lo, hi, integer = GPU_RULES[key]
+    m = metrics.metric(key)
     if type(v) is bool or not isinstance(v, int | float):
         return None, "wrong type"
     if isinstance(v, float):
         if not math.isfinite(v):
             return None, "not finite"
-        if integer:
+        if m.integer:
             if not v.is_integer():
                 return None, "wrong type"
             v = int(v)
-    if not lo <= v <= hi:
+    if not m.lo <= v <= m.hi:
         return None, "out of range"
-    if key == "link_width" and v not in LINK_WIDTHS:
+    if m.allowed is not None and v not in m.allowed:
         return None, "out of range"
-    if key in _UTILS and v > 1.0:
-        return 1.0, None
+    if m.clamp is not None and v > m.clamp:
+        return m.clamp, None
     return v, None
 
 
 def clean_gpu_dict(g: dict[str, Any], tally: Tally, line: int | None = None) -> None:
     """Check every known field of one raw GPU dict, in place."""
-    for key in GPU_RULES:
+    for key in _columns_spec()[0]:
         v = g.get(key)
         if v is None:
             continue
@@ -129,8 +112,8 @@ def clean_gpu_dict(g: dict[str, Any], tally: Tally, line: int | None = None) -> 
 def clean_gpu_sample(s: GpuSample, tally: Tally) -> GpuSample:
     """A collector's GpuSample with every field checked (NVML and GPM can return NaN or junk)."""
     changes: dict[str, Any] = {}
-    for key in GPU_RULES:
-        v = getattr(s, key)
+    for key in _columns_spec()[0]:
+        v = s.get(key)
         if v is None:
             continue
         nv, why = check_value(key, v)
@@ -140,9 +123,11 @@ def clean_gpu_sample(s: GpuSample, tally: Tally) -> GpuSample:
             changes[key] = nv
     if not changes:
         return s
-    d = {k: getattr(s, k) for k in ("index", *GPU_RULES)}
-    d.update(changes)
-    return GpuSample(**d)
+    typed = {k: v for k, v in changes.items() if k in _TYPED}
+    if len(typed) < len(changes):
+        extra = {**s.extra, **{k: v for k, v in changes.items() if k not in _TYPED}}
+        typed["extra"] = {k: v for k, v in extra.items() if v is not None}
+    return replace(s, **typed)
 
 
 def _engine_number(v: Any) -> tuple[Any, str | None]:
@@ -286,81 +271,79 @@ def gpu_columns_ok(flat: list[dict[str, Any]]) -> bool:
     """
     if not flat:
         return True
+    keys, all_keys = _columns_spec()
     try:
-        rows = list(map(_all_keys, flat))
+        rows = list(map(all_keys, flat))
     except KeyError:
-        rows = [tuple(g.get(k) for k in _KEYS) for g in flat]
+        rows = [tuple(g.get(k) for k in keys) for g in flat]
     if set(map(type, chain.from_iterable(rows))) - _NUM_TYPES:
         return False
     import numpy as np  # here, not at import: the live recorder validates scalars only
 
-    _LO, _HI, _WIDTHS = _bounds()
+    lo, hi, int_cols, allowed = _bounds()
     a = np.array(rows, dtype=np.float64)
-    if a.shape != (len(flat), len(_KEYS)):
+    if a.ndim == 1:  # one column: itemgetter of one key gives scalars, not tuples
+        a = a[:, None]
+    if a.shape != (len(flat), len(keys)):
         return False
     with np.errstate(invalid="ignore"):
-        bad = (a < _LO) | (a > _HI)
+        bad = (a < lo) | (a > hi)
         if bool(bad.any()):
             return False
-        ints = a[:, _INT_COLS]
+        ints = a[:, int_cols]
         if not bool(np.all((ints == np.floor(ints)) | np.isnan(ints))):
             return False
-    w = a[:, _KEYS.index("link_width")]
-    if not bool(np.isin(w[~np.isnan(w)], _WIDTHS).all()):
-        return False
+    for col, ok in allowed:
+        w = a[:, col]
+        if not bool(np.isin(w[~np.isnan(w)], ok).all()):
+            return False
     global _last
-    _last = (len(flat), flat[0], flat[-1], a)  # the dicts themselves: their ids cannot be reused
+    _last = (len(flat), flat[0], flat[-1], a, keys)  # the dicts themselves: their ids cannot be reused
     return True
 
 
 def cached_columns(flat: list[dict[str, Any]], keys: tuple[str, ...]) -> np.ndarray | None:
     """The float matrix :func:`gpu_columns_ok` just built for these same GPU dicts (keys x samples), once.
 
-    The bulk analyzer needs the same columns; handing them over saves building them twice.
+    The bulk analyzer needs the same columns; handing them over saves building them twice. Any
+    metrics-table rows in any order; a prefix of the table's order comes without a copy.
     """
     global _last
-    if _last is None or not flat or keys != _KEYS[: len(keys)]:
+    if _last is None or not flat:
         return None
-    n, first, last, a = _last
-    if n != len(flat) or first is not flat[0] or last is not flat[-1]:
+    n, first, last, a, built = _last
+    if n != len(flat) or first is not flat[0] or last is not flat[-1] or not set(keys) <= set(built):
         return None
     _last = None
-    return a[:, : len(keys)].T
+    if keys == built[: len(keys)]:
+        return a[:, : len(keys)].T
+    return a[:, [built.index(k) for k in keys]].T
 
 
-# The bulk analyzer's columns first (readings, then link state), then the rest.
-_KEYS = (
-    "pcie_rx_Bps",
-    "pcie_tx_Bps",
-    "nvlink_rx_Bps",
-    "nvlink_tx_Bps",
-    "dram_bw_util",
-    "mem_busy",
-    "sm_util",
-    "link_gen",
-    "link_width",
-    "power_W",
-    "mem_used_bytes",
-)
-assert sorted(_KEYS) == sorted(GPU_RULES)
-_INT_COLS = [i for i, k in enumerate(_KEYS) if GPU_RULES[k][2]]
-_last: tuple[int, dict[str, Any], dict[str, Any], np.ndarray] | None = None
-_all_keys = itemgetter(*_KEYS)
-_BOUNDS: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+@metrics.per_table
+def _columns_spec() -> tuple[tuple[str, ...], itemgetter[Any]]:
+    """The checked GPU fields (the metrics table, in its order) and one getter of them all."""
+    keys = metrics.names()
+    return keys, itemgetter(*keys)
 
 
-def _bounds() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Per-key lower and upper bounds and the valid link widths, as arrays (built once)."""
-    global _BOUNDS
-    if _BOUNDS is None:
-        import numpy as np
+@metrics.per_table
+def _bounds() -> tuple[np.ndarray, np.ndarray, list[int], list[tuple[int, np.ndarray]]]:
+    """Per-column bounds (a clamped row's upper bound is its clamp: above it, the per-dict path clamps),
+    the integer columns, and (column, valid values) for rows with a fixed set."""
+    import numpy as np
 
-        _BOUNDS = (
-            np.array([GPU_RULES[k][0] for k in _KEYS]),
-            np.array([GPU_RULES[k][1] if k not in _UTILS else 1.0 for k in _KEYS]),
-            np.array(sorted(LINK_WIDTHS), dtype=np.float64),
-        )
-    return _BOUNDS
+    table = metrics.table()
+    return (
+        np.array([m.lo for m in table]),
+        np.array([m.clamp if m.clamp is not None else m.hi for m in table]),
+        [i for i, m in enumerate(table) if m.integer],
+        [(i, np.array(sorted(m.allowed), dtype=np.float64)) for i, m in enumerate(table) if m.allowed is not None],
+    )
+
+
+_TYPED = frozenset(TYPED_METRICS)
+_last: tuple[int, dict[str, Any], dict[str, Any], np.ndarray, tuple[str, ...]] | None = None
 
 
 MAX_ABS_T = 1e11  # unix seconds; year 5138

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 NA = "n/a"
 
 
@@ -62,3 +64,15 @@ def link(gen: int | None, width: int | None) -> str:
     g = f"Gen{gen}" if gen is not None else "Gen?"
     w = f"x{width}" if width is not None else "x?"
     return f"{g} {w}"
+
+
+# The one-value formatters a row of pcie_tui.metrics can name in ``Show.fmt``.
+FORMATS: dict[str, Callable[[float | None], str]] = {
+    "rate": rate,
+    "gbps": gbps,
+    "pct": pct,
+    "gib": gib,
+    "watts": watts,
+    "seconds": seconds,
+    "tokens_per_s": tokens_per_s,
+}

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from pcie_tui import metrics
 from pcie_tui.analyze.verdict import pcie_ceiling_Bps
 from pcie_tui.model import GpuInfo, SessionHeader
 from pcie_tui.tui import fmt
@@ -22,69 +23,31 @@ def _interval(header: SessionHeader) -> str:
     return f"{header.interval_s:g} s" if header.interval_s else "one tick"
 
 
+# The ``?`` page's position of its derived rows among the metrics table's (``Metric.page``).
+BACKEND_UNKNOWN_PAGE = 45
+LINK_SHARE_PAGE = 50
+
+
 def figure_sources(header: SessionHeader, info: GpuInfo) -> list[FigureSource]:
-    """One row per figure shown in this GPU's panel."""
+    """One row per figure shown in this GPU's panel: the metrics table's sources, then derived figures."""
     src = (info.metrics_source or "").lower()
     tick = _interval(header)
-    rows: list[FigureSource] = []
-    if src == "gpm":
-        gpm_win = f"one tick ({tick}) between two GPM samples"
-        rows += [
-            FigureSource(
-                "PCIe TX", "GPM NVML_GPM_METRIC_PCIE_TX_PER_SEC (leaving the GPU)", "MiB/s x 2^20 -> B/s", gpm_win
-            ),
-            FigureSource(
-                "PCIe RX", "GPM NVML_GPM_METRIC_PCIE_RX_PER_SEC (into the GPU)", "MiB/s x 2^20 -> B/s", gpm_win
-            ),
-            FigureSource(
-                "DRAM BW",
-                "GPM NVML_GPM_METRIC_DRAM_BW_UTIL (an empty GPM window shows the previous reading up to 0.5 s, then n/a)",
-                "% of theoretical DRAM bandwidth",
-                gpm_win,
-            ),
-            FigureSource("SM", "GPM NVML_GPM_METRIC_SM_UTIL", "% of SMs busy", gpm_win),
-        ]
-        if info.nvlink_capacity_Bps:
-            rows.append(
+    placed: list[tuple[int, FigureSource]] = []
+    for m in metrics.table():
+        for r in m.sources:
+            if (r.backend is not None and r.backend != src) or (r.nvlink_only and not info.nvlink_capacity_Bps):
+                continue
+            placed.append((m.page, FigureSource(r.figure, r.what, r.units, r.window.format(tick=tick))))
+    if src not in metrics.BACKENDS:
+        placed.append(
+            (
+                BACKEND_UNKNOWN_PAGE,
                 FigureSource(
-                    "NVLink TX/RX",
-                    "GPM NVML_GPM_METRIC_NVLINK_TOTAL_TX_PER_SEC / _RX_PER_SEC",
-                    "MiB/s x 2^20 -> B/s",
-                    gpm_win,
-                )
-            )
-    elif src == "nvml":
-        rows += [
-            FigureSource(
-                "PCIe TX", "nvmlDeviceGetPcieThroughput(NVML_PCIE_UTIL_TX_BYTES)", "KB/s x 1024 -> B/s", "20 ms"
-            ),
-            FigureSource(
-                "PCIe RX", "nvmlDeviceGetPcieThroughput(NVML_PCIE_UTIL_RX_BYTES)", "KB/s x 1024 -> B/s", "20 ms"
-            ),
-            FigureSource(
-                "mem busy (proxy)",
-                "nvmlDeviceGetUtilizationRates().memory (no GPM on this GPU)",
-                "% of time memory was read or written (a duty cycle, not bandwidth)",
-                "driver sample period (1/6 s to 1 s)",
-            ),
-            FigureSource(
-                "SM",
-                "nvmlDeviceGetUtilizationRates().gpu",
-                "% of time any kernel ran (not SM occupancy)",
-                "driver sample period (1/6 s to 1 s)",
-            ),
-        ]
-        if info.nvlink_capacity_Bps:
-            rows.append(
-                FigureSource("NVLink TX/RX", "nvmlDeviceGetFieldValues NVLink throughput counters", "B/s", tick)
-            )
-    else:
-        rows.append(
-            FigureSource(
-                "PCIe, DRAM, SM",
-                f"not stated by this source (metrics_source={info.metrics_source!r})",
-                "as labelled on screen",
-                tick,
+                    "PCIe, DRAM, SM",
+                    f"not stated by this source (metrics_source={info.metrics_source!r})",
+                    "as labelled on screen",
+                    tick,
+                ),
             )
         )
     ceiling, kind = pcie_ceiling_Bps(info)
@@ -92,17 +55,10 @@ def figure_sources(header: SessionHeader, info: GpuInfo) -> list[FigureSource]:
         ceil_src = "measured by `pcie-tui calibrate` (timed pinned copies, payload per direction)"
     else:
         ceil_src = f"theoretical: {fmt.link(info.link.gen, info.link.width)} x per-lane rate after line coding"
+    share = FigureSource("% of link", f"reading / ceiling {fmt.gbps(ceiling)}; ceiling {ceil_src}", "%", "per tick")
+    placed.append((LINK_SHARE_PAGE, share))
+    rows = [r for _, r in sorted(placed, key=lambda x: x[0])]  # stable: table order within a position
     rows += [
-        FigureSource("% of link", f"reading / ceiling {fmt.gbps(ceiling)}; ceiling {ceil_src}", "%", "per tick"),
-        FigureSource(
-            "link gen/width",
-            "nvmlDeviceGetCurrPcieLinkGeneration, nvmlDeviceGetCurrPcieLinkWidth; max: "
-            "nvmlDeviceGetMaxPcieLinkGeneration, nvmlDeviceGetMaxPcieLinkWidth",
-            "PCIe generation, lanes",
-            "per tick when the source reports it, else at session start",
-        ),
-        FigureSource("mem used", "nvmlDeviceGetMemoryInfo().used / .total", "bytes -> GiB (2^30)", "instant"),
-        FigureSource("power", "nvmlDeviceGetPowerUsage", "mW -> W", "driver average (about 1 s)"),
         FigureSource(
             "verdict / events",
             "pcie_tui.analyze.verdict: enter/exit thresholds held for hold_s (docs/verdict.md)",

@@ -13,7 +13,8 @@ from textual.strip import Strip
 from textual.widget import Widget
 from textual.widgets import Static
 
-from pcie_tui.model import SessionHeader
+from pcie_tui import metrics
+from pcie_tui.model import GpuInfo, GpuSample, SessionHeader
 from pcie_tui.tui import fmt, spark
 from pcie_tui.tui.state import Frame, GpuView
 
@@ -223,14 +224,15 @@ class GpuPanel(Vertical):
         s = g.sample
         ceil = g.ceiling_Bps
         kind = "meas." if g.ceiling_kind == "measured" else "theor."
-        for row, name, value, hist in (
-            (self.tx, "PCIe TX", s.pcie_tx_Bps if s else None, g.hist_tx),
-            (self.rx, "PCIe RX", s.pcie_rx_Bps if s else None, g.hist_rx),
+        for row, show, value, hist in (
+            (self.tx, _show("pcie_tx_Bps"), s.pcie_tx_Bps if s else None, g.hist_tx),
+            (self.rx, _show("pcie_rx_Bps"), s.pcie_rx_Bps if s else None, g.hist_rx),
         ):
             share = fmt.pct(value / ceil) if value is not None and ceil else fmt.NA
-            label = f"{name:<8}{fmt.rate(value):>10} {share:>5} of {fmt.gbps(ceil)} {kind}"
+            f = fmt.FORMATS[show.fmt]
+            label = f"{show.label:<8}{f(value):>10} {share:>5} of {fmt.gbps(ceil)} {kind}"
             if self.wide:
-                label += f"  max {fmt.rate(max((v for v in hist if v is not None), default=None))}"
+                label += f"  max {f(max((v for v in hist if v is not None), default=None))}"
             set_text(row.label, label)
             row.spark.show(hist, g.hist_phase, g.hist_start, ceil, self.history_ticks)
         self.nvlink.display = g.has_nvlink
@@ -240,28 +242,47 @@ class GpuPanel(Vertical):
             rx = s.nvlink_rx_Bps if s else None
             top = max((v for v in (tx, rx) if v is not None), default=None)
             share = fmt.pct(top / nvl_ceil) if top is not None and nvl_ceil else fmt.NA
+            show = _show("nvlink_tx_Bps")
+            f = fmt.FORMATS[show.fmt]
             set_text(
                 self.nvlink.label,
-                f"{'NVLink':<8}{fmt.rate(top):>10} {share:>5} of {fmt.gbps(nvl_ceil)} (TX {fmt.rate(tx)}, RX {fmt.rate(rx)})",
+                f"{show.label:<8}{f(top):>10} {share:>5} of {fmt.gbps(nvl_ceil)} (TX {f(tx)}, RX {f(rx)})",
             )
             self.nvlink.spark.show(g.hist_nvlink, g.hist_phase, g.hist_start, nvl_ceil, self.history_ticks)
+        busy, dram = _show("mem_busy"), _show("dram_bw_util")
         if g.memory_basis == "proxy":
-            mem_label = f"mem busy {fmt.pct(g.mem_util):>9} (duty-cycle proxy)"
+            mem_label = f"{busy.label:<8} {fmt.FORMATS[busy.fmt](g.mem_util):>9} (duty-cycle proxy)"
         elif g.memory_basis == "gpm":
-            mem_label = f"{'DRAM BW':<8}{fmt.pct(g.mem_util):>10} of peak bandwidth (GPM)"
+            mem_label = f"{dram.label:<8}{fmt.FORMATS[dram.fmt](g.mem_util):>10} of peak bandwidth (GPM)"
         else:
-            mem_label = f"{'DRAM BW':<8}{fmt.NA:>10} (no DRAM or memory-busy reading)"
+            mem_label = f"{dram.label:<8}{fmt.NA:>10} (no DRAM or memory-busy reading)"
         set_text(self.mem.label, mem_label)
         self.mem.spark.show(g.hist_mem, g.hist_phase, g.hist_start, 1.0, self.history_ticks)
-        total = g.info.memory_total_bytes if g.info else None
-        set_text(
-            self.misc,
-            f"SM {fmt.pct(s.sm_util if s else None)} · mem used {fmt.gib(s.mem_used_bytes if s else None)}"
-            f" of {fmt.gib(total)} · power {fmt.watts(s.power_W if s else None)}",
-        )
+        set_text(self.misc, figures_line(s, g.info))
         legend = Text(f"history {g.hist_span_s:.1f} s, newest right;", style="dim")
         legend.append_text(spark.legend(g.hist_phase))
         set_text(self.legend, legend)
+
+
+def _show(name: str) -> metrics.Show:
+    show = metrics.metric(name).show
+    assert show is not None, name
+    return show
+
+
+def figures_line(s: GpuSample | None, info: GpuInfo | None) -> str:
+    """The panel's figures line: every metrics-table row shown in panel "figures", in table order."""
+    parts = []
+    for m in metrics.table():
+        show = m.show
+        if show is None or show.panel != "figures":
+            continue
+        f = fmt.FORMATS[show.fmt]
+        text = f"{show.label} {f(s.get(m.name) if s is not None else None)}"
+        if show.of is not None:
+            text += f" of {f(getattr(info, show.of, None) if info is not None else None)}"
+        parts.append(text)
+    return " · ".join(parts)
 
 
 class HeadlineBar(Static):
