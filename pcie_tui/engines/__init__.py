@@ -9,54 +9,11 @@ a calibrated ceiling). Nothing here reads a process or a socket: it interprets r
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any
 
+from pcie_tui.engines.base import Advice, EngineFacts, typed
 
-@dataclass(frozen=True)
-class EngineFacts:
-    """Where an engine keeps its weights and caches, as its flags and log say."""
-
-    kind: str
-    # Weights kept in host memory and what put them there, e.g. "FFN weights of 12 layers (--n-cpu-ffn 12)".
-    host_weights: str | None = None
-    # Whether those host weights sit in pinned (page-locked, CUDA-registered) memory: True, False, or None if unknown.
-    host_pinned: bool | None = None
-    # Why pinned or not, in the engine's words, e.g. "load mode auto (mmap: pageable)".
-    host_memory_why: str | None = None
-    kv_on_host: str | None = None  # e.g. "-nkvo: KV cache in host memory"
-    ubatch: int | None = None
-    tensor_parallel: int | None = None
-    flags: dict[str, Any] = field(default_factory=dict)  # the parsed flags, for evidence
-    log_evidence: tuple[str, ...] = ()  # load-time log lines that bear on the bus
-
-
-@dataclass(frozen=True)
-class Advice:
-    """The cause of a finding in the engine's terms and what to change (None when nothing the data supports)."""
-
-    cause: str
-    fix: str | None
-    evidence: tuple[str, ...] = ()
-    # The cause in a few words, for the headline.
-    short: str | None = None
-    # The change a fix is predicted to make, when the data can price it.
-    predicted: dict[str, Any] | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "cause": self.cause,
-            "short": self.short,
-            "fix": self.fix,
-            "evidence": list(self.evidence),
-            "predicted": self.predicted,
-        }
-
-
-def typed(d: dict[str, Any], key: str, typ: type, default: Any) -> Any:
-    """``d[key]`` when it is a ``typ`` (recorded facts can be anything), else ``default``."""
-    v = d.get(key)
-    return v if isinstance(v, typ) and not (typ is int and isinstance(v, bool)) else default
+__all__ = ["Advice", "EngineFacts", "advise", "facts_for", "typed"]
 
 
 def facts_for(engine_info: dict[str, Any] | None) -> EngineFacts | None:
