@@ -162,7 +162,7 @@ def _fast_matches(gpu: Callable[[dict[str, Any]], GpuSample] | None = None) -> b
     try:
         if gpu is not None:
             return all(gpu(g) == GpuSample.from_json(g) for g in shapes)
-        tick = {"t": 5, "gpus": shapes, "engine": {"kind": "vllm", "phase": "decode"}, "x": 1}
+        tick = {"t": 5, "gpus": shapes, "engine": {"kind": "x", "phase": "decode"}, "x": 1}
         return _sample_fast(tick) == Sample.from_json(tick) and _sample_fast(
             {"t": 1.5, "gpus": []}
         ) == Sample.from_json({"t": 1.5, "gpus": []})

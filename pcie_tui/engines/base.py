@@ -1,0 +1,193 @@
+"""The protocol every inference engine implements, and the types the engines share.
+
+An engine is one :class:`Engine` subclass instance in :mod:`pcie_tui.engines.registry`.
+The generic code (discovery, attach by pid or URL, the poller, the analysis, the
+outputs) reaches an engine only through these attributes and methods; nothing
+outside ``pcie_tui/engines/`` names one.
+
+Two layers of what an engine offers:
+
+* live (sources layer): recognise its processes (:meth:`Engine.classify`), read its
+  launch layout (:meth:`Engine.parse_layout`), recognise it by URL
+  (:attr:`Engine.probe_paths`, :meth:`Engine.recognise`), build an :class:`EngineClient`
+  that scrapes it (:meth:`Engine.client`);
+* recorded (what the analysis and outputs read back): the display name, per-request
+  timing hooks, layout flags for ``doctor``'s fingerprint, the ``?`` sources lines, and
+  :meth:`Engine.facts` / :meth:`Engine.advise` for the attribution.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Literal, Protocol
+
+from pcie_tui.model import EngineSample
+
+Role = Literal["root", "child"]
+
+
+class EngineClient(Protocol):
+    """What every engine client offers to the engine poller.
+
+    Clients also carry ``url`` (str), ``pid`` (int or None) and ``info`` (the discovery facts,
+    a dict the poller updates with ``gpus``); the poller reads those with ``getattr``.
+    """
+
+    kind: str  # the engine's registry name, recorded as the header's engine.kind
+
+    def describe(self) -> dict[str, Any]:
+        """Static facts for the recording header's ``engine`` object.
+
+        At least: kind, url, pid, cmdline (argv list), layout (parsed split/parallel
+        flags), version, gpus (NVML indices the process tree holds, if known).
+        """
+        ...
+
+    def read(self) -> EngineSample:
+        """One scrape with short timeouts. Never raises: failures give up=False and error."""
+        ...
+
+
+@dataclass(frozen=True)
+class EngineFacts:
+    """Where an engine keeps its weights and caches, as its flags and log say."""
+
+    kind: str
+    # Weights kept in host memory and what put them there, e.g. "FFN weights of 12 layers (--n-cpu-ffn 12)".
+    host_weights: str | None = None
+    # Whether those host weights sit in pinned (page-locked, CUDA-registered) memory: True, False, or None if unknown.
+    host_pinned: bool | None = None
+    # Why pinned or not, in the engine's words, e.g. "load mode auto (mmap: pageable)".
+    host_memory_why: str | None = None
+    kv_on_host: str | None = None  # e.g. "-nkvo: KV cache in host memory"
+    ubatch: int | None = None
+    tensor_parallel: int | None = None
+    flags: dict[str, Any] = field(default_factory=dict)  # the parsed flags, for evidence
+    log_evidence: tuple[str, ...] = ()  # load-time log lines that bear on the bus
+
+
+@dataclass(frozen=True)
+class Advice:
+    """The cause of a finding in the engine's terms and what to change (None when nothing the data supports)."""
+
+    cause: str
+    fix: str | None
+    evidence: tuple[str, ...] = ()
+    # The cause in a few words, for the headline.
+    short: str | None = None
+    # The change a fix is predicted to make, when the data can price it.
+    predicted: dict[str, Any] | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "cause": self.cause,
+            "short": self.short,
+            "fix": self.fix,
+            "evidence": list(self.evidence),
+            "predicted": self.predicted,
+        }
+
+
+# One row of the TUI's ``?`` sources page: (figure, where it comes from, unit, over what span).
+SourceRow = tuple[str, str, str, str]
+
+
+def typed(d: Mapping[str, Any], key: str, typ: type, default: Any) -> Any:
+    """``d[key]`` when it is a ``typ`` (recorded facts can be anything), else ``default``."""
+    v = d.get(key)
+    return v if isinstance(v, typ) and not (typ is int and isinstance(v, bool)) else default
+
+
+def default_parallelism(layout: Mapping[str, Any]) -> tuple[int, int]:
+    """(tp, pp) from a layout's ``tensor_parallel_size`` / ``pipeline_parallel_size`` (1 where absent)."""
+    tp, pp = layout.get("tensor_parallel_size"), layout.get("pipeline_parallel_size")
+    return (tp if isinstance(tp, int) else 1, pp if isinstance(pp, int) else 1)
+
+
+class Engine(ABC):
+    """One inference engine. Subclasses set the class attributes and implement the abstract methods."""
+
+    name: ClassVar[str]  # the recorded kind, e.g. "vllm"; the registry key
+    display: ClassVar[str]  # how people call it, e.g. "vLLM"
+    default_port: ClassVar[int]  # where it listens when its command line does not say
+    # False: written from the engine's documentation and never run against a real server here.
+    tested: ClassVar[bool] = False
+    docs: ClassVar[tuple[str, ...]] = ()  # the documentation (URLs or file paths) the module rests on
+    # URL paths :func:`pcie_tui.engines.discover.probe_kind` GETs to recognise the engine, in order.
+    probe_paths: ClassVar[tuple[str, ...]] = ()
+    # True: latencies are exact per-request timings (``extra["requests"]``) instead of histograms.
+    per_request_timing: ClassVar[bool] = False
+    # How the latency quantiles are computed, for the snapshot's ``quantile_method`` (None: histogram buckets).
+    quantile_method: ClassVar[str | None] = None
+    # Layout flags ``doctor`` fingerprints: canonical name -> every spelling on the command line.
+    layout_flags: ClassVar[Mapping[str, tuple[str, ...]]] = {}
+    layout_repeatable: ClassVar[frozenset[str]] = frozenset()  # canonical names whose values accumulate
+    # What the layout's "model" path names: "hf" (a directory with config.json) or "gguf" (one GGUF file).
+    model_format: ClassVar[str] = "hf"
+
+    # ---- processes ----------------------------------------------------------------
+
+    @abstractmethod
+    def classify(self, argv: Sequence[str], proc_name: str) -> Role | None:
+        """ "root" for the engine's server process, "child" for a helper process under one, else None."""
+
+    def child_title(self, argv: Sequence[str], proc_name: str) -> str | None:
+        """A child's process title worth recording (e.g. a worker's rank), or None."""
+        return None
+
+    def parse_layout(self, argv: Sequence[str], environ: Mapping[str, str]) -> dict[str, Any]:
+        """Parallel/split/offload settings from the command line (and environment); may hold host and port."""
+        return {}
+
+    def version(self, argv: Sequence[str]) -> str | None:
+        """The engine's version where it is cheap to know from the process alone, else None."""
+        return None
+
+    # ---- URL ----------------------------------------------------------------------
+
+    def recognise(self, path: str, status: int, body: bytes) -> bool:
+        """Whether an answer to ``GET path`` (one of :attr:`probe_paths`; body cut at 1 MiB) is this engine's."""
+        return False
+
+    # ---- client -------------------------------------------------------------------
+
+    @abstractmethod
+    def client(self, url: str, pid: int | None, info: dict[str, Any], log_path: str | None) -> EngineClient:
+        """A client for the engine at ``url`` (``info``: discovery facts, see ``EngineCandidate.info``)."""
+
+    # ---- recorded ticks (analysis) --------------------------------------------------
+
+    def live_tokens(self, ticks: Sequence[tuple[float, EngineSample]], what: str) -> tuple[float, float, str] | None:
+        """(tokens, seconds, source) of ``what`` ("prompt" or "generation") over ``ticks`` from a source
+        better than the token counters (e.g. per-slot counts), or None to use the counters."""
+        return None
+
+    def request_latencies(self, requests: Sequence[dict[str, Any]]) -> dict[str, dict[str, float] | None]:
+        """p50/p95/p99 per latency key (ttft_s, itl_s, ...) over per-request timings (``per_request_timing``)."""
+        return {}
+
+    def timing_basis(self, n_requests: int) -> str | None:
+        """The report's ``basis`` sentence for per-request timings, or None for histogram engines."""
+        return None
+
+    def parallelism(self, layout: Mapping[str, Any], n_gpus: int) -> tuple[int, int]:
+        """(tensor-parallel, pipeline-parallel) sizes a recorded layout implies over ``n_gpus`` GPUs."""
+        return default_parallelism(layout)
+
+    # ---- outputs --------------------------------------------------------------------
+
+    def sources(self, window: str) -> list[SourceRow]:
+        """Rows of the ``?`` sources page for the engine panel; ``window`` names the statistics window."""
+        return []
+
+    # ---- attribution ----------------------------------------------------------------
+
+    def facts(self, engine_info: dict[str, Any]) -> EngineFacts:
+        """Facts from a recording header's ``engine`` object (command line, layout, load log)."""
+        return EngineFacts(kind=self.name)
+
+    def advise(self, facts: EngineFacts, finding: dict[str, Any]) -> list[Advice]:
+        """Causes and fixes for one attribution finding, in the engine's own words."""
+        return []
