@@ -23,6 +23,9 @@ from pcie_tui.engines.base import Engine, Role
 # Built-in engines, one module each, in probe order (a module path per line).
 BUILTIN: tuple[str, ...] = (
     "pcie_tui.engines.vllm",
+    "pcie_tui.engines.sglang",
+    # Before llama.cpp: Ollama (v0.30+) runs an upstream llama-server as its runner child.
+    "pcie_tui.engines.ollama",
     "pcie_tui.engines.llamacpp",
 )
 
