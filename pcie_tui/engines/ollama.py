@@ -246,7 +246,7 @@ class OllamaClient:
             return self._ps[1]
         status, body = http_get(self.url + "/api/ps", self.timeout_s)
         if status != 200:
-            raise ValueError(f"/api/ps answered HTTP {status}")
+            raise OSError(f"/api/ps answered HTTP {status}")
         models = parse_ps(json.loads(body))
         self._ps = (now, models)
         return models
