@@ -140,3 +140,22 @@ def test_facts_and_advice_name_the_flags():
     hi = e.facts({"kind": "sglang", "layout": e.parse_layout(["sglang", "serve", "--enable-hierarchical-cache"], {})})
     assert hi.host_weights is None and "--hicache-ratio 2.0" in hi.kv_on_host
     assert e.facts({"kind": "sglang"}).host_weights is None
+
+
+def test_doctor_notes_a_running_untested_engine():
+    """A process that looks like `python -m sglang.launch_server` makes doctor say SGLang is untested."""
+    import subprocess
+    import sys
+
+    from pcie_tui.doctor.untested import add_untested_engine_items
+
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)", "-m", "sglang.launch_server"])
+    try:
+        report: dict = {"items": [], "summary": {"pass": 0, "warn": 0, "fail": 0}}
+        add_untested_engine_items(report)
+    finally:
+        proc.kill()
+        proc.wait()
+    mine = [it for it in report["items"] if it["data"]["pid"] == proc.pid]
+    assert len(mine) == 1 and mine[0]["data"]["kind"] == "sglang" and mine[0]["status"] == "pass"
+    assert "not tested against a real server" in mine[0]["title"] and report["summary"]["pass"] >= 1
