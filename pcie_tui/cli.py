@@ -46,6 +46,9 @@ def _gpu_list(s: str) -> list[int]:
 
 
 def _add_live_options(p: argparse.ArgumentParser) -> None:
+    from pcie_tui.engines import registry
+
+    timed = " or ".join(e.display for e in registry.engines() if e.per_request_timing) or "engine"
     p.add_argument(
         "--interval", type=_positive(), default=0.1, metavar="S", help="seconds between ticks (default 0.1 = 10 Hz)"
     )
@@ -53,12 +56,10 @@ def _add_live_options(p: argparse.ArgumentParser) -> None:
         "--gpus", type=_gpu_list, default=None, metavar="LIST", help="GPU indices to watch, e.g. 0,1 (default all)"
     )
     p.add_argument(
-        "--pid", type=_positive(int), default=None, help="attach to this engine process (vLLM or llama-server)"
+        "--pid", type=_positive(int), default=None, help=f"attach to this engine process ({registry.displays()})"
     )
     p.add_argument("--url", default=None, help="attach to the engine serving at this URL, e.g. http://127.0.0.1:8000")
-    p.add_argument(
-        "--log", default=None, metavar="FILE", help="llama-server log file to parse per-request timings from"
-    )
+    p.add_argument("--log", default=None, metavar="FILE", help=f"{timed} log file to parse per-request timings from")
     p.add_argument("--no-engine", action="store_true", help="do not look for an inference engine; GPU only")
     p.add_argument(
         "--stacks", action="store_true", help="sample the engine's Python stacks with py-spy (needs ptrace rights)"
@@ -78,8 +79,9 @@ def open_engine(args: argparse.Namespace, gpus: Any, interactive: bool) -> tuple
     """Attach to an engine per --pid/--url or discovery. Returns (poller or None, a status line)."""
     if args.no_engine:
         return None, "engine: not looked for (--no-engine)"
-    from pcie_tui.collect import process
-    from pcie_tui.collect.engine import EnginePoller
+    from pcie_tui.engines import discover as process
+    from pcie_tui.engines import registry
+    from pcie_tui.engines.poller import EnginePoller
 
     running = gpus.running_pids() if gpus is not None else None
     if args.pid is not None or args.url is not None:
@@ -87,7 +89,7 @@ def open_engine(args: argparse.Namespace, gpus: Any, interactive: bool) -> tuple
     else:
         found = process.discover()
         if not found:
-            return None, "engine: no vLLM or llama-server process found; showing GPUs only"
+            return None, f"engine: no {registry.displays()} process found; showing GPUs only"
         cand = found[0] if len(found) == 1 else _pick(found, interactive)
         client = process.attach(pid=cand.pid, url=cand.url, log_path=args.log, running_pids=running)
     poller = EnginePoller(client, stacks=args.stacks)

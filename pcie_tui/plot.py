@@ -17,10 +17,11 @@ import numpy as np
 
 from pcie_tui.analyze.bulk import tick_phase
 from pcie_tui.analyze.engine import hist_delta
-from pcie_tui.analyze.engine_llama import unique_requests
 from pcie_tui.analyze.phases import PHASES
 from pcie_tui.analyze.session import SessionAnalyzer
 from pcie_tui.analyze.verdict import pcie_ceiling_Bps
+from pcie_tui.engines import registry
+from pcie_tui.engines.stats import unique_requests
 from pcie_tui.errors import UserError
 from pcie_tui.model import EngineSample, GpuInfo, GpuSample
 from pcie_tui.plotstrip import STRIP, STRIP_COLOURS, attribution_strip, strip_colour, verdict_strip  # noqa: F401
@@ -37,7 +38,6 @@ PHASE_COLOURS = {
     "down": "#b0b0b0",
 }
 _EXTRA_PHASE_COLOURS = ("#c5b0d5", "#c49c94", "#dbdb8d", "#9edae5", "#ff9896", "#fdd0a2", "#c7e9c0", "#bcbddc")
-ENGINE_NAMES = {"llamacpp": "llama-server", "vllm": "vLLM"}
 
 
 def check_plot_path(path: str) -> tuple[Path, str]:
@@ -113,9 +113,10 @@ def phase_runs(times: Sequence[float], phases: Sequence[str | None]) -> list[tup
 def first_token_marks(rows: Sequence[dict[str, Any]]) -> tuple[list[dict[str, Any]], str]:
     """First-token marks as far as the recording knows them, and what they mean.
 
-    llama-server: each finished request from its log, first token at (time the log line was
-    read - eval time), its prompt eval before it (server-side TTFT). vLLM: only histogram
-    deltas: n first tokens seen by a scrape since the previous one, with their mean TTFT.
+    An engine that times each request in its log (``extra["requests"]``): each finished request,
+    first token at (time the log line was read - eval time), its prompt eval before it (server-side
+    TTFT). An engine with histograms: only their deltas, n first tokens seen by a scrape since the
+    previous one, with their mean TTFT.
     """
     engines = [EngineSample.from_json(e) for d in rows if isinstance(e := d.get("engine"), dict)]
     marks: list[dict[str, Any]] = []
@@ -126,7 +127,7 @@ def first_token_marks(rows: Sequence[dict[str, Any]]) -> tuple[list[dict[str, An
         first = t - float(gms) / 1e3
         marks.append({"t": first, "start": first - pms / 1e3, "text": _secs(pms / 1e3)})
     if marks:
-        return marks, "first token, with its TTFT\n(llama-server log; bar = prompt eval)"
+        return marks, f"first token, with its TTFT\n({registry.display(engines[0].kind)} log; bar = prompt eval)"
     prev: dict[str, Any] | None = None
     for d in rows:
         e = d.get("engine")
@@ -234,7 +235,7 @@ def _title(rec: Recording, an: SessionAnalyzer, duration_s: float) -> str:
     what = [f"{gpus}, {' / '.join(links) or 'link unknown'}"] if an.series else ["no GPU readings"]
     kind = (rec.header.engine or {}).get("kind")
     if kind:
-        what.append(ENGINE_NAMES.get(kind, str(kind)))
+        what.append(registry.display(kind))
     return f"{rec.path.name}: {', '.join(what)}; {duration_s:.1f} s"
 
 

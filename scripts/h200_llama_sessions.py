@@ -36,10 +36,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from pcie_tui import __version__  # noqa: E402
 from pcie_tui.analyze.phases import phase_verdicts  # noqa: E402
 from pcie_tui.analyze.session import analyze  # noqa: E402
-from pcie_tui.collect.engine import EnginePoller  # noqa: E402
-from pcie_tui.collect.llamacpp import LlamaCppClient, slot_phase  # noqa: E402
-from pcie_tui.collect.llamalog import request_stats  # noqa: E402
 from pcie_tui.collect.nvml import NvmlCollector  # noqa: E402
+from pcie_tui.engines.llamacpp.client import LlamaCppClient
+from pcie_tui.engines.llamacpp.log import request_stats  # noqa: E402
+from pcie_tui.engines.llamacpp.scrape import slot_phase  # noqa: E402
+from pcie_tui.engines.poller import EnginePoller  # noqa: E402
 from pcie_tui.model import Sample, SessionHeader  # noqa: E402
 from pcie_tui.record.writer import RecordingWriter  # noqa: E402
 

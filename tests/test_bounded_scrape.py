@@ -9,10 +9,11 @@ import time
 
 import pytest
 
-from pcie_tui.collect.engine import MAX_BODY_BYTES, EnginePoller, http_get
 from pcie_tui.collect.live import LiveSource
-from pcie_tui.collect.llamacpp import LlamaCppClient
-from pcie_tui.collect.vllm import VllmClient
+from pcie_tui.engines.http import MAX_BODY_BYTES, http_get
+from pcie_tui.engines.llamacpp.client import LlamaCppClient
+from pcie_tui.engines.poller import EnginePoller
+from pcie_tui.engines.vllm.client import VllmClient
 from pcie_tui.model import GpuInfo, GpuSample, LinkInfo
 
 

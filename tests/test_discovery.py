@@ -11,18 +11,19 @@ import time
 
 import pytest
 
-from pcie_tui.collect.engine import EnginePoller, normalize_url
-from pcie_tui.collect.process import (
+from pcie_tui.engines import registry
+from pcie_tui.engines.argv import flag_values
+from pcie_tui.engines.discover import (
     attach,
-    classify,
     discover,
-    flag_values,
     gpus_for_tree,
-    parse_llama_layout,
-    parse_vllm_layout,
     pick_url,
 )
-from pcie_tui.collect.vllm import VllmClient
+from pcie_tui.engines.http import normalize_url
+from pcie_tui.engines.llamacpp.proc import parse_layout as parse_llama_layout
+from pcie_tui.engines.poller import EnginePoller
+from pcie_tui.engines.vllm.client import VllmClient
+from pcie_tui.engines.vllm.layout import parse_layout as parse_vllm_layout
 from pcie_tui.errors import UserError
 
 API = ["/venv/bin/python", "-m", "vllm.entrypoints.openai.api_server", "--model", "/m"]
@@ -108,7 +109,9 @@ def test_flag_without_value_reads_true():
     ],
 )
 def test_classify(argv, name, kind):
-    assert classify(argv, name) == kind
+    found = registry.for_process(argv, name)
+    got = None if found is None else found[0].name + ("-child" if found[1] == "child" else "")
+    assert got == kind
 
 
 def test_pick_url():
@@ -256,7 +259,7 @@ def test_pid_of_a_launcher_attaches_but_pid_1_never_does(monkeypatch):
     every process, so it never picks some other user's engine."""
     import subprocess as sp
 
-    from pcie_tui.collect import process as pr
+    from pcie_tui.engines import discover as pr
     from pcie_tui.errors import UserError as UErr
 
     child = sp.Popen(["sleep", "30"])

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from pcie_tui.analyze.phases import counter_phase
-from pcie_tui.collect.engine import EnginePoller
+from pcie_tui.engines.phases import counter_phase
+from pcie_tui.engines.poller import EnginePoller
 from pcie_tui.model import EngineSample
 
 

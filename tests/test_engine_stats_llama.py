@@ -13,17 +13,19 @@ import pytest
 
 from pcie_tui.analyze.engine import (
     QUANTILE_METHOD,
-    QUANTILE_METHOD_LLAMA,
     SNAPSHOT_KEYS,
     EngineStats,
     engine_report,
 )
-from pcie_tui.analyze.engine_llama import request_latencies, slot_tokens_total, unique_requests
 from pcie_tui.analyze.session import quantile
+from pcie_tui.engines.llamacpp.timing import request_latencies, slot_tokens_total
+from pcie_tui.engines.registry import get as engine_kind
+from pcie_tui.engines.stats import unique_requests
 from pcie_tui.model import EngineSample, Sample
 from pcie_tui.record.reader import read_recording
 
 DATA = Path(__file__).resolve().parents[1] / "pcie_tui" / "data"
+QUANTILE_METHOD_LLAMA = engine_kind("llamacpp").quantile_method
 
 
 def _samples(name: str) -> list[Sample]:

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from pcie_tui.analyze.phases import PhaseTracker, counter_phase, engine_rx_Bps, phase_line, phase_verdicts, tick_phase
+from pcie_tui.analyze.phases import phase_line, phase_verdicts
 from pcie_tui.analyze.session import analyze
+from pcie_tui.engines.phases import PhaseTracker, counter_phase, engine_rx_Bps, tick_phase
 from pcie_tui.model import EngineSample, GpuSample, Sample
 from pcie_tui.record.reader import read_recording
 

@@ -24,7 +24,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from pcie_tui import demos
-from pcie_tui.analyze.engine_llama import unique_requests
+from pcie_tui.engines.stats import unique_requests
 from pcie_tui.export import LLAMA_LE, _is_loopback
 from pcie_tui.model import pcie_capacity_Bps
 from pcie_tui.record.reader import read_recording

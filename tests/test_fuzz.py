@@ -13,9 +13,9 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pcie_tui.collect import vllm as vllm_mod
-from pcie_tui.collect.llamacpp import LlamaCppClient
-from pcie_tui.collect.llamalog import parse_lines
+from pcie_tui.engines.llamacpp.client import LlamaCppClient
+from pcie_tui.engines.llamacpp.log import parse_lines
+from pcie_tui.engines.vllm import client as vllm_mod
 from pcie_tui.errors import UserError
 from pcie_tui.model import EngineSample
 from pcie_tui.record.reader import read_recording

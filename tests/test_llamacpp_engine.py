@@ -21,14 +21,17 @@ import pytest
 from engines.gguf_model import write_llama_gguf
 from engines.llama_server import LlamaServer, llama_available, random_prompt, stream_completion
 
-from pcie_tui.analyze.engine import QUANTILE_METHOD_LLAMA, EngineStats
-from pcie_tui.analyze.engine_llama import slot_tokens_total
-from pcie_tui.analyze.phases import counter_phase
-from pcie_tui.collect.llamacpp import METRICS_OFF_NOTE, LlamaCppClient, slot_phase
-from pcie_tui.collect.llamalog import request_stats
+from pcie_tui.analyze.engine import EngineStats
+from pcie_tui.engines.llamacpp.client import METRICS_OFF_NOTE, LlamaCppClient
+from pcie_tui.engines.llamacpp.log import request_stats
+from pcie_tui.engines.llamacpp.scrape import slot_phase
+from pcie_tui.engines.llamacpp.timing import slot_tokens_total
+from pcie_tui.engines.phases import counter_phase
+from pcie_tui.engines.registry import get as engine_kind
 from pcie_tui.model import Sample
 
 pytestmark = pytest.mark.engine
+QUANTILE_METHOD_LLAMA = engine_kind("llamacpp").quantile_method
 
 _why = llama_available()
 if _why is not None:
@@ -275,7 +278,7 @@ def test_garbage_and_unreachable_endpoints_never_raise(tmp_path):
 
 
 def test_discovery_and_attach_by_pid_and_url(server):
-    from pcie_tui.collect.process import attach, discover
+    from pcie_tui.engines.discover import attach, discover
 
     found = [c for c in discover() if c.pid == server.pid]
     assert len(found) == 1 and found[0].kind == "llamacpp"

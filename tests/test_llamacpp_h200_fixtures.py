@@ -12,7 +12,7 @@ from statistics import median
 import pytest
 
 from pcie_tui.analyze.session import analyze
-from pcie_tui.collect.llamalog import request_stats
+from pcie_tui.engines.llamacpp.log import request_stats
 from pcie_tui.record.reader import read_recording
 
 DATA = Path(__file__).resolve().parents[1] / "pcie_tui" / "data"

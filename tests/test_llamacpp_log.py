@@ -11,7 +11,7 @@ import os
 
 import pytest
 
-from pcie_tui.collect.llamalog import LogTailer, TimingParser, parse_lines, request_stats
+from pcie_tui.engines.llamacpp.log import LogTailer, TimingParser, parse_lines, request_stats
 
 # 2025+ upstream: one SLT_INF line each, with --log-prefix/--log-timestamps and colours on.
 CURRENT_COLOURED = [

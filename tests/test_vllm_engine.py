@@ -23,9 +23,9 @@ from engines.recorder import Recorder
 from engines.vllm_server import SERVED_NAME
 
 from pcie_tui.analyze.engine import EngineStats, engine_report, hist_window
-from pcie_tui.collect.engine import EnginePoller
-from pcie_tui.collect.process import attach, discover
-from pcie_tui.collect.vllm import VllmClient
+from pcie_tui.engines.discover import attach, discover
+from pcie_tui.engines.poller import EnginePoller
+from pcie_tui.engines.vllm.client import VllmClient
 from pcie_tui.record.reader import read_recording
 
 pytestmark = pytest.mark.engine
@@ -178,7 +178,7 @@ def test_streamed_load_matches_the_client(vllm_server, tmp_path):
 
 
 def test_stacks_of_the_real_engine(vllm_server):
-    from pcie_tui.collect.stacks import STATES, StackSampler
+    from pcie_tui.engines.stacks import STATES, StackSampler
 
     sampler = StackSampler(lambda: vllm_server.pid)
     seen: list[dict] = []

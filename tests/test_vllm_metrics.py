@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from pcie_tui.analyze.engine import hist_quantiles
-from pcie_tui.collect.vllm import VllmClient, parse_vllm_metrics, version_from_log
+from pcie_tui.engines.vllm.client import VllmClient, parse_vllm_metrics, version_from_log
 
 REAL = (Path(__file__).parent / "fixtures" / "vllm-0.32-metrics.txt").read_text()
 
@@ -127,7 +127,7 @@ def test_poller_rides_out_a_short_stall_then_goes_down():
     """One slow answer keeps the last reading (marked stale); a stall past the grace is 'down' with an event."""
     import time
 
-    from pcie_tui.collect.engine import EnginePoller
+    from pcie_tui.engines.poller import EnginePoller
 
     body = REAL.encode()
     state = {"slow": False}

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from pcie_tui.collect.stacks import STATES, StackSampler, classify_thread, find_py_spy
+from pcie_tui.engines.stacks import STATES, StackSampler, classify_thread, find_py_spy
 
 PY_SPY = find_py_spy()
 needs_py_spy = pytest.mark.skipif(PY_SPY is None, reason="py-spy not installed")

@@ -10,19 +10,12 @@ then quantiles linearly interpolated within a bucket, the way Prometheus'
 ``histogram_quantile`` does. That is an estimate bounded by the bucket edges,
 and the snapshot says so in ``quantile_method``.
 
-llama-server has no histograms. Its latencies come from the per-request timings
-its log prints when a request ends (``engine.extra["requests"]``: ``prompt_n``,
-``prompt_ms``, ``predicted_n``, ``predicted_ms``), exact order statistics over the
-requests that ended in the window. The server starts ``predicted_ms`` at the first
-token (``t_start_generation`` is set when ``n_decoded`` reaches 1) and ends
-``prompt_ms`` there, so: prefill = TTFT (server side, queue and HTTP excluded, a
-lower bound of what a client sees) = ``prompt_ms``; decode = ``predicted_ms``;
-ITL = ``predicted_ms / (predicted_n - 1)``, the mean gap of each request (requests
-with fewer than 2 tokens have no gap). Its token counters move only when a prompt
-is done / a request ends, so live rates come from /slots (``extra["slots"]``: per
-slot ``n_prompt_processed`` and ``n_decoded``), summed increases across ticks, a
-slot's count that drops (or a new ``task``) being a new request; ``rate_source``
-says which was used.
+An engine with ``per_request_timing`` (see :mod:`pcie_tui.engines.base`) has no
+histograms: its latencies are the engine's :meth:`~pcie_tui.engines.base.Engine.request_latencies`
+over the requests that ended in the window (``engine.extra["requests"]``), exact order
+statistics; its live token rates may come from the engine's
+:meth:`~pcie_tui.engines.base.Engine.live_tokens` instead of the counters. ``rate_source``
+says which was used, ``quantile_method`` how the quantiles were computed.
 """
 
 from __future__ import annotations
@@ -31,15 +24,13 @@ from collections import deque
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from pcie_tui.analyze.engine_llama import QUANTILES, request_latencies, slot_tokens_total, unique_requests
-from pcie_tui.analyze.session import quantile
+from pcie_tui.analyze.engine_requests import per_request_summary
+from pcie_tui.engines import registry
+from pcie_tui.engines.base import Engine
+from pcie_tui.engines.stats import QUANTILES, unique_requests
 from pcie_tui.model import EngineSample, Sample
 
 QUANTILE_METHOD = "interpolated within histogram buckets"
-QUANTILE_METHOD_LLAMA = (
-    "per request, from llama-server's log timings (server side: TTFT = prompt eval time, "
-    "queue and HTTP excluded, so a lower bound; ITL = mean gap per request)"
-)
 # Histograms the snapshot reports, by their key in extra["hist"].
 LATENCIES = ("ttft_s", "itl_s", "prefill_s", "decode_s", "queue_s")
 SNAPSHOT_KEYS = (
@@ -216,7 +207,8 @@ class EngineStats:
         """Current figures; None wherever the engine does not expose one or no data yet."""
         last = self._ticks[-1][1] if self._ticks else None
         engines = [e for _, e in self._ticks if e.up]
-        llama = last is not None and last.kind == "llamacpp"
+        eng = registry.get(last.kind) if last is not None else None
+        per_req_eng = eng if eng is not None and eng.per_request_timing else None
         sources: list[str] = []
         out: dict[str, Any] = {
             "kind": last.kind if last else None,
@@ -225,14 +217,14 @@ class EngineStats:
             "error": last.error if last else None,
             "window_s": self.window_s,
         }
-        for key, attr, slot_key in (
-            ("prompt_tokens_per_s", "prompt_tokens_total", "n_prompt_processed"),
-            ("generation_tokens_per_s", "generation_tokens_total", "n_decoded"),
+        for key, attr, what in (
+            ("prompt_tokens_per_s", "prompt_tokens_total", "prompt"),
+            ("generation_tokens_per_s", "generation_tokens_total", "generation"),
         ):
-            got = slot_tokens_total(self._ticks, slot_key) if llama else None
+            got = eng.live_tokens(self._ticks, what) if eng is not None else None
             if got is not None:
                 out[key] = got[0] / got[1]
-                sources.append(f"{key.split('_')[0]}: /slots {slot_key}")
+                sources.append(f"{what}: {got[2]}")
             else:
                 out[key] = self._rate(attr)
                 if out[key] is not None:
@@ -242,10 +234,10 @@ class EngineStats:
         ticks = list(self._ticks)
         if ticks and last is not None and ticks[0][0] <= ticks[-1][0] - self.window_s:
             ticks = ticks[1:]
-        reqs = unique_requests(e for _, e in ticks) if llama else []
-        per_req = request_latencies(reqs) if llama else {}
+        reqs = unique_requests(e for _, e in ticks) if per_req_eng else []
+        per_req = per_req_eng.request_latencies(reqs) if per_req_eng else {}
         for name in LATENCIES:
-            if llama:
+            if per_req_eng:
                 out[name] = per_req.get(name)
             else:
                 out[name] = hist_quantiles(hist_window(engines, name, self._base.get(name)))
@@ -254,9 +246,9 @@ class EngineStats:
         out["requests_waiting"] = last.requests_waiting if up and last else None
         kv = last.extra.get("kv_cache_util") if up and last else None
         out["kv_cache_util"] = kv if isinstance(kv, int | float) else None
-        out["quantile_method"] = QUANTILE_METHOD_LLAMA if llama else QUANTILE_METHOD
+        out["quantile_method"] = _method(per_req_eng)
         out["rate_source"] = ", ".join(sources) or None
-        out["requests_timed"] = len(reqs) if llama else None
+        out["requests_timed"] = len(reqs) if per_req_eng else None
         return out
 
 
@@ -274,51 +266,6 @@ def _up_span_s(ticks: Sequence[tuple[float, EngineSample]], holes: Sequence[tupl
         if a.up and b.up and t0 not in skip:
             span += t1 - t0
     return span
-
-
-def per_request_summary(requests: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
-    """Hook for engines that report per-request timings (llama.cpp log lines).
-
-    Each tick's ``engine.extra["requests"]`` lists the requests that finished
-    since the previous tick, each a dict with any of ``prompt_tokens``,
-    ``prompt_s``, ``generation_tokens``, ``generation_s``, ``ttft_s``. Returns
-    p50/p95/p99 of per-request prompt tokens/s, generation tokens/s, prompt
-    latency and TTFT (exact order statistics, not bucket estimates).
-    """
-    if not requests:
-        return None
-
-    def q3(vals: list[float]) -> dict[str, float] | None:
-        if not vals:
-            return None
-        v = sorted(vals)
-        return {name: quantile(v, q) for name, q in QUANTILES}
-
-    def num(r: dict[str, Any], key: str, raw: str, scale: float = 1.0) -> float | None:
-        # Older recordings carry only the server's own names (prompt_n, prompt_ms, ...).
-        v = r.get(key)
-        if isinstance(v, int | float):
-            return float(v)
-        v = r.get(raw)
-        return float(v) * scale if isinstance(v, int | float) else None
-
-    def rate(r: dict[str, Any], kind: str) -> float | None:
-        raw = "prompt" if kind == "prompt" else "predicted"
-        tok, sec = num(r, f"{kind}_tokens", f"{raw}_n"), num(r, f"{kind}_s", f"{raw}_ms", 1e-3)
-        return tok / sec if tok is not None and sec is not None and tok > 0 and sec > 0 else None
-
-    prompt_rates = [x for r in requests if (x := rate(r, "prompt")) is not None]
-    gen_rates = [x for r in requests if (x := rate(r, "generation")) is not None]
-    prompt_s = [x for r in requests if (x := num(r, "prompt_s", "prompt_ms", 1e-3)) is not None]
-    ttft = [float(r["ttft_s"]) for r in requests if isinstance(r.get("ttft_s"), int | float)]
-    return {
-        "n": len(requests),
-        "prompt_tokens_per_s": q3(prompt_rates),
-        "generation_tokens_per_s": q3(gen_rates),
-        "prompt_s": q3(prompt_s),
-        "ttft_s": q3(ttft),
-        "quantile_method": "exact over per-request timings",
-    }
 
 
 def engine_report(samples: Iterable[Sample], analyzer: Any = None) -> dict[str, Any] | None:
@@ -352,7 +299,8 @@ def engine_report(samples: Iterable[Sample], analyzer: Any = None) -> dict[str, 
         return inc / span if inc is not None and span > 0 else None
 
     per_request = unique_requests(engines)
-    llama = engines[0].kind == "llamacpp"
+    eng = registry.get(engines[0].kind)
+    per_req_eng = eng if eng is not None and eng.per_request_timing else None
 
     e2e = hist_window(up, "e2e_s")
     finished = counter_total(
@@ -396,16 +344,15 @@ def engine_report(samples: Iterable[Sample], analyzer: Any = None) -> dict[str, 
         "per_request": per_request_summary(per_request),
         "phases": phases,
     }
-    if llama:
-        # No histograms: exact quantiles over the requests the log timed; queue time unknown.
-        out.update(request_latencies(per_request))
+    if per_req_eng is not None:
+        # No histograms: exact quantiles over the requests the engine timed; queue time unknown.
+        out.update(per_req_eng.request_latencies(per_request))
         out["queue_s"] = None
-        out["quantile_method"] = QUANTILE_METHOD_LLAMA
-        out["basis"] = (
-            f"{len(per_request)} requests timed by llama-server's log: prefill = TTFT = prompt eval time "
-            "(server side, lower bound of client TTFT), decode = eval time, ITL = eval time / (tokens - 1); "
-            "queue time not reported"
-            if per_request
-            else "no per-request timings (llama-server log not read)"
-        )
+        out["quantile_method"] = _method(per_req_eng)
+        out["basis"] = per_req_eng.timing_basis(len(per_request)) or out["basis"]
     return out
+
+
+def _method(eng: Engine | None) -> str:
+    """How the latency quantiles were computed: the engine's own words, else histogram buckets."""
+    return (eng.quantile_method if eng is not None else None) or QUANTILE_METHOD

@@ -24,6 +24,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from pcie_tui.engines import registry
+from pcie_tui.engines.base import default_parallelism
 from pcie_tui.errors import UserError
 from pcie_tui.model import Sample, SessionHeader
 
@@ -339,9 +341,8 @@ def _delta(a: float | None, b: float | None) -> float:
 def from_engine(header: SessionHeader) -> tuple[ModelShape | None, Layout | None, str]:
     """Model shape and layout from the attached engine's facts in the header (reason when unknown).
 
-    vLLM: ``layout.model`` is the model directory (config.json) and the tp/pp sizes.
-    llama.cpp: ``layout.model`` is the GGUF; ``-sm layer`` (its default) splits layers
-    across the GPUs like pipeline stages, ``-sm row``/``tensor`` splits tensors.
+    The engine says what ``layout.model`` is (``Engine.model_format``: a model directory with
+    config.json, or a GGUF file) and which tp/pp its layout implies (``Engine.parallelism``).
     """
     eng: dict[str, Any] = header.engine if isinstance(header.engine, dict) else {}
     lay: dict[str, Any] = eng["layout"] if isinstance(eng.get("layout"), dict) else {}
@@ -350,15 +351,11 @@ def from_engine(header: SessionHeader) -> tuple[ModelShape | None, Layout | None
         return None, None, "the engine's model path is unknown"
     n_gpus = max(1, len(header.gpus))
     try:
-        if eng.get("kind") == "llamacpp":
-            shape = from_gguf(path)
-            tensor = lay.get("split_mode") in ("row", "tensor")
-            layout = Layout(tp=n_gpus if tensor else 1, pp=1 if tensor else n_gpus)
-        else:
-            shape = from_hf_config(path)
-            tp = lay.get("tensor_parallel_size")
-            pp = lay.get("pipeline_parallel_size")
-            layout = Layout(tp=tp if isinstance(tp, int) else 1, pp=pp if isinstance(pp, int) else 1)
+        engine = registry.get(eng.get("kind")) if isinstance(eng.get("kind"), str) else None
+        fmt = engine.model_format if engine is not None else "hf"
+        shape = from_gguf(path) if fmt == "gguf" else from_hf_config(path)
+        tp, pp = engine.parallelism(lay, n_gpus) if engine is not None else default_parallelism(lay)
+        layout = Layout(tp=tp, pp=pp)
     except UserError as e:
         return None, None, str(e)
     return shape, layout, f"from the {eng.get('kind') or 'engine'}'s model {path}"

@@ -1,133 +1,13 @@
-"""Engine phase per tick, and the verdict summarised per phase.
-
-Phases: ``loading`` (the engine process is up but not serving yet, or is
-idle while bulk host->device traffic runs), ``prefill`` (prompt-token counter
-rising), ``decode`` (generation counter rising), ``mixed`` (both in the same
-scrape interval: continuous batching), ``idle`` (answering, nothing moving),
-``down`` (not answering).
-
-The counters are read once per scrape (0.5 s by default), so a phase is a
-statement about that interval, not about a single engine step.
-"""
+"""The verdict summarised per engine phase (the phases themselves: :mod:`pcie_tui.engines.phases`)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
-from pcie_tui.model import EngineSample, GpuInfo, GpuSample
+from pcie_tui.engines.phases import PHASES
+from pcie_tui.model import GpuInfo
 
-PHASES = ("loading", "prefill", "decode", "mixed", "idle", "down")
-# Host->device traffic per GPU above which an engine that produces no tokens
-# is taken to be loading weights. Idle PCIe reads ~1 MB/s; decode of a fully
-# offloaded model moves kB per token; weight uploads run at GB/s.
-LOADING_RX_Bps = 1.0e9
-
-
-def _first_tokens(e: EngineSample) -> float | None:
-    """Requests that got their first token so far (the TTFT histogram's count), if the engine says."""
-    h = e.extra.get("hist")
-    t = h.get("ttft_s") if isinstance(h, dict) else None
-    c = t.get("count") if isinstance(t, dict) else None
-    return float(c) if isinstance(c, int | float) else None
-
-
-def counter_phase(prev: EngineSample | None, cur: EngineSample) -> str | None:
-    """prefill/decode/mixed/idle from the counter deltas between two answering scrapes.
-
-    The first token of a request is sampled by its prefill step, so generated
-    tokens minus first tokens (the TTFT histogram's count delta, where the
-    engine exposes it) are the decode tokens: a burst of one-token requests is
-    prefill, not mixed. With requests running but no counter moving, the engine
-    is inside a long prefill: vLLM counts a prompt when its prefill completes,
-    while decode adds tokens every step.
-    """
-    # llama-server counts generated tokens only when a request ends, so its counters
-    # would call a running decode "prefill"; its /slots say what each slot is doing.
-    sp, sd = cur.extra.get("slots_prefill"), cur.extra.get("slots_decode")
-    if isinstance(sp, int) and isinstance(sd, int):
-        return "mixed" if sp and sd else "prefill" if sp else "decode" if sd else "idle"
-    if prev is None:
-        return None
-
-    def delta(a: float | None, b: float | None) -> float:
-        return b - a if a is not None and b is not None and b > a else 0.0
-
-    p = delta(prev.prompt_tokens_total, cur.prompt_tokens_total) > 0
-    decode_tokens = delta(prev.generation_tokens_total, cur.generation_tokens_total)
-    f0, f1 = _first_tokens(prev), _first_tokens(cur)
-    if f0 is not None and f1 is not None:
-        decode_tokens -= delta(f0, f1)
-    g = decode_tokens > 0
-    if p and g:
-        return "mixed"
-    if p:
-        return "prefill"
-    if g:
-        return "decode"
-    if cur.requests_running:
-        return "prefill"
-    return "idle"
-
-
-class PhaseTracker:
-    """Keeps the previous answering scrape and classifies each new one."""
-
-    def __init__(self) -> None:
-        self.prev: EngineSample | None = None
-
-    def would_reset(self, cur: EngineSample) -> bool:
-        """True when a counter went down since the previous scrape: the engine restarted."""
-        p = self.prev
-        if p is None:
-            return False
-        for a, b in (
-            (p.prompt_tokens_total, cur.prompt_tokens_total),
-            (p.generation_tokens_total, cur.generation_tokens_total),
-        ):
-            if a is not None and b is not None and b < a:
-                return True
-        return False
-
-    def update(self, cur: EngineSample) -> str | None:
-        prev = None if self.would_reset(cur) else self.prev
-        phase = counter_phase(prev, cur) if cur.up else None
-        if cur.up:
-            self.prev = cur
-        return phase
-
-
-def engine_rx_Bps(gpu_samples: Sequence[GpuSample], engine_gpus: Sequence[int] | None) -> float | None:
-    """Highest host->device PCIe rate among the engine's GPUs (all GPUs when unknown)."""
-    wanted = set(engine_gpus) if engine_gpus else None
-    vals = [g.pcie_rx_Bps for g in gpu_samples if g.pcie_rx_Bps is not None and (wanted is None or g.index in wanted)]
-    return max(vals) if vals else None
-
-
-def tick_phase(
-    engine: EngineSample,
-    counter_phase_: str | None,
-    *,
-    alive: bool | None,
-    served: bool,
-    rx_Bps: float | None,
-    loading_rx_Bps: float = LOADING_RX_Bps,
-) -> str:
-    """The phase of one tick from the latest scrape, process liveness and link traffic."""
-    bulk_rx = rx_Bps is not None and rx_Bps >= loading_rx_Bps
-    if not engine.up:
-        if alive is False:
-            return "down"
-        # Process running (or unknown) and never answered: starting up, unless we
-        # cannot see the process and see no upload either.
-        if not served and (alive is True or bulk_rx):
-            return "loading"
-        return "down"
-    phase = counter_phase_ or "idle"
-    if phase == "idle" and bulk_rx and not engine.requests_running:
-        return "loading"
-    return phase
-
+__all__ = ["PHASES", "fmt_rate", "phase_line", "phase_verdicts"]
 
 # ---- per-phase verdict summary -------------------------------------------
 

@@ -29,45 +29,6 @@ from pcie_tui.errors import NoGpuError, UserError
 FORMAT = "pcie-tui/baseline"
 VERSION = 1
 
-# Engine flags that shape where weights and activations live. Only these are kept:
-# never prompt text (-p/--prompt/-f), never the full command line.
-LLAMA_LAYOUT_FLAGS = {
-    "-ngl": ("-ngl", "--gpu-layers", "--n-gpu-layers"),
-    "-sm": ("-sm", "--split-mode"),
-    "-ts": ("-ts", "--tensor-split"),
-    "-mg": ("-mg", "--main-gpu"),
-    "-dev": ("-dev", "--device"),
-    "-ot": ("-ot", "--override-tensor"),
-    "--cpu-moe": ("-cmoe", "--cpu-moe"),
-    "--n-cpu-moe": ("-ncmoe", "--n-cpu-moe"),
-    "-c": ("-c", "--ctx-size"),
-    "-b": ("-b", "--batch-size"),
-    "-ub": ("-ub", "--ubatch-size"),
-    "-np": ("-np", "--parallel"),
-    "-fa": ("-fa", "--flash-attn"),
-    "-ctk": ("-ctk", "--cache-type-k"),
-    "-ctv": ("-ctv", "--cache-type-v"),
-    "-nkvo": ("-nkvo", "--no-kv-offload"),
-    "--no-mmap": ("--no-mmap",),
-    "--mlock": ("--mlock",),
-}
-VLLM_LAYOUT_FLAGS = {
-    "-tp": ("-tp", "--tensor-parallel-size"),
-    "-pp": ("-pp", "--pipeline-parallel-size"),
-    "-dp": ("-dp", "--data-parallel-size"),
-    "--max-model-len": ("--max-model-len",),
-    "--gpu-memory-utilization": ("--gpu-memory-utilization",),
-    "--cpu-offload-gb": ("--cpu-offload-gb",),
-    "--kv-cache-dtype": ("--kv-cache-dtype",),
-    "--quantization": ("-q", "--quantization"),
-    "--dtype": ("--dtype",),
-    "--max-num-seqs": ("--max-num-seqs",),
-    "--max-num-batched-tokens": ("--max-num-batched-tokens",),
-    "--enforce-eager": ("--enforce-eager",),
-    "--enable-expert-parallel": ("--enable-expert-parallel",),
-    "--swap-space": ("--swap-space",),
-}
-_REPEATABLE = {"-ot"}
 _WEIGHT_SUFFIXES = (".safetensors", ".bin", ".gguf", ".pt", ".pth")
 
 
@@ -166,7 +127,11 @@ def gpu_entry(g: dict[str, Any], chain: dict[str, Any] | None, load: dict[str, A
 
 def layout_flags(kind: str | None, argv: list[str] | None) -> dict[str, Any]:
     """The whitelisted layout flags of an engine command line, by canonical name (last wins; -ot collects)."""
-    spec = LLAMA_LAYOUT_FLAGS if kind == "llamacpp" else VLLM_LAYOUT_FLAGS if kind == "vllm" else {}
+    from pcie_tui.engines import registry
+
+    eng = registry.get(kind)
+    spec = eng.layout_flags if eng is not None else {}
+    repeatable = eng.layout_repeatable if eng is not None else frozenset()
     alias = {n: key for key, names in spec.items() for n in names}
     out: dict[str, Any] = {}
     args = list(argv or [])
@@ -179,7 +144,7 @@ def layout_flags(kind: str | None, argv: list[str] | None) -> dict[str, Any]:
         if value is None:
             nxt = args[j + 1] if j + 1 < len(args) else None
             value = nxt if nxt is not None and not re.match(r"-[A-Za-z-]", nxt) else True
-        if key in _REPEATABLE:
+        if key in repeatable:
             out.setdefault(key, []).append(value)
         else:
             out[key] = value
@@ -217,8 +182,8 @@ def engine_facts(engine: dict[str, Any] | None) -> dict[str, Any] | None:
 
 
 def engine_from_pid(pid: int) -> dict[str, Any] | None:
-    """The engine ``pid`` belongs to, or None when it is no vLLM / llama-server process."""
-    from pcie_tui.collect.process import candidate_for_pid
+    """The engine ``pid`` belongs to, or None when it is no engine's process."""
+    from pcie_tui.engines.discover import candidate_for_pid
 
     try:
         c = candidate_for_pid(pid)

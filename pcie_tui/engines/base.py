@@ -100,6 +100,12 @@ def typed(d: Mapping[str, Any], key: str, typ: type, default: Any) -> Any:
     return v if isinstance(v, typ) and not (typ is int and isinstance(v, bool)) else default
 
 
+def default_parallelism(layout: Mapping[str, Any]) -> tuple[int, int]:
+    """(tp, pp) from a layout's ``tensor_parallel_size`` / ``pipeline_parallel_size`` (1 where absent)."""
+    tp, pp = layout.get("tensor_parallel_size"), layout.get("pipeline_parallel_size")
+    return (tp if isinstance(tp, int) else 1, pp if isinstance(pp, int) else 1)
+
+
 class Engine(ABC):
     """One inference engine. Subclasses set the class attributes and implement the abstract methods."""
 
@@ -118,6 +124,8 @@ class Engine(ABC):
     # Layout flags ``doctor`` fingerprints: canonical name -> every spelling on the command line.
     layout_flags: ClassVar[Mapping[str, tuple[str, ...]]] = {}
     layout_repeatable: ClassVar[frozenset[str]] = frozenset()  # canonical names whose values accumulate
+    # What the layout's "model" path names: "hf" (a directory with config.json) or "gguf" (one GGUF file).
+    model_format: ClassVar[str] = "hf"
 
     # ---- processes ----------------------------------------------------------------
 
@@ -163,6 +171,10 @@ class Engine(ABC):
     def timing_basis(self, n_requests: int) -> str | None:
         """The report's ``basis`` sentence for per-request timings, or None for histogram engines."""
         return None
+
+    def parallelism(self, layout: Mapping[str, Any], n_gpus: int) -> tuple[int, int]:
+        """(tensor-parallel, pipeline-parallel) sizes a recorded layout implies over ``n_gpus`` GPUs."""
+        return default_parallelism(layout)
 
     # ---- outputs --------------------------------------------------------------------
 

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pcie_tui.analyze.verdict import pcie_ceiling_Bps
+from pcie_tui.engines import registry
 from pcie_tui.model import GpuInfo, SessionHeader
 from pcie_tui.tui import fmt
 
@@ -133,7 +134,7 @@ def _ceilings_text(info: GpuInfo) -> str:
 
 
 def engine_kind(engine: Any, header: SessionHeader) -> str | None:
-    """The attached engine's kind ("vllm", "llamacpp"), from the latest tick or the header."""
+    """The attached engine's kind (its registry name), from the latest tick or the header."""
     kind = getattr(engine, "kind", None)
     if not kind and isinstance(header.engine, dict):
         kind = header.engine.get("kind")
@@ -148,87 +149,10 @@ def engine_sources(kind: str | None, stats: dict[str, Any] | None, window_s: flo
     rate_source = stats.get("rate_source")
     kind = (kind or "").lower()
     rows: list[FigureSource] = []
-    if kind == "vllm":
-        rows += [
-            FigureSource(
-                "tokens prompt / generated",
-                "vLLM /metrics counters vllm:prompt_tokens_total, vllm:generation_tokens_total: "
-                "increase between the first and last tick of the window / its duration (a drop = engine restart)",
-                "tokens/s",
-                win,
-            ),
-            FigureSource(
-                "TTFT, ITL",
-                "vLLM /metrics histograms vllm:time_to_first_token_seconds, vllm:inter_token_latency_seconds "
-                "(older: vllm:time_per_output_token_seconds): bucket count increases over the window, "
-                "p50/p95/p99 interpolated linearly within a bucket (as Prometheus histogram_quantile)",
-                "s / ms",
-                win,
-            ),
-            FigureSource(
-                "prefill, decode, queue",
-                "vLLM /metrics histograms vllm:request_prefill_time_seconds, vllm:request_decode_time_seconds, "
-                "vllm:request_queue_time_seconds: same bucket deltas and interpolation",
-                "s / ms",
-                win,
-            ),
-            FigureSource(
-                "running, waiting",
-                "vLLM /metrics gauges vllm:num_requests_running, vllm:num_requests_waiting",
-                "requests",
-                "latest tick",
-            ),
-            FigureSource(
-                "KV cache",
-                "vLLM /metrics gauge vllm:kv_cache_usage_perc (older: vllm:gpu_cache_usage_perc), a fraction 0..1",
-                "% of KV cache blocks in use",
-                "latest tick",
-            ),
-        ]
-    elif kind == "llamacpp":
-        rows += [
-            FigureSource(
-                "tokens prompt / generated",
-                "llama-server: per slot prompt tokens processed and tokens decoded from /slots, increases summed "
-                "over the window (its /metrics counters llamacpp:prompt_tokens_total, "
-                "llamacpp:tokens_predicted_total move only when a prompt or request ends)",
-                "tokens/s",
-                win,
-            ),
-            FigureSource(
-                "TTFT, prefill",
-                "llama-server log, per finished request: 'prompt eval time' (server side; queue and HTTP "
-                "excluded, so a lower bound of what a client sees); p50/p95/p99 exact over the requests",
-                "s / ms",
-                f"requests that ended in {win}",
-            ),
-            FigureSource(
-                "ITL, decode",
-                "llama-server log, per finished request: 'eval time' (decode); ITL = eval time / (tokens - 1), "
-                "the mean gap of each request",
-                "s / ms",
-                f"requests that ended in {win}",
-            ),
-            FigureSource(
-                "queue",
-                "not reported by llama-server (shown as n/a)",
-                "s / ms",
-                "-",
-            ),
-            FigureSource(
-                "running, waiting",
-                "llama-server /metrics gauges llamacpp:requests_processing, llamacpp:requests_deferred; "
-                "without --metrics, /slots entries with is_processing (waiting n/a)",
-                "requests",
-                "latest tick",
-            ),
-            FigureSource(
-                "KV cache",
-                "not collected from llama-server (shown as n/a)",
-                "% of KV cache in use",
-                "latest tick",
-            ),
-        ]
+    eng = registry.get(kind)
+    given = eng.sources(win) if eng is not None else []
+    if given:
+        rows += [FigureSource(*r) for r in given]
     else:
         rows.append(
             FigureSource(

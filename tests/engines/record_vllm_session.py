@@ -18,8 +18,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from engines.load import run_load_for  # noqa: E402
 from engines.recorder import Recorder  # noqa: E402
 from engines.vllm_server import REPO, SERVED_NAME, VllmServer, ensure_model, free_port, vllm_available  # noqa: E402
-from pcie_tui.collect.engine import EnginePoller  # noqa: E402
-from pcie_tui.collect.process import attach  # noqa: E402
+from pcie_tui.engines.discover import attach  # noqa: E402
+from pcie_tui.engines.poller import EnginePoller  # noqa: E402
 
 
 def main(out: Path) -> None:

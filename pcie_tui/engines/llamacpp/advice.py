@@ -21,7 +21,7 @@ from __future__ import annotations
 import contextlib
 from typing import Any
 
-from pcie_tui.engines import Advice, EngineFacts, typed
+from pcie_tui.engines.base import Advice, EngineFacts, typed
 
 _VALUE_FLAGS = {
     "-ngl": "n_gpu_layers",

@@ -15,7 +15,7 @@ Where the numbers come from (all as the server reports them):
   prompt tokens processed, tokens decoded, ``task`` id - numbers only, the text /slots
   returns is dropped), ``slots_prefill`` / ``slots_decode`` (busy slots that have / have
   not produced a token yet), ``server_state`` and ``requests`` (requests completed since the last read,
-  parsed from the log by :mod:`pcie_tui.collect.llamalog`).
+  parsed from the log by :mod:`pcie_tui.engines.llamacpp.log`).
 
 llama-server answers /metrics and /slots from its main loop, between two batches; a
 long prefill batch therefore delays them.  A timed-out scrape while /health answers is
@@ -32,16 +32,21 @@ import time
 from typing import Any
 from urllib.parse import urlsplit
 
-from prometheus_client.parser import text_string_to_metric_families
-
-from pcie_tui.collect.engine import MAX_BODY_BYTES, AnswerTooLarge, http_request
-from pcie_tui.collect.ggufmeta import gguf_meta
-from pcie_tui.collect.llamalog import LogTailer
-from pcie_tui.collect.llamaproc import LAYOUT_ENV, load_facts, log_paths_for_pid, parse_layout, proc_argv, proc_environ
-from pcie_tui.collect.promtext import parse_plain
+from pcie_tui.engines.http import MAX_BODY_BYTES, AnswerTooLarge, http_request
+from pcie_tui.engines.llamacpp.gguf import gguf_meta
+from pcie_tui.engines.llamacpp.log import LogTailer
+from pcie_tui.engines.llamacpp.proc import (
+    LAYOUT_ENV,
+    load_facts,
+    log_paths_for_pid,
+    parse_layout,
+    proc_argv,
+    proc_environ,
+)
+from pcie_tui.engines.llamacpp.scrape import parse_metrics, slot_numbers
 from pcie_tui.model import EngineSample
 
-__all__ = ["METRICS_OFF_NOTE", "LlamaCppClient", "log_paths_for_pid", "parse_layout", "slot_phase", "wait_ready"]
+__all__ = ["METRICS_OFF_NOTE", "LlamaCppClient", "wait_ready"]
 
 METRICS_OFF_NOTE = "llama-server runs without --metrics: no token counters; using /slots and the log"
 
@@ -73,7 +78,7 @@ class LlamaCppClient:
         self._scheme, self._host, self._port = u.scheme, u.hostname, u.port or (443 if u.scheme == "https" else 80)
         self.timeout_s = min(float(timeout_s), 0.3)
         self.pid = pid
-        # Process facts from discovery (pcie_tui.collect.process), else read here from /proc.
+        # Process facts from discovery (pcie_tui.engines.discover), else read here from /proc.
         self.info: dict[str, Any] = dict(info or {})
         argv = self.info.get("cmdline")
         self.argv = list(argv) if isinstance(argv, list) else (proc_argv(pid) if pid is not None else None)
@@ -97,7 +102,7 @@ class LlamaCppClient:
     # ---- HTTP -----------------------------------------------------------
 
     def _get(self, path: str) -> tuple[int, bytes, dict[str, str]]:
-        # A kept-alive connection per thread (pcie_tui.collect.engine.http_request); the deadline is
+        # A kept-alive connection per thread (pcie_tui.engines.http.http_request); the deadline is
         # for the whole answer, not per recv.
         try:
             return http_request(self._scheme, self._host, self._port, path, self.timeout_s)
@@ -213,7 +218,7 @@ class LlamaCppClient:
             if status == 200:
                 if body != self._metrics_body:
                     # Unchanged text (an idle server) reuses the last parse.
-                    self._metrics_body, self._metrics_vals = body, _parse_metrics(body)
+                    self._metrics_body, self._metrics_vals = body, parse_metrics(body)
                 vals = self._metrics_vals
                 if vals is None:
                     errors.append("/metrics returned something that is not Prometheus text")
@@ -256,7 +261,7 @@ class LlamaCppClient:
                 status, obj = 0, None
             if status == 200 and isinstance(obj, list):
                 self.slots_enabled = True
-                slots = _slot_numbers(obj)
+                slots = slot_numbers(obj)
                 extra["slots"] = slots
                 busy = [s for s in slots if s.get("processing")]
                 extra["slots_prefill"] = sum(1 for s in busy if not s.get("n_decoded"))
@@ -336,67 +341,6 @@ class LlamaCppClient:
 
     def close(self) -> None:
         """Nothing held open between reads; here for symmetry with other sources."""
-
-
-def _parse_metrics(body: bytes) -> dict[str, float] | None:
-    """Sample name -> value (unlabelled samples); None if it is not Prometheus text.
-
-    llama-server's /metrics is plain ``name value`` lines, read in one pass; anything
-    else goes through prometheus_client's parser, which gives the same numbers.
-    """
-    out = parse_plain(body)
-    if out is None:
-        out = {}
-        try:
-            for fam in text_string_to_metric_families(body.decode("utf-8", "replace")):
-                for s in fam.samples:
-                    if not s.labels:
-                        out[s.name] = float(s.value)
-        except (ValueError, TypeError, KeyError, IndexError):
-            return None
-    return out if any(k.startswith("llamacpp:") for k in out) else None
-
-
-def _slot_numbers(slots: list[Any]) -> list[dict[str, Any]]:
-    """Numbers only from /slots (it also returns prompt and generated text, which is dropped)."""
-    out = []
-    for s in slots:
-        if not isinstance(s, dict):
-            continue
-        nt = s.get("next_token")
-        nt0 = nt[0] if isinstance(nt, list) and nt and isinstance(nt[0], dict) else nt if isinstance(nt, dict) else {}
-        rec: dict[str, Any] = {"id": s.get("id"), "processing": bool(s.get("is_processing", s.get("state", 0)))}
-        if isinstance(s.get("id_task"), int):
-            rec["task"] = s["id_task"]  # tells a new request on the slot from the one before
-        if isinstance(s.get("n_prompt_tokens_processed"), int):
-            rec["n_prompt_processed"] = s["n_prompt_tokens_processed"]
-        if isinstance(nt0.get("n_decoded"), int):
-            rec["n_decoded"] = nt0["n_decoded"]
-        elif isinstance(s.get("n_decoded"), int):
-            rec["n_decoded"] = s["n_decoded"]
-        out.append(rec)
-    return out
-
-
-def slot_phase(s: EngineSample) -> str | None:
-    """prefill / decode / mixed / idle from this scrape's /slots, None when /slots gave nothing.
-
-    llama-server adds a request's generated tokens to its counter only when the request
-    ends, so counter deltas cannot see decode while it runs; the slots can: a busy slot
-    that has not produced a token yet is in prefill, one that has is decoding.
-    """
-    if not s.up:
-        return None
-    p, d = s.extra.get("slots_prefill"), s.extra.get("slots_decode")
-    if not isinstance(p, int) or not isinstance(d, int):
-        return None
-    if p and d:
-        return "mixed"
-    if p:
-        return "prefill"
-    if d:
-        return "decode"
-    return "idle"
 
 
 def wait_ready(url: str, timeout_s: float = 60.0) -> bool:

@@ -16,7 +16,7 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from pcie_tui.collect.engine import http_get, normalize_url
+from pcie_tui.engines.http import http_get, normalize_url
 from pcie_tui.model import EngineSample
 
 # Our name -> vLLM sample names, newest first.

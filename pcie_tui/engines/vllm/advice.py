@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pcie_tui.engines import Advice, EngineFacts, typed
+from pcie_tui.engines.base import Advice, EngineFacts, typed
 
 _VALUE_FLAGS = {
     "--cpu-offload-gb": "cpu_offload_gb",

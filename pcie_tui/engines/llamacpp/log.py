@@ -41,7 +41,7 @@ import re
 import time
 from typing import Any
 
-from pcie_tui.analyze.quantiles import quantile
+from pcie_tui.engines.stats import quantile
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 _TIMING = re.compile(

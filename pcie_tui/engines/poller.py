@@ -10,56 +10,18 @@ the recording.
 from __future__ import annotations
 
 import dataclasses
-import http.client
 import threading
 import time
 from collections.abc import Sequence
 from typing import Any
 from urllib.parse import urlsplit
 
-from pcie_tui.analyze.phases import LOADING_RX_Bps, PhaseTracker, engine_rx_Bps, tick_phase
-from pcie_tui.collect.engine_base import EngineClient
-from pcie_tui.collect.httpget import MAX_BODY_BYTES, AnswerTooLarge, http_request
+from pcie_tui.engines import registry
+from pcie_tui.engines.base import EngineClient
+from pcie_tui.engines.phases import LOADING_RX_Bps, PhaseTracker, engine_rx_Bps, tick_phase
 from pcie_tui.errors import UserError
 from pcie_tui.model import EngineSample, GpuInfo, GpuSample
 from pcie_tui.record.validate import Tally, clean_engine_sample
-
-__all__ = ["MAX_BODY_BYTES", "AnswerTooLarge", "EnginePoller", "http_get", "http_request", "normalize_url"]
-
-
-def normalize_url(url: str) -> str:
-    """``host:port`` or ``http://host:port/`` -> ``http://host:port``; UserError when unusable."""
-    u = url.strip()
-    if "://" not in u:
-        u = "http://" + u
-    parts = urlsplit(u)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise UserError(f"not an engine URL: {url!r} (expected e.g. http://127.0.0.1:8000)")
-    try:
-        parts.port  # noqa: B018 - raises ValueError on a bad port
-    except ValueError:
-        raise UserError(f"bad port in URL {url!r}") from None
-    return f"{parts.scheme}://{parts.netloc}{parts.path.rstrip('/')}"
-
-
-def http_get(url: str, timeout_s: float) -> tuple[int, bytes]:
-    """GET with a total deadline of about ``timeout_s`` (connect + headers + body); no proxies.
-
-    Raises OSError (TimeoutError, ConnectionRefusedError, ...) on failure.
-    """
-    parts = urlsplit(url)
-    path = parts.path or "/"
-    if parts.query:
-        path += "?" + parts.query
-    try:
-        # vLLM's API server: a fresh connection per scrape, as before kept-alive scrapes were added
-        # for llama-server (a vLLM run with reused connections saw one scrape marked down under load).
-        status, body, _ = http_request(
-            parts.scheme, parts.hostname or "127.0.0.1", parts.port, path, timeout_s, reuse=False
-        )
-    except http.client.HTTPException as e:
-        raise OSError(f"bad HTTP response: {type(e).__name__}") from None
-    return status, body
 
 
 def pid_alive(pid: int | None) -> bool | None:
@@ -78,10 +40,11 @@ def _candidate_port(c: Any) -> int | None:
     """The port an engine serves on, or will once loaded (its --port, else the default)."""
     if c.url:
         return urlsplit(c.url).port
-    from pcie_tui.collect.process import DEFAULT_PORT
-
     port = (c.layout or {}).get("port")
-    return port if isinstance(port, int) else DEFAULT_PORT.get(c.kind)
+    if isinstance(port, int):
+        return port
+    eng = registry.get(c.kind)
+    return eng.default_port if eng is not None else None
 
 
 class EnginePoller:
@@ -125,7 +88,7 @@ class EnginePoller:
         self.tally = Tally(f"{client.kind} engine")  # numbers the validation rules turned into "unavailable"
         self.stacks = None
         if stacks:
-            from pcie_tui.collect.stacks import StackSampler
+            from pcie_tui.engines.stacks import StackSampler
 
             self.stacks = StackSampler(lambda: getattr(self.client, "pid", None))
 
@@ -159,7 +122,7 @@ class EnginePoller:
 
     def update_gpus(self, running_pids: dict[int, list[int]]) -> list[int]:
         """Recompute which GPUs the engine's process tree holds (NVML running pids per GPU)."""
-        from pcie_tui.collect.process import gpus_for_tree, process_tree
+        from pcie_tui.engines.discover import gpus_for_tree, process_tree
 
         pid = getattr(self.client, "pid", None)
         gpus = gpus_for_tree(running_pids, process_tree(pid)) if pid is not None else []
@@ -272,7 +235,7 @@ class EnginePoller:
         if now - self._last_reattach_try < self.reattach_every_s:
             return False
         self._last_reattach_try = now
-        from pcie_tui.collect import process
+        from pcie_tui.engines import discover as process
 
         try:
             found = [c for c in process.discover() if c.kind == self.client.kind]

@@ -1,10 +1,13 @@
-"""Bounded HTTP GET over a kept-alive connection per thread and server (engine scrapes)."""
+"""Engine HTTP: bounded GETs (a kept-alive connection per thread and server, or a fresh one), URL checks."""
 
 from __future__ import annotations
 
 import http.client
 import threading
 import time
+from urllib.parse import urlsplit
+
+from pcie_tui.errors import UserError
 
 # Largest engine answer read (vLLM's /metrics is ~100 kB); a bigger one is one failed scrape.
 MAX_BODY_BYTES = 2 << 20
@@ -78,3 +81,38 @@ def http_request(
             _drop(key)
             raise
     raise AssertionError("unreachable")  # pragma: no cover
+
+
+def normalize_url(url: str) -> str:
+    """``host:port`` or ``http://host:port/`` -> ``http://host:port``; UserError when unusable."""
+    u = url.strip()
+    if "://" not in u:
+        u = "http://" + u
+    parts = urlsplit(u)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise UserError(f"not an engine URL: {url!r} (expected e.g. http://127.0.0.1:8000)")
+    try:
+        parts.port  # noqa: B018 - raises ValueError on a bad port
+    except ValueError:
+        raise UserError(f"bad port in URL {url!r}") from None
+    return f"{parts.scheme}://{parts.netloc}{parts.path.rstrip('/')}"
+
+
+def http_get(url: str, timeout_s: float) -> tuple[int, bytes]:
+    """GET with a total deadline of about ``timeout_s`` (connect + headers + body); no proxies.
+
+    Raises OSError (TimeoutError, ConnectionRefusedError, ...) on failure.
+    """
+    parts = urlsplit(url)
+    path = parts.path or "/"
+    if parts.query:
+        path += "?" + parts.query
+    try:
+        # vLLM's API server: a fresh connection per scrape, as before kept-alive scrapes were added
+        # for llama-server (a vLLM run with reused connections saw one scrape marked down under load).
+        status, body, _ = http_request(
+            parts.scheme, parts.hostname or "127.0.0.1", parts.port, path, timeout_s, reuse=False
+        )
+    except http.client.HTTPException as e:
+        raise OSError(f"bad HTTP response: {type(e).__name__}") from None
+    return status, body

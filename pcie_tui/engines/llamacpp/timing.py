@@ -1,7 +1,7 @@
 """llama-server token timing: per-request log timings and /slots token counts.
 
-Pure functions over :class:`~pcie_tui.model.EngineSample` ticks; no I/O. Used by
-:mod:`pcie_tui.analyze.engine` for engines of kind ``"llamacpp"``, which have no
+Pure functions over :class:`~pcie_tui.model.EngineSample` ticks; no I/O. The llama.cpp
+engine's timing hooks (``live_tokens``, ``request_latencies``): llama-server has no
 latency histograms and whose token counters move only when a prompt is done / a
 request ends.
 
@@ -17,35 +17,12 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from pcie_tui.analyze.session import quantile
+from pcie_tui.engines.stats import QUANTILES, quantile
 from pcie_tui.model import EngineSample
-
-QUANTILES = (("p50", 0.50), ("p95", 0.95), ("p99", 0.99))
-
-
-_IDENTITY = ("t", "seq", "slot", "task", "prompt_n", "prompt_ms", "predicted_n", "predicted_ms")
 
 
 def _num(v: Any) -> float | None:
     return float(v) if isinstance(v, int | float) and not isinstance(v, bool) else None
-
-
-def unique_requests(engines: Iterable[EngineSample | None]) -> list[dict[str, Any]]:
-    """Finished requests of ``extra["requests"]`` over ticks, each once (a tick may repeat a scrape)."""
-    seen: set[tuple[Any, ...]] = set()
-    out: list[dict[str, Any]] = []
-    for e in engines:
-        reqs = e.extra.get("requests") if e is not None else None
-        if not isinstance(reqs, list):
-            continue
-        for r in reqs:
-            if not isinstance(r, dict):
-                continue
-            key = tuple(r.get(k) for k in _IDENTITY)
-            if key not in seen:
-                seen.add(key)
-                out.append(r)
-    return out
 
 
 def _q3(vals: list[float]) -> dict[str, float] | None:

