@@ -124,7 +124,6 @@ def test_layout_reads_only_the_named_variables():
 
 def test_recognise():
     e = ollama.ENGINE
-    assert e.recognise("/", 200, b"Ollama is running") and not e.recognise("/", 200, b"<html>llama.cpp</html>")
     assert e.recognise("/api/version", 200, (FIX / "ollama-version.json").read_bytes())
     assert not e.recognise("/api/version", 404, b"404 page not found")
     assert not e.recognise("/api/version", 200, b'{"version": "0.11.0", "commit": "x"}')
@@ -187,3 +186,31 @@ def test_not_ollama_or_down_is_one_clear_error(fake):
     assert not s.up and "/api/ps unreadable" in s.error
     down = ollama.ENGINE.client("http://127.0.0.1:9", None, {}, None).read()
     assert not down.up and down.error
+
+
+def test_record_and_report_through_the_cli(fake, tmp_path):
+    """`pcie-tui record --url` attaches by probing (no GPU needed here) and `report` reads the file."""
+    import gzip
+    import subprocess
+    import sys
+
+    url, routes, _ = fake
+    routes["/api/ps"] = (200, (FIX / "ollama-ps.json").read_bytes())
+    routes["/api/version"] = (200, (FIX / "ollama-version.json").read_bytes())
+    out = tmp_path / "ollama.jsonl.gz"
+    cmd = [sys.executable, "-m", "pcie_tui", "record", "--url", url, "--headless", "--duration", "2", "--out", str(out)]
+    rec = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    assert rec.returncode == 0 and "attached to ollama" in rec.stderr and "Traceback" not in rec.stderr, rec.stderr
+    with gzip.open(out, "rt") as f:
+        lines = f.read().splitlines()
+    head = json.loads(lines[0])["engine"]
+    assert head["kind"] == "ollama" and head["tested"] is False and head["placement"]["models_loaded"] == 2
+    ticks = [json.loads(x)["engine"] for x in lines[1:] if '"engine"' in x]
+    ticks = [e for e in ticks if e and e.get("up")]
+    assert ticks and all(e["prompt_tokens_total"] is None and e["requests_running"] is None for e in ticks)
+    assert all(e["vram_frac"] == pytest.approx(10470564288 / 11728855488) for e in ticks)
+    rep = subprocess.run(
+        [sys.executable, "-m", "pcie_tui", "report", "--json", str(out)], capture_output=True, text=True
+    )
+    assert rep.returncode == 0, rep.stderr
+    assert json.loads(rep.stdout)["engine"]["kind"] == "ollama"

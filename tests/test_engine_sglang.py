@@ -159,3 +159,31 @@ def test_doctor_notes_a_running_untested_engine():
     mine = [it for it in report["items"] if it["data"]["pid"] == proc.pid]
     assert len(mine) == 1 and mine[0]["data"]["kind"] == "sglang" and mine[0]["status"] == "pass"
     assert "not tested against a real server" in mine[0]["title"] and report["summary"]["pass"] >= 1
+
+
+def test_record_and_report_through_the_cli(fake, tmp_path):
+    """`pcie-tui record --url` attaches by probing (no GPU needed here) and `report` reads the file."""
+    import gzip
+    import json
+    import subprocess
+    import sys
+
+    url, routes = fake
+    routes["/metrics"] = (200, (FIX / "sglang-metrics-dp.txt").read_bytes())
+    routes["/get_model_info"] = (200, (FIX / "sglang-get_model_info.json").read_bytes())
+    out = tmp_path / "sglang.jsonl.gz"
+    cmd = [sys.executable, "-m", "pcie_tui", "record", "--url", url, "--headless", "--duration", "2", "--out", str(out)]
+    rec = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    assert rec.returncode == 0 and "attached to sglang" in rec.stderr and "Traceback" not in rec.stderr, rec.stderr
+    with gzip.open(out, "rt") as f:
+        lines = f.read().splitlines()
+    head = json.loads(lines[0])["engine"]
+    assert head["kind"] == "sglang" and head["model"] == "qwen/qwen2.5-7b-instruct" and head["tested"] is False
+    ticks = [e for x in lines[1:] if (e := json.loads(x).get("engine")) and e.get("up")]
+    assert ticks and all(e["requests_running"] == 12.0 and e["prompt_tokens_total"] == 52000.0 for e in ticks)
+    rep = subprocess.run(
+        [sys.executable, "-m", "pcie_tui", "report", "--json", str(out)], capture_output=True, text=True
+    )
+    assert rep.returncode == 0, rep.stderr
+    eng = json.loads(rep.stdout)["engine"]
+    assert eng["kind"] == "sglang" and eng["prompt_tokens"] == 0.0  # the counters did not move: 0 tokens, measured

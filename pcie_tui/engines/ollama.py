@@ -34,8 +34,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from pcie_tui.collect.engine import http_get, normalize_url
 from pcie_tui.engines.base import Advice, Engine, EngineClient, EngineFacts, Role, SourceRow, typed
+from pcie_tui.engines.http import http_get, normalize_url
 from pcie_tui.model import EngineSample
 
 DOCS = (
@@ -321,7 +321,7 @@ class OllamaEngine(Engine):
     default_port = 11434
     tested = False
     docs = DOCS
-    probe_paths = ("/api/version", "/")
+    probe_paths = ("/api/version",)
 
     def classify(self, argv: Sequence[str], proc_name: str) -> Role | None:
         return classify(argv, proc_name)
@@ -335,8 +335,6 @@ class OllamaEngine(Engine):
     def recognise(self, path: str, status: int, body: bytes) -> bool:
         if status != 200:
             return False
-        if path == "/":
-            return body.startswith(b"Ollama is running")
         try:
             obj = json.loads(body)
         except ValueError:

@@ -36,9 +36,9 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from pcie_tui.collect.engine import http_get, normalize_url
-from pcie_tui.collect.process import flag_values
+from pcie_tui.engines.argv import flag_values
 from pcie_tui.engines.base import Advice, Engine, EngineClient, EngineFacts, Role, SourceRow, typed
+from pcie_tui.engines.http import http_get, normalize_url
 from pcie_tui.model import EngineSample
 
 DOCS = (
