@@ -88,6 +88,7 @@ def classify(argv: Sequence[str], proc_name: str = "") -> Role | None:
 def child_title(argv: Sequence[str]) -> str | None:
     """A short title for a runner: which runner it is and its placement flags (never the model path)."""
     base = os.path.basename(argv[0]) if argv else ""
+    spec: tuple[tuple[str, ...], ...]
     if base == "llama-server":
         head = "ollama runner: llama-server"
         spec = (("-ngl", "-ngl", "--n-gpu-layers"), ("-c", "-c", "--ctx-size"), ("-np", "-np", "--parallel"))
@@ -143,16 +144,17 @@ def parse_ps(obj: Any) -> list[dict[str, Any]]:
         if not isinstance(m, dict):
             continue
         size, vram = _int(m.get("size")), _int(m.get("size_vram"))
-        det = m.get("details") if isinstance(m.get("details"), dict) else {}
-        ok = size is not None and vram is not None and size > 0 and vram <= size
+        d = m.get("details")
+        det: dict[str, Any] = d if isinstance(d, dict) else {}
+        frac = vram / size if size is not None and vram is not None and size > 0 and vram <= size else None
         out.append(
             {
                 "name": str(m.get("name") or m.get("model") or "?")[:120],
                 "size_bytes": size,
                 "vram_bytes": vram,
                 # None where `ollama ps` says "Unknown" (size 0, or more in VRAM than the model's size).
-                "vram_frac": vram / size if ok and size else None,
-                "host_bytes": size - vram if ok and size is not None and vram is not None else None,
+                "vram_frac": frac,
+                "host_bytes": size - vram if frac is not None and size is not None and vram is not None else None,
                 "context_length": _int(m.get("context_length")),
                 "expires_at": m.get("expires_at") if isinstance(m.get("expires_at"), str) else None,
                 "parameter_size": det.get("parameter_size") if isinstance(det.get("parameter_size"), str) else None,

@@ -195,16 +195,16 @@ def parse_metrics(text: str) -> dict[str, Any]:
         else:
             gauges[k] = sum(vals) if k in _SUMMED else sum(vals) / len(vals)
     hist: dict[str, dict[str, Any]] = {}
-    for key, names in HISTOGRAMS.items():
+    for hname, names in HISTOGRAMS.items():
         for n in names:
-            b = buckets.get(n)
-            if not b:
+            hb = buckets.get(n)
+            if not hb:
                 continue
-            finite = sorted(le for le in b if le != float("inf"))
-            hist[key] = {
+            finite = sorted(le for le in hb if le != float("inf"))
+            hist[hname] = {
                 "le": finite,
-                "cum": [b[le] for le in finite],
-                "count": sums.get(n + "_count", b.get(float("inf"), max(b.values()))),
+                "cum": [hb[le] for le in finite],
+                "count": sums.get(n + "_count", hb.get(float("inf"), max(hb.values()))),
                 "sum": sums.get(n + "_sum"),
             }
             break
