@@ -190,7 +190,7 @@ class EngineSample:
     buckets, slot states, parsed log timings) as plain JSON.
     """
 
-    kind: str  # "vllm" | "llamacpp"
+    kind: str  # the engine's registry name (pcie_tui.engines.registry)
     up: bool
     phase: str | None = None  # loading|prefill|decode|mixed|idle|down
     prompt_tokens_total: float | None = None

@@ -134,7 +134,7 @@ def _sample_fast(d: dict[str, Any]) -> Sample:
 def _fast_matches() -> bool:
     full = {"index": 3, **{k: 1000.0 + i for i, k in enumerate(_GPU_KEYS)}}
     part = {k: v for k, v in full.items() if k not in ("link_gen", "link_width", "power_W")}
-    tick = {"t": 5, "gpus": [full, part, dict(full, index="2")], "engine": {"kind": "vllm", "phase": "decode"}, "x": 1}
+    tick = {"t": 5, "gpus": [full, part, dict(full, index="2")], "engine": {"kind": "x", "phase": "decode"}, "x": 1}
     try:
         return _sample_fast(tick) == Sample.from_json(tick) and _sample_fast(
             {"t": 1.5, "gpus": []}
