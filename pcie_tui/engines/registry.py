@@ -23,10 +23,11 @@ from pcie_tui.engines.base import Engine, Role
 # Built-in engines, one module each, in probe order (a module path per line).
 BUILTIN: tuple[str, ...] = (
     "pcie_tui.engines.vllm",
-    "pcie_tui.engines.sglang",
-    # Before llama.cpp: Ollama (v0.30+) runs an upstream llama-server as its runner child.
-    "pcie_tui.engines.ollama",
     "pcie_tui.engines.llamacpp",
+    # Written from documentation (tested = False). Ollama v0.30+ runs an upstream llama-server as its
+    # runner child; with llama.cpp first, that child is found as a llama-server (docs/engines.md).
+    "pcie_tui.engines.sglang",
+    "pcie_tui.engines.ollama",
 )
 
 _lock = threading.Lock()
