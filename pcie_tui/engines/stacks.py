@@ -22,6 +22,8 @@ from typing import Any
 
 import psutil
 
+from pcie_tui.engines import registry
+
 STATES = ("all-reduce/NCCL", "model forward", "scheduler", "other", "idle")
 _RANK = {s: i for i, s in enumerate(STATES)}  # lower = busier, wins for the process
 PTRACE_HINT = (
@@ -80,7 +82,8 @@ def summarize_dump(dump: list[dict[str, Any]]) -> tuple[str, str | None, dict[st
 
 
 def _targets(root_pid: int) -> list[tuple[int, str]]:
-    """(pid, title) of the Python processes worth dumping: the root and VLLM:: children."""
+    """(pid, title) of the Python processes worth dumping: the root and the children an engine titles
+    (``Engine.child_title``: vLLM's ``VLLM::`` EngineCore and Workers)."""
     out = []
     try:
         root = psutil.Process(root_pid)
@@ -89,12 +92,12 @@ def _targets(root_pid: int) -> list[tuple[int, str]]:
         return []
     for p in procs:
         try:
-            argv = p.cmdline()
-            title = argv[0] if argv and argv[0].startswith("VLLM::") else p.name()
+            argv, name = p.cmdline(), p.name()
         except psutil.Error:
             continue
-        if p.pid == root_pid or title.startswith("VLLM::"):
-            out.append((p.pid, title.strip()))
+        title = next((t for e in registry.engines() if (t := e.child_title(argv, name)) is not None), None)
+        if p.pid == root_pid or title is not None:
+            out.append((p.pid, (title or name).strip()))
     return out
 
 
