@@ -157,6 +157,9 @@ def doctor_main(args: argparse.Namespace, nvml: Any = None) -> int:
         nvml=nvml, sysfs_root=args.sysfs_root, proc_root=args.proc_root, pid=args.pid, load_s=args.load_s
     )
     add_calibration_items(report)
+    from pcie_tui.doctor.untested import add_untested_engine_items
+
+    add_untested_engine_items(report)
     if save is not None:
         report["baseline"] = str(_save_doctor_baseline(args, report, save or None))
     if args.json:

@@ -24,6 +24,10 @@ from pcie_tui.engines.base import Engine, Role
 BUILTIN: tuple[str, ...] = (
     "pcie_tui.engines.vllm",
     "pcie_tui.engines.llamacpp",
+    # Written from documentation (tested = False). Ollama v0.30+ runs an upstream llama-server as its
+    # runner child; with llama.cpp first, that child is found as a llama-server (docs/engines.md).
+    "pcie_tui.engines.sglang",
+    "pcie_tui.engines.ollama",
 )
 
 _lock = threading.Lock()

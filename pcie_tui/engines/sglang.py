@@ -1,0 +1,389 @@
+"""SGLang: its Prometheus ``sglang:`` metrics, its launch flags, and what they mean for the bus.
+
+Written from SGLang's documentation and source, never run against a real SGLang server (no SGLang build
+runs on these machines): :attr:`SGLangEngine.tested` is False. Sources (sgl-project/sglang, read 2026-08):
+
+* Metric names, types, labels: ``python/sglang/srt/metrics/collector.py`` at 93d04878cfb9b08645fae7b11bd340ee33b34acf
+  (tokenizer counters ``sglang:prompt_tokens_total``, ``generation_tokens_total``, ``num_requests_total`` (one per
+  finished request), ``cached_tokens_total``; scheduler gauges ``num_running_reqs``, ``num_queue_reqs``,
+  ``token_usage`` (KV pool fraction 0..1), ``num_used_tokens``, ``gen_throughput`` (token/s); histograms
+  ``time_to_first_token_seconds``, ``inter_token_latency_seconds``, ``e2e_request_latency_seconds``,
+  ``queue_time_seconds``). Only with ``--enable-metrics``.
+* https://docs.sglang.io/references/production_metrics.html (docs/references/production_metrics.md at
+  40ef116f011cf1599811af1089ddf00971092bcf): the exposition example and the older ITL name
+  ``sglang:time_per_output_token_seconds``.
+* Scheduler labels ``model_name, engine_type, tp_rank, pp_rank[, dp_rank]``: ``managers/scheduler_metrics_mixin.py``
+  (01bb3c807f7e62c19a31de7548837505488c2b64). One series per DP rank is read (its lowest tp/pp rank).
+* Flags and defaults (``--port`` 30000, ``--host`` 127.0.0.1, ``--tp-size``/``--tensor-parallel-size``,
+  ``--dp-size``, ``--pp-size``, ``--cpu-offload-gb``, ``--enable-hierarchical-cache``, ``--hicache-ratio``,
+  ``--hicache-size``): https://docs.sglang.io/advanced_features/server_arguments.html (at
+  004813e1dd464844bd92ddbca5cab8c024a75f78); its examples write ``--tp 2`` / ``--dp 2`` (argparse prefixes).
+* ``GET /get_model_info`` (``model_path``, ``is_generation``) and ``GET /get_server_info`` (``version``):
+  ``srt/entrypoints/http_server.py`` (0025436eab0556737d615b36a4dd3e1e26e82f3d), docs basic_usage/native_api.
+* Child process titles ``sglang::scheduler[_DPn][_TPn]``, ``sglang::detokenizer`` (setproctitle in scheduler.py).
+
+Not exposed by SGLang, so None here: prefill/decode-time histograms, a preemption counter.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from pcie_tui.engines.argv import flag_values
+from pcie_tui.engines.base import Advice, Engine, EngineClient, EngineFacts, Role, SourceRow, typed
+from pcie_tui.engines.http import http_get, normalize_url
+from pcie_tui.model import EngineSample
+
+DOCS = (
+    "https://docs.sglang.io/references/production_metrics.html",
+    "https://docs.sglang.io/advanced_features/server_arguments.html",
+    "https://github.com/sgl-project/sglang/blob/93d04878cfb9b08645fae7b11bd340ee33b34acf/python/sglang/srt/metrics/collector.py",
+)
+
+# Our name -> SGLang sample names, newest first. Token counters come from the tokenizer manager.
+COUNTERS = {
+    "prompt_tokens_total": ("sglang:prompt_tokens_total",),
+    "generation_tokens_total": ("sglang:generation_tokens_total",),
+    "requests_finished_total": ("sglang:num_requests_total",),
+    "cached_tokens_total": ("sglang:cached_tokens_total",),
+}
+# Scheduler gauges: one series per (dp, tp, pp) rank that reports; see _per_dp.
+GAUGES = {
+    "requests_running": "sglang:num_running_reqs",
+    "requests_waiting": "sglang:num_queue_reqs",
+    "kv_cache_util": "sglang:token_usage",  # fraction 0..1 of the KV token pool in use
+    "kv_tokens_used": "sglang:num_used_tokens",
+    "gen_throughput_tps": "sglang:gen_throughput",
+}
+# Summed over data-parallel ranks; the others (fractions, rates) are averaged or summed as noted in _per_dp.
+_SUMMED = frozenset(("requests_running", "requests_waiting", "kv_tokens_used", "gen_throughput_tps"))
+HISTOGRAMS = {
+    "ttft_s": ("sglang:time_to_first_token_seconds",),
+    "itl_s": ("sglang:inter_token_latency_seconds", "sglang:time_per_output_token_seconds"),
+    "queue_s": ("sglang:queue_time_seconds",),
+    "e2e_s": ("sglang:e2e_request_latency_seconds",),
+}
+
+_SIZES = ("tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size")
+_BOOLS = ("enable_metrics", "enable_dp_attention", "enable_hierarchical_cache")
+_NUMS = ("cpu_offload_gb", "hicache_ratio", "hicache_size", "mem_fraction_static")
+_STRS = ("model", "served_model_name", "host", "kv_cache_dtype")
+FLAGS: dict[str, tuple[str, ...]] = {
+    "tensor_parallel_size": ("--tensor-parallel-size", "--tp-size", "--tp"),
+    "pipeline_parallel_size": ("--pipeline-parallel-size", "--pp-size", "--pp"),
+    "data_parallel_size": ("--data-parallel-size", "--dp-size", "--dp"),
+    "model": ("--model-path", "--model"),
+    **{k: ("--" + k.replace("_", "-"),) for k in (*_BOOLS, *_NUMS, *_STRS[1:], "port")},
+}
+
+
+def _num(v: Any) -> int | float | None:
+    if not isinstance(v, str):
+        return None
+    try:
+        return int(v)
+    except ValueError:
+        try:
+            return float(v)
+        except ValueError:
+            return None
+
+
+def parse_layout(argv: Sequence[str]) -> dict[str, Any]:
+    """Parallel sizes (1 where absent), offload/HiCache settings, model, host and port from the command line."""
+    f = flag_values(list(argv), FLAGS)
+    out: dict[str, Any] = {}
+    for k in _SIZES:
+        n = _num(f.get(k))
+        out[k] = n if isinstance(n, int) and n > 0 else 1
+    tp, pp, dp = (out[k] for k in _SIZES)
+    dp_attention = f.get("enable_dp_attention") is True
+    # With --enable-dp-attention the DP groups share the TP GPUs (docs: "DP for attention, TP for FFN").
+    out["gpus_expected"] = tp * pp if dp_attention else tp * pp * dp
+    out["explicit"] = sorted(k for k in _SIZES if k in f)
+    for k in _BOOLS:
+        out[k] = f.get(k) is True
+    for k in _NUMS:
+        out[k] = _num(f.get(k))
+    for k in _STRS:
+        v = f.get(k)
+        out[k] = v if isinstance(v, str) else None
+    port = _num(f.get("port"))
+    out["port"] = port if isinstance(port, int) else None
+    return out
+
+
+def classify(argv: Sequence[str], proc_name: str = "") -> Role | None:
+    """``python -m sglang.launch_server`` / ``sglang serve``: root; an ``sglang::`` process title: child."""
+    first = argv[0] if argv else ""
+    if first.startswith("sglang::") or proc_name.startswith("sglang::"):
+        return "child"
+    for i, a in enumerate(argv[:3]):
+        if os.path.basename(a) == "sglang" and i + 1 < len(argv) and argv[i + 1] == "serve":
+            return "root"
+    for i, a in enumerate(argv):
+        if a == "-m" and i + 1 < len(argv) and argv[i + 1] == "sglang.launch_server":
+            return "root"
+        if a.endswith("sglang/launch_server.py"):
+            return "root"
+    return None
+
+
+def version_from_venv(argv: Sequence[str]) -> str | None:
+    """SGLang's version from the dist-info beside the interpreter that runs it (no import)."""
+    exe = argv[0] if argv else ""
+    if not os.path.isabs(exe):
+        return None
+    for d in sorted(Path(exe).parent.parent.glob("lib/python3*/site-packages/sglang-*.dist-info")):
+        m = re.fullmatch(r"sglang-([0-9][^-]*)\.dist-info", d.name)
+        if m:
+            return m.group(1)
+    return None
+
+
+def _rank(labels: Mapping[str, str], key: str) -> int:
+    try:
+        return int(labels.get(key, "0"))
+    except ValueError:
+        return 0
+
+
+def parse_metrics(text: str) -> dict[str, Any]:
+    """Prometheus text -> {counters, gauges, hist, dp_ranks}. Raises ValueError when it holds no ``sglang:`` metric.
+
+    Counters and histograms are summed over label sets (model names, custom labels). Scheduler gauges
+    are read once per data-parallel rank (its lowest tp/pp rank) and summed over DP ranks, except the
+    KV pool fraction, which is their mean (equal pools per DP rank).
+    """
+    sums: dict[str, float] = {}
+    buckets: dict[str, dict[float, float]] = {}
+    gauge_names = set(GAUGES.values())
+    # gauge -> dp rank -> ((tp, pp), value): the lowest-ranked series of each DP group
+    per_dp: dict[str, dict[int, tuple[tuple[int, int], float]]] = {}
+    for fam in text_string_to_metric_families(text):
+        for s in fam.samples:
+            if not s.name.startswith("sglang:"):
+                continue
+            v = float(s.value)
+            if s.name in gauge_names:
+                dp = _rank(s.labels, "dp_rank")
+                key = (_rank(s.labels, "tp_rank"), _rank(s.labels, "pp_rank"))
+                cur = per_dp.setdefault(s.name, {}).get(dp)
+                if cur is None or key < cur[0]:
+                    per_dp[s.name][dp] = (key, v)
+            elif s.name.endswith("_bucket") and "le" in s.labels:
+                b = buckets.setdefault(s.name[: -len("_bucket")], {})
+                le = float(s.labels["le"])
+                b[le] = b.get(le, 0.0) + v
+            else:
+                sums[s.name] = sums.get(s.name, 0.0) + v
+    if not sums and not buckets and not per_dp:
+        raise ValueError("no sglang: metrics in the response")
+    counters = {k: next((sums[n] for n in names if n in sums), None) for k, names in COUNTERS.items()}
+    gauges: dict[str, float | None] = {}
+    for k, name in GAUGES.items():
+        vals = [v for _, v in per_dp.get(name, {}).values()]
+        if not vals:
+            gauges[k] = None
+        else:
+            gauges[k] = sum(vals) if k in _SUMMED else sum(vals) / len(vals)
+    hist: dict[str, dict[str, Any]] = {}
+    for hname, names in HISTOGRAMS.items():
+        for n in names:
+            hb = buckets.get(n)
+            if not hb:
+                continue
+            finite = sorted(le for le in hb if le != float("inf"))
+            hist[hname] = {
+                "le": finite,
+                "cum": [hb[le] for le in finite],
+                "count": sums.get(n + "_count", hb.get(float("inf"), max(hb.values()))),
+                "sum": sums.get(n + "_sum"),
+            }
+            break
+    dp_ranks = max((len(d) for d in per_dp.values()), default=0) or None
+    return {"counters": counters, "gauges": gauges, "hist": hist, "dp_ranks": dp_ranks}
+
+
+def _reason(e: BaseException) -> str:
+    text = str(e)
+    if isinstance(e, TimeoutError) or "timed out" in text:
+        return "timed out"
+    if isinstance(e, ConnectionRefusedError) or "Connection refused" in text:
+        return "connection refused"
+    return text[:120] or type(e).__name__
+
+
+class SGLangClient:
+    """One SGLang HTTP server. ``read`` never raises and takes at most about ``timeout_s``."""
+
+    kind = "sglang"
+
+    def __init__(self, url: str, pid: int | None = None, info: dict[str, Any] | None = None, timeout_s: float = 0.3):
+        self.url = normalize_url(url)
+        self.pid = pid
+        self.timeout_s = timeout_s
+        self.info: dict[str, Any] = dict(info or {})
+        self._version: str | None = self.info.get("version")
+        self._model: str | None = None
+
+    def _json(self, path: str) -> Any:
+        try:
+            status, body = http_get(self.url + path, max(self.timeout_s, 1.0))
+            return json.loads(body) if status == 200 else None
+        except (OSError, ValueError):
+            return None
+
+    def describe(self) -> dict[str, Any]:
+        """Header facts; ``version`` from /get_server_info, ``model`` from /get_model_info (only those fields kept)."""
+        if self._version is None:
+            si = self._json("/get_server_info")
+            if isinstance(si, dict) and isinstance(si.get("version"), str):
+                self._version = si["version"]
+        if self._model is None:
+            mi = self._json("/get_model_info")
+            if isinstance(mi, dict) and isinstance(mi.get("model_path"), str):
+                self._model = mi["model_path"]
+        d = {k: self.info.get(k) for k in ("cmdline", "layout", "gpus", "tree_pids", "titles")}
+        d.update(kind=self.kind, url=self.url, pid=self.pid, version=self._version, model=self._model)
+        return {**d, "metrics_url": self.url + "/metrics", "tested": False}
+
+    def read(self) -> EngineSample:
+        """One /metrics scrape -> EngineSample (phase left for the poller)."""
+        try:
+            status, body = http_get(self.url + "/metrics", self.timeout_s)
+        except OSError as e:
+            return EngineSample(kind=self.kind, up=False, error=_reason(e))
+        if status == 404:
+            return EngineSample(
+                kind=self.kind, up=False, error="/metrics answered HTTP 404 (start SGLang with --enable-metrics)"
+            )
+        if status != 200:
+            return EngineSample(kind=self.kind, up=False, error=f"/metrics answered HTTP {status}")
+        try:
+            m = parse_metrics(body.decode("utf-8", "replace"))
+        except ValueError as e:
+            return EngineSample(kind=self.kind, up=False, error=f"/metrics unreadable: {str(e)[:120]}")
+        c, g = m["counters"], m["gauges"]
+        extra: dict[str, Any] = {"hist": m["hist"]}
+        for k in ("kv_cache_util", "kv_tokens_used", "gen_throughput_tps"):
+            if g.get(k) is not None:
+                extra[k] = g[k]
+        for k in ("requests_finished_total", "cached_tokens_total"):
+            if c.get(k) is not None:
+                extra[k] = c[k]
+        if m["dp_ranks"] is not None:
+            extra["dp_ranks"] = m["dp_ranks"]
+        return EngineSample(
+            kind=self.kind,
+            up=True,
+            prompt_tokens_total=c["prompt_tokens_total"],
+            generation_tokens_total=c["generation_tokens_total"],
+            requests_running=g["requests_running"],
+            requests_waiting=g["requests_waiting"],
+            extra=extra,
+        )
+
+
+class SGLangEngine(Engine):
+    name = "sglang"
+    display = "SGLang"
+    default_port = 30000
+    tested = False
+    docs = DOCS
+    probe_paths = ("/metrics", "/get_model_info")
+    layout_flags = {k: FLAGS[k] for k in (*_SIZES, "cpu_offload_gb", "enable_hierarchical_cache", "hicache_ratio")}
+
+    def classify(self, argv: Sequence[str], proc_name: str) -> Role | None:
+        return classify(argv, proc_name)
+
+    def child_title(self, argv: Sequence[str], proc_name: str) -> str | None:
+        t = argv[0] if argv and argv[0].startswith("sglang::") else proc_name
+        return t.strip() if t.startswith("sglang::") else None
+
+    def parse_layout(self, argv: Sequence[str], environ: Mapping[str, str]) -> dict[str, Any]:
+        return parse_layout(argv)
+
+    def version(self, argv: Sequence[str]) -> str | None:
+        return version_from_venv(argv)
+
+    def recognise(self, path: str, status: int, body: bytes) -> bool:
+        if status != 200:
+            return False
+        if path == "/metrics":
+            return b"sglang:" in body
+        try:
+            obj = json.loads(body)
+        except ValueError:
+            return False
+        return path == "/get_model_info" and isinstance(obj, dict) and {"model_path", "is_generation"} <= obj.keys()
+
+    def client(self, url: str, pid: int | None, info: dict[str, Any], log_path: str | None) -> EngineClient:
+        return SGLangClient(url, pid=pid, info=info)
+
+    def sources(self, window: str) -> list[SourceRow]:
+        src = "SGLang /metrics (--enable-metrics; written from its docs, not tested against a real server)"
+        return [
+            ("prompt, generation tok/s", "sglang:prompt_tokens_total, sglang:generation_tokens_total", "tok/s", src),
+            (
+                "running, waiting",
+                "sglang:num_running_reqs, sglang:num_queue_reqs (sum over DP ranks)",
+                "requests",
+                "latest",
+            ),
+            ("KV cache use", "sglang:token_usage (mean over DP ranks)", "%", "latest"),
+            ("TTFT, ITL, e2e, queue", "sglang:*_seconds histograms (bucket-interpolated quantiles)", "s", window),
+        ]
+
+    def facts(self, engine_info: dict[str, Any]) -> EngineFacts:
+        layout: dict[str, Any] = typed(engine_info, "layout", dict, {})
+        argv: list[Any] = typed(engine_info, "cmdline", list, [])
+        if argv and not layout:
+            layout = parse_layout([str(a) for a in argv])
+        off = layout.get("cpu_offload_gb")
+        off = off if isinstance(off, int | float) and not isinstance(off, bool) and off > 0 else None
+        hicache = layout.get("enable_hierarchical_cache") is True
+        tp = layout.get("tensor_parallel_size")
+        kv = None
+        if hicache:
+            size, ratio = layout.get("hicache_size"), layout.get("hicache_ratio")
+            how = f"--hicache-size {size} GB" if size else f"--hicache-ratio {ratio if ratio else 2.0} (x the GPU pool)"
+            kv = f"--enable-hierarchical-cache: a host-memory KV pool ({how}) that pages move to and from over PCIe"
+        return EngineFacts(
+            kind=self.name,
+            host_weights=f"{off} GB of weights in host memory (--cpu-offload-gb {off})" if off else None,
+            kv_on_host=kv,
+            tensor_parallel=tp if isinstance(tp, int) and not isinstance(tp, bool) and tp > 0 else None,
+            flags={k: layout.get(k) for k in (*_NUMS[:3], "enable_hierarchical_cache")},
+        )
+
+    def advise(self, facts: EngineFacts, finding: dict[str, Any]) -> list[Advice]:
+        bound, tp = finding.get("bound"), facts.tensor_parallel or 1
+        note = "SGLang support is written from its documentation and not tested against a real server"
+        if bound in ("link", "transfer") and facts.host_weights:
+            off = facts.flags.get("cpu_offload_gb")
+            cause, short = f"{facts.host_weights} cross the link to the GPU while it computes", "CPU-offloaded weights"
+            fix, ev = (
+                "lower --cpu-offload-gb (or spread the model with --tp-size) if memory allows",
+                f"--cpu-offload-gb {off}",
+            )
+        elif bound in ("link", "transfer") and facts.kv_on_host:
+            cause, short, ev = facts.kv_on_host, "HiCache host KV pool", facts.kv_on_host
+            fix = "give the GPU KV pool more room (--mem-fraction-static) or turn HiCache off for this load"
+        elif bound == "link" and tp > 1:
+            cause = f"tensor parallelism over {tp} GPUs: all-reduces cross the GPU-to-GPU link"
+            fix = "a faster GPU-to-GPU path (NVLink, both GPUs on CPU lanes at x16), or --pp-size for fewer transfers"
+            short, ev = "TP all-reduce", f"--tp-size {tp}"
+        else:
+            return []
+        return [Advice(cause=cause, fix=fix, evidence=(ev, note), short=short)]
+
+
+ENGINE = SGLangEngine()

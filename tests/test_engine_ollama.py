@@ -1,0 +1,216 @@
+"""Ollama, written from its documentation: classification of `ollama serve` and its runners across versions,
+settings from the server's environment, probe recognition, and /api/ps (+ the server log's layer offload)
+-> EngineSample and header facts against a local fake server serving the documented bodies
+(tests/fixtures/engines/README.md). No Ollama server runs here."""
+
+from __future__ import annotations
+
+import http.server
+import json
+import threading
+from pathlib import Path
+
+import pytest
+
+from pcie_tui.engines import ollama
+
+FIX = Path(__file__).parent / "fixtures" / "engines"
+
+
+@pytest.fixture
+def fake():
+    """A fake `ollama serve` on 127.0.0.1 at a free port; set ``routes[path] = (status, body)``."""
+    routes: dict[str, tuple[int, bytes]] = {"/": (200, b"Ollama is running")}
+    hits: list[str] = []
+
+    class H(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802 - http.server's name
+            hits.append(self.path)
+            status, body = routes.get(self.path, (404, b"404 page not found"))
+            self.send_response(status)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *a):
+            pass
+
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{srv.server_address[1]}", routes, hits
+    srv.shutdown()
+    srv.server_close()
+
+
+BLOB = "/usr/share/ollama/.ollama/models/blobs/sha256-6a0746a1ec1aef3e7ec53868f220ff6e389f6f8ef87a01d77c96807de94ca2aa"
+
+
+@pytest.mark.parametrize(
+    ("argv", "name", "role"),
+    [
+        (["/usr/local/bin/ollama", "serve"], "ollama", "root"),
+        (["/bin/ollama", "serve"], "ollama", "root"),
+        (["/usr/local/bin/ollama", "run", "llama3"], "ollama", None),  # the CLI client, not the server
+        (["/usr/local/bin/ollama", "runner", "--ollama-engine", "--model", BLOB, "--port", "41793"], "ollama", "child"),
+        (["/usr/local/bin/ollama", "runner", "--model", BLOB, "--port", "41793"], "ollama", "child"),
+        (
+            [
+                "/tmp/ollama1234/runners/cuda_v12/ollama_llama_server",
+                "--model",
+                BLOB,
+                "--ctx-size",
+                "8192",
+                "--n-gpu-layers",
+                "20",
+                "--port",
+                "40000",
+            ],
+            "ollama_llama_se",
+            "child",
+        ),  # fmt: skip
+        (
+            [
+                "/usr/lib/ollama/llama-server",
+                "--model",
+                BLOB,
+                "--port",
+                "40123",
+                "--host",
+                "127.0.0.1",
+                "--no-webui",
+                "--offline",
+                "-c",
+                "8192",
+                "-np",
+                "2",
+                "-ngl",
+                "20",
+            ],
+            "llama-server",
+            "child",
+        ),  # fmt: skip
+        (["llama-server", "-m", "/models/qwen.gguf", "--port", "8080"], "llama-server", None),  # a user's own
+        (["llama-server", "--model", BLOB, "--port", "8080"], "llama-server", None),  # no --offline/--no-webui
+    ],
+)
+def test_classify(argv, name, role):
+    assert ollama.ENGINE.classify(argv, name) == role
+
+
+def test_runner_titles_carry_placement_flags_not_the_model_path():
+    t = ollama.ENGINE.child_title(
+        ["/usr/lib/ollama/llama-server", "--model", BLOB, "--port", "1", "--no-webui", "--offline", "-c", "8192",
+         "-np", "2", "-ngl", "20"], "llama-server")  # fmt: skip
+    assert t == "ollama runner: llama-server -ngl 20 -c 8192 -np 2"
+    assert ollama.ENGINE.child_title(["ollama", "runner", "--ollama-engine", "--model", BLOB], "") == (
+        "ollama runner (ollama engine)"
+    )
+    assert ollama.ENGINE.child_title(["ollama", "serve"], "ollama") is None
+
+
+def test_layout_reads_only_the_named_variables():
+    env = {"OLLAMA_HOST": "0.0.0.0:11500", "OLLAMA_NUM_PARALLEL": "4", "OLLAMA_FLASH_ATTENTION": "1",
+           "OLLAMA_KV_CACHE_TYPE": "q8_0", "OLLAMA_GPU_OVERHEAD": "536870912", "HF_TOKEN": "secret",
+           "OLLAMA_API_KEY": "secret"}  # fmt: skip
+    lay = ollama.ENGINE.parse_layout(["ollama", "serve"], env)
+    assert (lay["host"], lay["port"], lay["num_parallel"]) == ("0.0.0.0", 11500, 4)
+    assert lay["kv_cache_type"] == "q8_0" and lay["gpu_overhead_bytes"] == 536870912 and lay["flash_attention"] == 1
+    assert "secret" not in json.dumps(lay)
+    assert ollama.ENGINE.parse_layout(["ollama", "serve"], {}) == {"host": None, "port": None}
+    assert ollama.parse_host("http://10.0.0.5") == ("10.0.0.5", 80)
+    assert ollama.parse_host(":12000") == (None, 12000)
+    assert ollama.parse_host("[::1]:11434") == ("::1", 11434)
+
+
+def test_recognise():
+    e = ollama.ENGINE
+    assert e.recognise("/api/version", 200, (FIX / "ollama-version.json").read_bytes())
+    assert not e.recognise("/api/version", 404, b"404 page not found")
+    assert not e.recognise("/api/version", 200, b'{"version": "0.11.0", "commit": "x"}')
+    assert e.default_port == 11434 and e.tested is False and e.docs
+
+
+def test_ps_maps_vram_share_and_leaves_the_rest_none(fake, tmp_path):
+    url, routes, hits = fake
+    routes["/api/ps"] = (200, (FIX / "ollama-ps.json").read_bytes())
+    routes["/api/version"] = (200, (FIX / "ollama-version.json").read_bytes())
+    log = tmp_path / "serve.log"
+    log.write_bytes((FIX / "ollama-serve.log").read_bytes())
+    c = ollama.ENGINE.client(url, None, {"cmdline": None, "layout": None}, str(log))
+    s = c.read()
+    assert s.up and s.kind == "ollama" and s.error is None
+    # Ollama exposes no token counters, request gauges or latencies: None, never 0.
+    assert (s.prompt_tokens_total, s.generation_tokens_total, s.requests_running, s.requests_waiting) == (None,) * 4
+    assert "hist" not in s.extra and "kv_cache_util" not in s.extra
+    size, vram = 6591830464 + 5137025024, 5333539264 + 5137025024
+    assert (s.extra["model_bytes"], s.extra["vram_bytes"], s.extra["host_bytes"]) == (size, vram, size - vram)
+    assert s.extra["vram_frac"] == pytest.approx(vram / size) and s.extra["models_loaded"] == 2
+    gemma = s.extra["models"][0]
+    assert gemma["name"] == "gemma4" and gemma["vram_frac"] == pytest.approx(5333539264 / 6591830464)
+    assert gemma["context_length"] == 4096 and gemma["quantization"] == "Q4_K_M"
+    assert s.extra["models"][1]["context_length"] is None  # docs/api.md's example has none
+    assert (s.extra["gpu_layers"], s.extra["total_layers"]) == (20, 35)  # the last load in the log
+    s2 = c.read()  # within a second: /api/ps not asked again, models not repeated
+    assert hits.count("/api/ps") == 1 and "models" not in s2.extra and s2.extra["vram_frac"] == s.extra["vram_frac"]
+    d = c.describe()
+    assert d["version"] == "0.5.1" and d["model"] == "gemma4" and d["tested"] is False
+    assert d["offload"] == {"gpu_layers": 20, "total_layers": 35, "line": "offloaded 20/35 layers to GPU"}
+    fx = ollama.ENGINE.facts(d)
+    assert fx.host_weights.startswith("1.3 GB of gemma4 (19 %) in host memory")
+    assert "Ollama placed 81 % of gemma4 in VRAM (/api/ps size_vram 5.3 GB of 6.6 GB)" in fx.log_evidence
+    assert "offloaded 20/35 layers to GPU" in fx.log_evidence
+    adv = ollama.ENGINE.advise(fx, {"bound": "transfer"})
+    assert (
+        len(adv) == 1 and "OLLAMA_NUM_PARALLEL" in adv[0].fix and ollama.ENGINE.advise(fx, {"bound": "compute"}) == []
+    )
+
+
+def test_nothing_loaded_and_unknown_shares(fake):
+    url, routes, _ = fake
+    routes["/api/ps"] = (200, b'{"models": []}')
+    s = ollama.ENGINE.client(url, None, {}, None).read()
+    assert s.up and s.extra == {"models_loaded": 0, "models": []}  # no share to state: absent, not 0
+    weird = {"models": [{"name": "x", "size": 0, "size_vram": 0}, {"name": "y", "size": 10, "size_vram": 20}]}
+    assert [m["vram_frac"] for m in ollama.parse_ps(weird)] == [None, None]  # `ollama ps` says "Unknown"
+    assert ollama.placement(ollama.parse_ps(weird))["vram_frac"] is None
+    fx = ollama.ENGINE.facts({"kind": "ollama", "models": []})
+    assert fx.host_weights is None and ollama.ENGINE.advise(fx, {"bound": "link"}) == []
+
+
+def test_not_ollama_or_down_is_one_clear_error(fake):
+    url, routes, _ = fake
+    s = ollama.ENGINE.client(url, None, {}, None).read()
+    assert not s.up and "HTTP 404" in s.error
+    routes["/api/ps"] = (200, b'{"data": []}')
+    s = ollama.ENGINE.client(url, None, {}, None).read()
+    assert not s.up and "/api/ps unreadable" in s.error
+    down = ollama.ENGINE.client("http://127.0.0.1:9", None, {}, None).read()
+    assert not down.up and down.error
+
+
+def test_record_and_report_through_the_cli(fake, tmp_path):
+    """`pcie-tui record --url` attaches by probing (no GPU needed here) and `report` reads the file."""
+    import gzip
+    import subprocess
+    import sys
+
+    url, routes, _ = fake
+    routes["/api/ps"] = (200, (FIX / "ollama-ps.json").read_bytes())
+    routes["/api/version"] = (200, (FIX / "ollama-version.json").read_bytes())
+    out = tmp_path / "ollama.jsonl.gz"
+    cmd = [sys.executable, "-m", "pcie_tui", "record", "--url", url, "--headless", "--duration", "2", "--out", str(out)]
+    rec = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    assert rec.returncode == 0 and "attached to ollama" in rec.stderr and "Traceback" not in rec.stderr, rec.stderr
+    with gzip.open(out, "rt") as f:
+        lines = f.read().splitlines()
+    head = json.loads(lines[0])["engine"]
+    assert head["kind"] == "ollama" and head["tested"] is False and head["placement"]["models_loaded"] == 2
+    ticks = [json.loads(x)["engine"] for x in lines[1:] if '"engine"' in x]
+    ticks = [e for e in ticks if e and e.get("up")]
+    assert ticks and all(e["prompt_tokens_total"] is None and e["requests_running"] is None for e in ticks)
+    assert all(e["vram_frac"] == pytest.approx(10470564288 / 11728855488) for e in ticks)
+    rep = subprocess.run(
+        [sys.executable, "-m", "pcie_tui", "report", "--json", str(out)], capture_output=True, text=True
+    )
+    assert rep.returncode == 0, rep.stderr
+    assert json.loads(rep.stdout)["engine"]["kind"] == "ollama"

@@ -1,0 +1,189 @@
+"""SGLang, written from its documentation: classification of real-looking command lines, the layout they
+give, probe recognition, and /metrics -> EngineSample against a local fake server serving documented bodies
+(tests/fixtures/engines/README.md says where each body comes from). No SGLang server runs here."""
+
+from __future__ import annotations
+
+import http.server
+import threading
+from pathlib import Path
+
+import pytest
+
+from pcie_tui.engines import sglang
+
+FIX = Path(__file__).parent / "fixtures" / "engines"
+
+
+@pytest.fixture
+def fake():
+    """A fake SGLang on 127.0.0.1 at a free port; set ``routes[path] = (status, body)``."""
+    routes: dict[str, tuple[int, bytes]] = {}
+
+    class H(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802 - http.server's name
+            status, body = routes.get(self.path, (404, b'{"detail":"Not Found"}'))
+            self.send_response(status)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *a):
+            pass
+
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{srv.server_address[1]}", routes
+    srv.shutdown()
+    srv.server_close()
+
+
+@pytest.mark.parametrize(
+    ("argv", "name", "role"),
+    [
+        (
+            ["/opt/venv/bin/python3", "-m", "sglang.launch_server", "--model-path", "m", "--port", "30000"],
+            "python3",
+            "root",
+        ),
+        (["sglang", "serve", "--model-path", "meta-llama/Llama-3.1-8B-Instruct"], "sglang", "root"),
+        (["/usr/bin/python", "/src/sglang/python/sglang/launch_server.py", "--model", "m"], "python", "root"),
+        (["sglang::scheduler_DP1_TP0"], "sglang::schedul", "child"),
+        ([], "sglang::detokenizer", "child"),
+        (["python3", "-m", "vllm.entrypoints.openai.api_server"], "python3", None),
+        (["python3", "-m", "sglang_router.launch_router"], "python3", None),
+        (["llama-server", "-m", "x.gguf"], "llama-server", None),
+    ],
+)
+def test_classify(argv, name, role):
+    assert sglang.ENGINE.classify(argv, name) == role
+
+
+def test_layout_from_a_documented_launch_command():
+    argv = ["python3", "-m", "sglang.launch_server", "--model-path", "openai/gpt-oss-120b", "--host", "0.0.0.0",
+            "--port", "30001", "--tp-size=2", "--data-parallel-size=4", "--mem-fraction-static", "0.85",
+            "--enable-metrics", "--cpu-offload-gb", "16", "--enable-hierarchical-cache", "--hicache-ratio", "2.5"]  # fmt: skip
+    lay = sglang.ENGINE.parse_layout(argv, {})
+    assert (lay["tensor_parallel_size"], lay["data_parallel_size"], lay["pipeline_parallel_size"]) == (2, 4, 1)
+    assert lay["gpus_expected"] == 8 and lay["explicit"] == ["data_parallel_size", "tensor_parallel_size"]
+    assert lay["port"] == 30001 and lay["host"] == "0.0.0.0" and lay["model"] == "openai/gpt-oss-120b"
+    assert lay["enable_metrics"] and lay["enable_hierarchical_cache"] and not lay["enable_dp_attention"]
+    assert (lay["cpu_offload_gb"], lay["hicache_ratio"], lay["mem_fraction_static"]) == (16, 2.5, 0.85)
+    # The docs' own short spellings, and DP attention sharing the TP GPUs.
+    short = sglang.ENGINE.parse_layout(["sglang", "serve", "--tp", "4", "--dp", "2", "--enable-dp-attention"], {})
+    assert (short["tensor_parallel_size"], short["data_parallel_size"], short["gpus_expected"]) == (4, 2, 4)
+    bare = sglang.ENGINE.parse_layout(["sglang", "serve", "--model-path", "m"], {})
+    assert bare["port"] is None and bare["cpu_offload_gb"] is None and bare["gpus_expected"] == 1
+
+
+def test_recognise_by_metrics_or_model_info():
+    e = sglang.ENGINE
+    assert e.recognise("/metrics", 200, (FIX / "sglang-metrics-docs.txt").read_bytes())
+    assert not e.recognise("/metrics", 200, (Path(__file__).parent / "fixtures" / "vllm-0.32-metrics.txt").read_bytes())
+    assert e.recognise("/get_model_info", 200, (FIX / "sglang-get_model_info.json").read_bytes())
+    assert not e.recognise("/get_model_info", 404, b'{"detail":"Not Found"}')
+    assert not e.recognise("/get_model_info", 200, b'{"model_path": "x"}')
+    assert e.default_port == 30000 and e.tested is False and e.docs
+
+
+def test_scrape_maps_documented_metrics_and_leaves_the_rest_none(fake):
+    url, routes = fake
+    routes["/metrics"] = (200, (FIX / "sglang-metrics-docs.txt").read_bytes())
+    routes["/get_model_info"] = (200, (FIX / "sglang-get_model_info.json").read_bytes())
+    c = sglang.ENGINE.client(url, None, {"cmdline": None, "layout": None}, None)
+    s = c.read()
+    assert s.up and s.kind == "sglang" and s.error is None
+    assert (s.prompt_tokens_total, s.generation_tokens_total) == (8.128902e06, 7.557572e06)
+    assert (s.requests_running, s.requests_waiting) == (162.0, 2826.0)
+    assert s.extra["kv_cache_util"] == 0.28 and s.extra["kv_tokens_used"] == 123859.0
+    h = s.extra["hist"]
+    assert h["ttft_s"]["le"] == [0.04, 1.0, 10.0, 30.0] and h["ttft_s"]["count"] == 11008.0
+    assert h["itl_s"]["cum"][-1] == 7.357747e06  # the older name, time_per_output_token_seconds
+    assert "queue_s" not in h  # not in this body
+    assert "requests_finished_total" not in s.extra  # sglang:num_requests_total absent: not invented
+    d = c.describe()
+    assert d["kind"] == "sglang" and d["model"] == "qwen/qwen2.5-7b-instruct"
+    assert d["version"] is None  # /get_server_info not served: unknown, not guessed
+    assert d["tested"] is False
+
+
+def test_scheduler_gauges_once_per_dp_rank(fake):
+    url, routes = fake
+    routes["/metrics"] = (200, (FIX / "sglang-metrics-dp.txt").read_bytes())
+    s = sglang.ENGINE.client(url, None, {}, None).read()
+    # tp_rank 0 of each DP rank, summed (the tp_rank 1 series are x100 and must not count).
+    assert (s.requests_running, s.requests_waiting) == (12.0, 4.0)
+    assert s.extra["kv_cache_util"] == pytest.approx(0.375) and s.extra["dp_ranks"] == 2
+    assert s.extra["requests_finished_total"] == 120.0 and s.extra["cached_tokens_total"] == 8000.0
+    assert s.extra["hist"]["itl_s"]["count"] == 1200.0 and s.extra["hist"]["queue_s"]["le"][0] == 0.0
+
+
+def test_metrics_off_or_down_is_one_clear_error(fake):
+    url, routes = fake
+    s = sglang.ENGINE.client(url, None, {}, None).read()
+    assert not s.up and "--enable-metrics" in s.error and s.prompt_tokens_total is None
+    routes["/metrics"] = (200, b"# HELP foo_total x\n# TYPE foo_total counter\nfoo_total 1\n")
+    s = sglang.ENGINE.client(url, None, {}, None).read()
+    assert not s.up and "no sglang: metrics" in s.error
+    down = sglang.ENGINE.client("http://127.0.0.1:9", None, {}, None).read()
+    assert not down.up and down.error
+
+
+def test_facts_and_advice_name_the_flags():
+    e = sglang.ENGINE
+    argv = ["sglang", "serve", "--model-path", "m", "--cpu-offload-gb", "20", "--tp-size", "2"]
+    fx = e.facts({"kind": "sglang", "cmdline": argv, "layout": e.parse_layout(argv, {})})
+    assert fx.host_weights == "20 GB of weights in host memory (--cpu-offload-gb 20)" and fx.tensor_parallel == 2
+    adv = e.advise(fx, {"bound": "link"})
+    assert len(adv) == 1 and "--cpu-offload-gb" in adv[0].fix and any("not tested" in x for x in adv[0].evidence)
+    assert e.advise(fx, {"bound": "compute"}) == []
+    hi = e.facts({"kind": "sglang", "layout": e.parse_layout(["sglang", "serve", "--enable-hierarchical-cache"], {})})
+    assert hi.host_weights is None and "--hicache-ratio 2.0" in hi.kv_on_host
+    assert e.facts({"kind": "sglang"}).host_weights is None
+
+
+def test_doctor_notes_a_running_untested_engine():
+    """A process that looks like `python -m sglang.launch_server` makes doctor say SGLang is untested."""
+    import subprocess
+    import sys
+
+    from pcie_tui.doctor.untested import add_untested_engine_items
+
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)", "-m", "sglang.launch_server"])
+    try:
+        report: dict = {"items": [], "summary": {"pass": 0, "warn": 0, "fail": 0}}
+        add_untested_engine_items(report)
+    finally:
+        proc.kill()
+        proc.wait()
+    mine = [it for it in report["items"] if it["data"]["pid"] == proc.pid]
+    assert len(mine) == 1 and mine[0]["data"]["kind"] == "sglang" and mine[0]["status"] == "pass"
+    assert "not tested against a real server" in mine[0]["title"] and report["summary"]["pass"] >= 1
+
+
+def test_record_and_report_through_the_cli(fake, tmp_path):
+    """`pcie-tui record --url` attaches by probing (no GPU needed here) and `report` reads the file."""
+    import gzip
+    import json
+    import subprocess
+    import sys
+
+    url, routes = fake
+    routes["/metrics"] = (200, (FIX / "sglang-metrics-dp.txt").read_bytes())
+    routes["/get_model_info"] = (200, (FIX / "sglang-get_model_info.json").read_bytes())
+    out = tmp_path / "sglang.jsonl.gz"
+    cmd = [sys.executable, "-m", "pcie_tui", "record", "--url", url, "--headless", "--duration", "2", "--out", str(out)]
+    rec = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    assert rec.returncode == 0 and "attached to sglang" in rec.stderr and "Traceback" not in rec.stderr, rec.stderr
+    with gzip.open(out, "rt") as f:
+        lines = f.read().splitlines()
+    head = json.loads(lines[0])["engine"]
+    assert head["kind"] == "sglang" and head["model"] == "qwen/qwen2.5-7b-instruct" and head["tested"] is False
+    ticks = [e for x in lines[1:] if (e := json.loads(x).get("engine")) and e.get("up")]
+    assert ticks and all(e["requests_running"] == 12.0 and e["prompt_tokens_total"] == 52000.0 for e in ticks)
+    rep = subprocess.run(
+        [sys.executable, "-m", "pcie_tui", "report", "--json", str(out)], capture_output=True, text=True
+    )
+    assert rep.returncode == 0, rep.stderr
+    eng = json.loads(rep.stdout)["engine"]
+    assert eng["kind"] == "sglang" and eng["prompt_tokens"] == 0.0  # the counters did not move: 0 tokens, measured
