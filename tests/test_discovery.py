@@ -228,7 +228,7 @@ def test_attach_errors_on_real_processes(http_server):
     proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
         with pytest.raises(
-            UserError, match=rf"pid {proc.pid} .* is not a vLLM or llama-server( or [A-Za-z]+)* process"
+            UserError, match=rf"pid {proc.pid} .* is not a vLLM, llama-server(, [A-Za-z]+)*( or [A-Za-z]+)? process"
         ):
             attach(pid=proc.pid)
     finally:
@@ -236,7 +236,7 @@ def test_attach_errors_on_real_processes(http_server):
         proc.wait()
     with pytest.raises(UserError, match="no process with pid"):
         attach(pid=proc.pid)  # reaped: gone
-    with pytest.raises(UserError, match="is neither vLLM nor llama-server"):
+    with pytest.raises(UserError, match="is neither vLLM, llama-server"):
         attach(url=http_server("plain"))
     with __import__("socket").socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -269,7 +269,7 @@ def test_pid_of_a_launcher_attaches_but_pid_1_never_does(monkeypatch):
         fake = pr.EngineCandidate(pid=child.pid, kind="llamacpp", url=None, cmdline=("llama-server",))
         monkeypatch.setattr(pr, "discover", lambda *a, **k: [fake])
         assert pr.candidate_for_pid(os.getpid()) is fake  # the launcher of exactly one engine
-        with pytest.raises(UErr, match="pid 1 .* is not a vLLM or llama-server( or [A-Za-z]+)* process"):
+        with pytest.raises(UErr, match="pid 1 .* is not a vLLM, llama-server(, [A-Za-z]+)*( or [A-Za-z]+)? process"):
             pr.candidate_for_pid(1)
     finally:
         child.kill()

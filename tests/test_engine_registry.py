@@ -143,7 +143,8 @@ def test_for_process(argv, name, want):
 def test_lookup_and_attributes():
     v, ll = registry.get("vllm"), registry.get("llamacpp")
     assert v is not None and ll is not None
-    assert registry.names()[:2] == ("vllm", "llamacpp")  # probe order
+    names = registry.names()
+    assert names[0] == "vllm" and names.index("vllm") < names.index("llamacpp")  # probe order of the tested ones
     assert (v.display, v.default_port, v.per_request_timing) == ("vLLM", 8000, False)
     assert (ll.display, ll.default_port, ll.per_request_timing) == ("llama-server", 8080, True)
     assert registry.get("nonesuch") is None and registry.get(None) is None
@@ -166,7 +167,8 @@ def test_probe_recognition():
     assert registry.for_probe("/props", 200, props).name == "llamacpp"
     assert registry.for_probe("/metrics", 200, b"other_metric 1\n") is None
     assert registry.for_probe("/props", 404, props) is None
-    assert registry.probe_paths()[:3] == ("/metrics", "/version", "/props")
+    paths = registry.probe_paths()
+    assert paths[:2] == ("/metrics", "/version") and "/props" in paths
 
 
 # ---- (b) an engine registered at test time goes through the generic code --------------------------
@@ -285,5 +287,5 @@ def test_an_unknown_url_names_every_engine(fake_engine):
     registry.register(type("Deaf", (FakeEngine,), {"recognise": lambda self, p, s, b: False})())
     with pytest.raises(UserError) as e:
         discover.probe_kind(f"http://127.0.0.1:{port}")
-    assert "is neither vLLM nor llama-server" in str(e.value)
+    assert "is neither vLLM, llama-server, " in str(e.value) and " nor " in str(e.value)
     assert all(x.display in str(e.value) for x in registry.engines())

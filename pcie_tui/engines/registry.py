@@ -23,11 +23,12 @@ from pcie_tui.engines.base import Engine, Role
 # Built-in engines, one module each, in probe order (a module path per line).
 BUILTIN: tuple[str, ...] = (
     "pcie_tui.engines.vllm",
-    "pcie_tui.engines.llamacpp",
     # Written from documentation (tested = False). Ollama v0.30+ runs an upstream llama-server as its
-    # runner child; with llama.cpp first, that child is found as a llama-server (docs/engines.md).
-    "pcie_tui.engines.sglang",
+    # runner child (an Ollama blob as its model, --offline --no-webui): Ollama is asked before
+    # llama.cpp so that child is found as Ollama's runner, under ``ollama serve``.
     "pcie_tui.engines.ollama",
+    "pcie_tui.engines.llamacpp",
+    "pcie_tui.engines.sglang",
 )
 
 _lock = threading.Lock()
@@ -72,8 +73,9 @@ def names() -> tuple[str, ...]:
 
 
 def displays(joiner: str = " or ") -> str:
-    """Every engine's display name, e.g. "vLLM or llama-server" (for messages and help)."""
-    return joiner.join(e.display for e in _load())
+    """Every engine's display name, tested ones first, e.g. "vLLM, llama-server, SGLang or Ollama"."""
+    shown = [e.display for e in sorted(_load(), key=lambda e: not e.tested)]
+    return shown[0] if len(shown) == 1 else ", ".join(shown[:-1]) + joiner + shown[-1]
 
 
 def for_process(argv: Sequence[str], proc_name: str = "") -> tuple[Engine, Role] | None:
