@@ -1,4 +1,4 @@
-"""Layering contracts: the data layer never imports Textual (import-linter + a runtime check)."""
+"""Layering contracts: model/record <- collect/engines <- analyze <- outputs, no cycles, no Textual in the data layer."""
 
 from __future__ import annotations
 
@@ -31,3 +31,24 @@ def test_data_layer_imports_without_textual():
     )
     p = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True)
     assert p.returncode == 0, p.stderr
+
+
+def test_layers_and_cycles_are_enforced(tmp_path):
+    """The contracts are not vacuous: a copy of the package with an engine module importing the
+    analysis (a layer upwards) breaks the layers contract, and a base-layer cycle breaks the other."""
+    lint = Path(sys.executable).parent / "lint-imports"
+    exe = str(lint) if lint.exists() else shutil.which("lint-imports")
+    assert exe
+    shutil.copytree(REPO / "pcie_tui", tmp_path / "pcie_tui", ignore=shutil.ignore_patterns("__pycache__", "data"))
+    shutil.copy(REPO / "pyproject.toml", tmp_path / "pyproject.toml")
+    http = tmp_path / "pcie_tui" / "engines" / "http.py"
+    http.write_text(http.read_text() + "\nfrom pcie_tui.analyze import session as _s  # noqa\n")
+    errors = tmp_path / "pcie_tui" / "errors.py"
+    errors.write_text(errors.read_text() + "\nfrom pcie_tui import model as _m  # noqa\n")
+    model = tmp_path / "pcie_tui" / "model.py"
+    if "pcie_tui.errors" not in model.read_text():
+        model.write_text(model.read_text() + "\nfrom pcie_tui import errors as _e  # noqa\n")
+    p = subprocess.run([exe], cwd=tmp_path, capture_output=True, text=True)
+    assert p.returncode != 0
+    assert "pcie_tui.engines is not allowed to import pcie_tui.analyze" in p.stdout, p.stdout
+    assert "No cycles are allowed in pcie_tui." in p.stdout, p.stdout

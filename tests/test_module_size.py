@@ -8,7 +8,6 @@ PACKAGE = Path(__file__).parent.parent / "pcie_tui"
 MAX_LINES = 400
 
 
-
 def _sizes() -> dict[str, int]:
     return {
         p.relative_to(PACKAGE.parent).as_posix(): len(p.read_text(encoding="utf-8").splitlines())
@@ -23,4 +22,3 @@ def test_every_module_is_at_most_400_lines():
     assert not over, "over {} lines (split along a real seam): {}".format(
         MAX_LINES, ", ".join(f"{p} ({n})" for p, n in sorted(over.items()))
     )
-
