@@ -1,36 +1,40 @@
 """Whole-session analysis: verdict timeline, events and statistics per GPU.
 
-The same :class:`SessionAnalyzer` runs live (fed tick by tick), on replay and
-in ``report``; verdicts are always recomputed from raw readings.
+One :class:`SessionAnalyzer` serves live, replay and ``report``: it advances over chunks of
+ticks (:mod:`pcie_tui.analyze.columns`). A live tick is a chunk of one (:meth:`feed`); a replay
+or a report feeds the recording in long chunks (:meth:`feed_all`, :meth:`feed_rows`; the report
+is a replay without a screen). Per chunk, each GPU's utilisation is computed for every tick at
+once with numpy (:func:`pcie_tui.analyze.verdict.utilisation_columns`) and the hysteresis state
+machine (:mod:`pcie_tui.analyze.tracker`) walks those columns tick by tick. Verdicts are always
+recomputed from raw readings.
 """
 
 from __future__ import annotations
 
 from bisect import bisect_right
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from itertools import islice
 from typing import Any
 
 import numpy as np
 
+from pcie_tui.analyze.columns import CHUNK_TICKS, COL, Chunk, from_rows, from_samples
+from pcie_tui.analyze.columns import sample_phase as sample_phase  # re-exported: the TUI's import
 from pcie_tui.analyze.quantiles import quantile  # noqa: F401  (re-exported: one quantile)
+from pcie_tui.analyze.tracker import GpuVerdictTracker
 from pcie_tui.analyze.verdict import (
     DEFAULT_THRESHOLDS,
     RESOURCES,
     VERDICTS,
     Event,
-    GpuVerdictTracker,
     Thresholds,
+    utilisation_columns,
 )
 from pcie_tui.model import Sample, SessionHeader
 
-
-def sample_phase(s: Sample) -> str | None:
-    """The phase a tick belongs to: the engine's, else a recording's own label."""
-    if s.engine is not None and s.engine.phase:
-        return s.engine.phase
-    label = s.extra.get("label")
-    return label if isinstance(label, str) else None
+_VERDICT_NAMES = np.array(VERDICTS, dtype=object)
+_ARRAYS = ("link", "link_Bps", "memory", "compute", "mem_used")
 
 
 @dataclass
@@ -44,10 +48,12 @@ class _GpuSeries:
     phase: list[str | None] = field(default_factory=list)
     mem_used: list[float | None] = field(default_factory=list)  # bytes of GPU memory in use
     memory_proxy: bool = False
+    # The numeric series as the chunks' float arrays (NaN = None), joined on demand by _series_array.
+    parts: dict[str, list[np.ndarray]] = field(default_factory=lambda: {k: [] for k in _ARRAYS})
 
 
 class SessionAnalyzer:
-    """Feed Samples in time order; ask for events, a timeline or a summary."""
+    """Feed ticks in time order (one Sample, or a chunk); ask for events, a timeline or a summary."""
 
     def __init__(self, header: SessionHeader, thresholds: Thresholds = DEFAULT_THRESHOLDS, keep_series: bool = True):
         self.header = header
@@ -70,37 +76,67 @@ class SessionAnalyzer:
         return tr
 
     def feed(self, s: Sample) -> list[Event]:
-        """Process one tick; returns events opened in it."""
-        if self.t0 is None:
-            self.t0 = s.t
-        self.t_last = s.t
-        self.n += 1
-        phase = sample_phase(s)
-        opened_all: list[Event] = []
-        for g in s.gpus:
-            tr = self._tracker(g.index)
-            verdict, opened, _closed = tr.update(s.t, g, phase)
-            opened_all.extend(opened)
-            if self.keep_series:
-                u = tr.last_util
-                assert u is not None
-                ser = self.series[g.index]
-                ser.t.append(s.t)
-                ser.verdict.append(verdict)
-                ser.link.append(u.link)
-                ser.link_Bps.append(u.link_Bps)
-                ser.memory.append(u.memory)
-                ser.compute.append(u.compute)
-                ser.phase.append(phase)
-                ser.mem_used.append(g.mem_used_bytes)
-                ser.memory_proxy = ser.memory_proxy or u.memory_proxy
-        self.events.extend(opened_all)
-        return opened_all
+        """Process one tick (a chunk of one); returns events opened in it."""
+        return self.feed_chunk(from_samples([s]))
 
-    def feed_all(self, samples: Iterable[Sample]) -> SessionAnalyzer:
-        for s in samples:
-            self.feed(s)
+    def feed_all(self, samples: Iterable[Sample], chunk: int | None = None) -> SessionAnalyzer:
+        """Process Samples in chunks of ``chunk`` ticks (the same result as feeding them one by one)."""
+        it = iter(samples)
+        while batch := list(islice(it, chunk or CHUNK_TICKS)):
+            self.feed_chunk(from_samples(batch))
         return self
+
+    def feed_rows(self, rows: Sequence[dict[str, Any]], chunk: int | None = None) -> SessionAnalyzer:
+        """Process a recording's raw tick dicts (no Samples built) in chunks of ``chunk`` ticks."""
+        for ch in from_rows(rows, chunk or CHUNK_TICKS):
+            self.feed_chunk(ch)
+        return self
+
+    def feed_chunk(self, ch: Chunk) -> list[Event]:
+        """Process a chunk of ticks; returns the events opened in it, in opening order."""
+        if not ch.t:
+            return []
+        if self.t0 is None:
+            self.t0 = ch.t[0]
+        self.t_last = ch.t[-1]
+        self.n += len(ch.t)
+        idx = ch.index
+        if not idx.size:
+            return []
+        one = bool((idx == idx[0]).all())  # one GPU (or one GPU-sample): no split needed
+        gpus = [int(idx[0])] if one else list(dict.fromkeys(idx.tolist()))  # in order of first appearance
+        t_all = np.asarray(ch.t, dtype=np.float64)[ch.tick_of]
+        opened: list[tuple[int, int, Event]] = []
+        for gi in gpus:
+            pos = None if one else np.flatnonzero(idx == gi)
+            tr = self._tracker(gi)
+            cols = ch.cols if pos is None else ch.cols[:, pos]
+            ticks = ch.tick_of if pos is None else ch.tick_of[pos]
+            t = t_all if pos is None else t_all[pos]
+            u = utilisation_columns(tr.info, cols)
+            tl = t.tolist()
+            ph = [ch.phase[k] for k in ticks.tolist()]
+            op, _closed, codes = tr.advance(tl, u, ph)
+            opened += [(i if pos is None else int(pos[i]), ri, e) for i, ri, e in op]
+            if self.keep_series:
+                self._extend(self.series[gi], tl, codes, u, ph, cols[COL["mem_used_bytes"]])
+        opened.sort(key=lambda x: (x[0], x[1]))
+        out = [e for _p, _r, e in opened]
+        self.events.extend(out)
+        return out
+
+    @staticmethod
+    def _extend(
+        ser: _GpuSeries, t: list[float], codes: np.ndarray, u: dict[str, np.ndarray], ph: list[Any], used: np.ndarray
+    ) -> None:
+        ser.t += t
+        ser.verdict += _VERDICT_NAMES[codes].tolist()
+        ser.phase += ph
+        for name, a in (("link", u["link"]), ("link_Bps", u["link_Bps"]), ("memory", u["memory"]),
+                        ("compute", u["compute"]), ("mem_used", used)):  # fmt: skip
+            getattr(ser, name).extend(_nullable(a))
+            ser.parts[name].append(a)
+        ser.memory_proxy = ser.memory_proxy or bool(u["proxy"].any())
 
     def finish(self) -> None:
         """Close events still open at the end of the data."""
@@ -303,16 +339,27 @@ def _drop_gaps(time_in: dict[str, float], segs: list[dict[str, Any]], gaps: list
 
 
 def _series_array(ser: _GpuSeries, name: str) -> np.ndarray:
-    """A series column as floats (None -> NaN), kept on the series while its length is unchanged.
-
-    The bulk analyzer leaves the arrays it computed there, so summary() converts nothing.
-    """
+    """A series column as floats (None -> NaN): the chunks' arrays joined, kept while its length is unchanged."""
     values = getattr(ser, name)
     cache: dict[str, np.ndarray] = ser.__dict__.setdefault("_arrays", {})
     a = cache.get(name)
     if a is None or a.size != len(values):
-        a = cache[name] = _floats(values)
+        parts = ser.parts.get(name) or []
+        if len(parts) > 1:
+            parts[:] = [np.concatenate(parts)]
+        a = parts[0] if parts and parts[0].size == len(values) else _floats(values)
+        cache[name] = a
     return a
+
+
+def _nullable(a: np.ndarray) -> list[float | None]:
+    """Floats with NaN -> None, as a list."""
+    nan = np.isnan(a)
+    if not nan.any():
+        return a.tolist()  # type: ignore[no-any-return]
+    o = a.astype(object)
+    o[nan] = None
+    return o.tolist()  # type: ignore[no-any-return]
 
 
 def _floats(values: list[float | None]) -> np.ndarray:
@@ -357,5 +404,15 @@ def analyze(
 ) -> SessionAnalyzer:
     an = SessionAnalyzer(header, thresholds)
     an.feed_all(samples)
+    an.finish()
+    return an
+
+
+def analyze_rows(
+    header: SessionHeader, rows: Sequence[dict[str, Any]], thresholds: Thresholds = DEFAULT_THRESHOLDS
+) -> SessionAnalyzer:
+    """:func:`analyze` over a recording's raw tick dicts (what ``report`` does: a replay without a screen)."""
+    an = SessionAnalyzer(header, thresholds)
+    an.feed_rows(rows)
     an.finish()
     return an
