@@ -105,7 +105,7 @@ def from_rows(rows: Sequence[dict[str, Any]], ticks: int = CHUNK_TICKS) -> Itera
     glists = [d.get("gpus") or () for d in rows]
     counts = np.fromiter(map(len, glists), dtype=np.int64, count=n)
     flat: list[dict[str, Any]] = list(chain.from_iterable(glists))
-    index = np.fromiter(map(int, map(itemgetter("index"), flat)), dtype=np.int64, count=len(flat))
+    index = np.array(list(map(itemgetter("index"), flat)), dtype=np.int64)
     cols = _columns(flat)
     offs = np.concatenate(([0], np.cumsum(counts))).tolist()
     for a in range(0, n, ticks):

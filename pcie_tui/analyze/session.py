@@ -15,6 +15,7 @@ from bisect import bisect_right
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from itertools import islice
+from operator import itemgetter
 from typing import Any
 
 import numpy as np
@@ -67,6 +68,8 @@ class SessionAnalyzer:
         self.n = 0
         # Holes in the recording (start, end): left out of time in verdict and of rates.
         self.gaps: list[tuple[float, float]] = []
+        self._version = 0  # bumped whenever events may change (a feed, finish)
+        self._codes_cache: dict[int, tuple[Any, np.ndarray]] = {}
 
     def _tracker(self, index: int) -> GpuVerdictTracker:
         tr = self.trackers.get(index)
@@ -96,6 +99,7 @@ class SessionAnalyzer:
         """Process a chunk of ticks; returns the events opened in it, in opening order."""
         if not ch.t:
             return []
+        self._version += 1
         if self.t0 is None:
             self.t0 = ch.t[0]
         self.t_last = ch.t[-1]
@@ -114,9 +118,10 @@ class SessionAnalyzer:
             ticks = ch.tick_of if pos is None else ch.tick_of[pos]
             t = t_all if pos is None else t_all[pos]
             u = utilisation_columns(tr.info, cols)
+            every = ticks.size == len(ch.phase) and bool((ticks == np.arange(ticks.size)).all())  # once a tick
+            ph = ch.phase if every else _pick(ch.phase, ticks.tolist())
             tl = t.tolist()
-            ph = [ch.phase[k] for k in ticks.tolist()]
-            op, _closed, codes = tr.advance(tl, u, ph)
+            op, _closed, codes = tr.advance(t, u, ph, tl)
             opened += [(i if pos is None else int(pos[i]), ri, e) for i, ri, e in op]
             if self.keep_series:
                 self._extend(self.series[gi], tl, codes, u, ph, cols[COL["mem_used_bytes"]])
@@ -142,6 +147,7 @@ class SessionAnalyzer:
         """Close events still open at the end of the data."""
         if self.t_last is None:
             return
+        self._version += 1
         for tr in self.trackers.values():
             tr.close_all(self.t_last)
 
@@ -168,7 +174,14 @@ class SessionAnalyzer:
         return [VERDICTS[c] for c in self._label_codes(index, times).tolist()]
 
     def _label_codes(self, index: int, times: list[float]) -> np.ndarray:
-        """Per tick verdict with backdated event intervals, as indices into VERDICTS."""
+        """Per tick verdict with backdated event intervals, as indices into VERDICTS (kept until the next feed)."""
+        key = (index, id(times), len(times), self._version)
+        hit = self._codes_cache.get(index)
+        if hit is None or hit[0] != key:
+            hit = self._codes_cache[index] = (key, self._label_codes_uncached(index, times))
+        return hit[1].copy()
+
+    def _label_codes_uncached(self, index: int, times: list[float]) -> np.ndarray:
         last = times[-1]
         intervals: dict[str, list[tuple[float, float]]] = {r: [] for r in RESOURCES}
         for ev in self.events:
@@ -350,6 +363,11 @@ def _series_array(ser: _GpuSeries, name: str) -> np.ndarray:
         a = parts[0] if parts and parts[0].size == len(values) else _floats(values)
         cache[name] = a
     return a
+
+
+def _pick(values: list[Any], at: list[int]) -> list[Any]:
+    """values[i] for i in at."""
+    return list(itemgetter(*at)(values)) if len(at) > 1 else [values[i] for i in at]
 
 
 def _nullable(a: np.ndarray) -> list[float | None]:

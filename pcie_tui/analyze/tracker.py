@@ -14,7 +14,8 @@ from __future__ import annotations
 
 from collections import Counter
 from functools import reduce
-from operator import add
+from itertools import chain
+from operator import add, itemgetter
 from typing import Any
 
 import numpy as np
@@ -60,44 +61,54 @@ class GpuVerdictTracker:
     def update(self, t: float, s: GpuSample, phase: str | None = None) -> tuple[str, list[Event], list[Event]]:
         """Feed one tick. Returns (verdict, events opened, events closed)."""
         u = utilisation_columns(self.info, from_samples([Sample(t, (s,))]).cols)
-        opened, closed, _codes = self.advance([t], u, [phase])
+        opened, closed, _codes = self.advance(np.array([t], dtype=np.float64), u, [phase])
         return self.verdict, [e for _i, _r, e in opened], closed
 
     def advance(
-        self, t: list[float], u: dict[str, np.ndarray], phase: list[Any]
+        self, t: np.ndarray, u: dict[str, np.ndarray], phase: list[Any], tl: list[float] | None = None
     ) -> tuple[list[tuple[int, int, Event]], list[Event], np.ndarray]:
         """Feed a chunk of this GPU's ticks (times, utilisation columns, phases), in order.
 
         Returns the events opened, each as (position in the chunk, resource order, event), the
-        events closed, and the verdict of every tick as an index into VERDICTS.
+        events closed, and the verdict of every tick as an index into VERDICTS. ``tl``: ``t`` as a
+        list, where the caller has it already.
         """
-        m = len(t)
+        m = t.size
         codes = np.full(m, len(RESOURCES), dtype=np.int64)
         if not m:
             return [], [], codes
+        tl = t.tolist() if tl is None else tl
         th = self.th
-        src = u["src"].tolist()
-        link_Bps = u["link_Bps"].tolist()
-        proxy = u["proxy"].tolist()
+        proxy = u["proxy"]
         opened: list[tuple[int, int, Event]] = []
         closed: list[Event] = []
         spans = []
         for ri, r in enumerate(RESOURCES):
-            if r == "memory":
-                en = np.where(u["proxy"], th.proxy_memory_enter, th.memory_enter).tolist()
-                ex = np.where(u["proxy"], th.proxy_memory_exit, th.memory_exit).tolist()
-                prox = proxy
+            en: Any
+            ex: Any
+            memory = r == "memory"
+            if memory and proxy.any():
+                en = np.where(proxy, th.proxy_memory_enter, th.memory_enter)
+                ex = np.where(proxy, th.proxy_memory_exit, th.memory_exit)
             else:
-                en, ex, prox = [th.enter(r)] * m, [th.exit(r)] * m, [False] * m
-            val = u[r].tolist()
-            fold = _folder(val, phase, src, link_Bps, r == "link")
-            op, cl, sp = _walk(self._trackers[r], self.index, t, val, en, ex, prox, th.hold_s, fold)
+                en, ex = th.enter(r), th.exit(r)
+            ki, runs = _runs(u[r], en, ex)
+            if ki is None:
+                view = _View(tl, u[r].tolist(), phase, u["src"], u["link_Bps"], proxy if memory else None)
+            else:
+                k, ki = ki, ki.tolist()
+                view = _View(t[k].tolist(), u[r][k].tolist(), _pick(phase, ki), u["src"][k],
+                             u["link_Bps"][k], proxy[k] if memory else None)  # fmt: skip
+            op, cl, sp = _walk(self._trackers[r], self.index, view, runs, th.hold_s, r == "link")
+            if ki is not None:
+                op = [(ki[j], e) for j, e in op]
+                sp = [(ki[a] if a >= 0 else 0, ki[b] if b < len(ki) else m) for a, b in sp]
             opened += [(i, ri, e) for i, e in op]
             closed += cl
             spans.append(sp)
         for ri in range(len(RESOURCES) - 1, -1, -1):  # lowest priority first; higher ones overwrite
             for a, b in spans[ri]:
-                codes[a:b] = ri
+                codes[max(a, 0) : b] = ri
         self.verdict = next((r for r in RESOURCES if self._trackers[r].active), "none")
         self.last_util = last_utilisation(u)
         return opened, closed, codes
@@ -116,89 +127,159 @@ class GpuVerdictTracker:
         return out
 
 
+def _pick(values: list[Any], at: list[int]) -> list[Any]:
+    """values[i] for i in at."""
+    return list(itemgetter(*at)(values)) if len(at) > 1 else [values[i] for i in at]
+
+
+_SMALL = 16  # chunks up to this many ticks find their runs in plain Python (numpy costs more there)
+
+
+def _runs(v: np.ndarray, en: Any, ex: Any) -> tuple[np.ndarray | None, list[tuple[int, int, bool, bool]]]:
+    """The ticks with a reading (None: all of them) and, over those, the runs of ticks alike in
+    (at or above enter, at or above exit): (start, end, above enter, above exit), end exclusive."""
+    m = v.size
+    if m <= _SMALL:
+        vl = v.tolist()
+        enl = en.tolist() if isinstance(en, np.ndarray) else [en] * m
+        exl = ex.tolist() if isinstance(ex, np.ndarray) else [ex] * m
+        ki = [i for i, x in enumerate(vl) if x == x]
+        out: list[list[Any]] = []
+        for j, i in enumerate(ki):
+            h, k = vl[i] >= enl[i], vl[i] >= exl[i]
+            if out and out[-1][2] == h and out[-1][3] == k:
+                out[-1][1] = j + 1
+            else:
+                out.append([j, j + 1, h, k])
+        return (None if len(ki) == m else np.array(ki, dtype=np.int64)), [(a, b, h, k) for a, b, h, k in out]
+    known = ~np.isnan(v)
+    kidx: np.ndarray | None = None
+    if not known.all():
+        kidx = np.flatnonzero(known)
+        v = v[kidx]
+        en = en[kidx] if isinstance(en, np.ndarray) else en
+        ex = ex[kidx] if isinstance(ex, np.ndarray) else ex
+    if not v.size:
+        return kidx, []
+    hi, kp = v >= en, v >= ex
+    code = hi.view(np.int8) * 2 + kp.view(np.int8)
+    cut = (np.flatnonzero(code[1:] != code[:-1]) + 1).tolist()
+    starts, ends = [0, *cut], [*cut, int(v.size)]
+    return kidx, list(zip(starts, ends, hi[starts].tolist(), kp[starts].tolist(), strict=True))
+
+
+class _View:
+    """One resource's ticks with a reading: time, use and phase as lists; link source and rate, proxy as arrays."""
+
+    __slots__ = ("t", "val", "phase", "src", "link_Bps", "proxy")
+
+    def __init__(self, t: list[float], val: list[float], phase: list[Any], src: np.ndarray, link_Bps: np.ndarray,
+                 proxy: np.ndarray | None) -> None:  # fmt: skip
+        self.t, self.val, self.phase, self.src, self.link_Bps, self.proxy = t, val, phase, src, link_Bps, proxy
+
+
+def _first_held(t: list[float], a: int, b: int, since: float, hold: float) -> int:
+    """The first tick in [a, b) that is ``hold`` past ``since`` (b if none): the per-tick test, in order."""
+    for j in range(a, b):
+        if t[j] - since >= hold:
+            return j
+    return b
+
+
 def _walk(
-    st: _ResourceTracker,
-    gpu: int,
-    t: list[float],
-    val: list[float],
-    en: list[float],
-    ex: list[float],
-    proxy: list[bool],
-    hold: float,
-    fold: Any,
+    st: _ResourceTracker, gpu: int, w: _View, runs: list[tuple[int, int, bool, bool]], hold: float, link: bool
 ) -> tuple[list[tuple[int, Event]], list[Event], list[tuple[int, int]]]:
-    """One resource over a chunk: (events opened with their tick, events closed, active spans [a, b))."""
+    """One resource over a chunk, run by run: (events opened with their tick, events closed, active spans [a, b)).
+
+    Per tick the rules are: inactive, a reading at or above enter starts (or extends) a run, and
+    the run opens an event once it lasted ``hold``; below enter drops it. Active, a reading below
+    exit starts (or extends) a quiet stretch that closes the event once it lasted ``hold``; at or
+    above exit ends the stretch and is folded into the event. Inside a run of ticks alike, only
+    the hold test differs from tick to tick, so it alone is tested per tick.
+    """
     active, above, below, last_above, ev = st.active, st.above_since, st.below_since, st.last_above, st.event
-    take: list[int] = []  # ticks of this chunk still to fold into ev
+    t = w.t
+    take: list[tuple[int, int]] = []  # stretches of this chunk still to fold into ev
     opened: list[tuple[int, Event]] = []
     closed: list[Event] = []
     spans: list[tuple[int, int]] = []
-    since = 0
-    for i, x in enumerate(val):
-        if x != x:
-            continue  # unknown: hold state; a missing reading proves nothing
-        if not active:
-            if x >= en[i]:
-                ti = t[i]
+    since = -1  # active since before this chunk
+    for a, b, hi, kp in runs:
+        i = a
+        while i < b:
+            if not active:
+                if not hi:
+                    if above is not None:
+                        above = ev = None
+                        take = []
+                    break
                 if above is None:
-                    above = ti
-                    ev = Event(gpu, st.resource, start=ti)
+                    above = t[i]
+                    ev = Event(gpu, st.resource, start=above)
                     take = []
-                take.append(i)
-                if ti - above >= hold:
-                    assert ev is not None
-                    ev.proxy = proxy[i]
-                    fold(ev, take)
-                    take = []
-                    active, below, last_above, since = True, None, ti, i
-                    opened.append((i, ev))
-            elif above is not None:
-                above = ev = None
-                take = []
-        elif x < ex[i]:
-            ti = t[i]
-            if below is None:
-                below = ti
-            if ti - below >= hold:
+                j = _first_held(t, i, b, above, hold)
+                if j == b:
+                    take.append((i, b))
+                    break
                 assert ev is not None
-                fold(ev, take)
+                take.append((i, j + 1))
+                ev.proxy = bool(w.proxy[j]) if w.proxy is not None else False
+                _fold(ev, take, w, link)
+                take = []
+                active, below, last_above, since = True, None, t[j], j
+                opened.append((j, ev))
+                i = j + 1
+            elif kp:
+                below, last_above = None, t[b - 1]
+                take.append((i, b))
+                break
+            else:
+                if below is None:
+                    below = t[i]
+                c = _first_held(t, i, b, below, hold)
+                if c == b:
+                    break
+                assert ev is not None
+                _fold(ev, take, w, link)
                 take = []
                 ev.end = last_above
                 closed.append(ev)
-                spans.append((since, i))
+                spans.append((since, c))
                 active, above, ev = False, None, None
-        else:
-            below, last_above = None, t[i]
-            take.append(i)
+                i = c + 1
     if ev is not None and take:
-        fold(ev, take)
+        _fold(ev, take, w, link)
     if active:
-        spans.append((since, len(val)))
+        spans.append((since, len(t)))
     st.active, st.above_since, st.below_since, st.last_above, st.event = active, above, below, last_above, ev
     return opened, closed, spans
 
 
-def _folder(val: list[float], phase: list[Any], src: list[int], link_Bps: list[float], link: bool) -> Any:
-    """The fold of an event's readings over some ticks of the chunk, in tick order (as += would)."""
-
-    def fold(ev: Event, ticks: list[int]) -> None:
-        if not ticks:
-            return
-        vals = [val[i] for i in ticks]
-        ev.n += len(vals)
-        ev.sum_util = reduce(add, vals, ev.sum_util)  # sequential, as a running += is
-        top = max(vals)
-        if top >= ev.peak_util:
-            ev.peak_util = top
-            if link:  # the last tick at the peak carries it
-                at = ticks[len(vals) - 1 - vals[::-1].index(top)]
-                s = src[at]
-                ev.bus, ev.direction, ev.peak_Bps = BUS[s], DIR[s], link_Bps[at]
-        phases = ev.phases
-        for p, k in Counter([phase[i] for i in ticks]).items():
-            if p:
-                phases[p] = phases.get(p, 0) + k
-        if link:
-            ev.directions.update(DIR[k] for k in {src[i] for i in ticks} if k)
-
-    return fold
+def _fold(ev: Event, take: list[tuple[int, int]], w: _View, link: bool) -> None:
+    """Fold an event's readings over stretches [a, b) of the chunk, in tick order (as a running += would)."""
+    if len(take) == 1:
+        a, b = take[0]
+        vals, ticks = w.val[a:b], range(a, b)
+    else:
+        vals = list(chain.from_iterable(w.val[a:b] for a, b in take))
+        ticks = list(chain.from_iterable(range(a, b) for a, b in take))  # type: ignore[assignment]
+    if not vals:
+        return
+    ev.n += len(vals)
+    ev.sum_util = reduce(add, vals, ev.sum_util)  # sequential, as a running += is
+    top = max(vals)
+    if top >= ev.peak_util:
+        ev.peak_util = top
+        if link:  # the last tick at the peak carries it
+            at = ticks[len(vals) - 1 - vals[::-1].index(top)]
+            s = int(w.src[at])
+            ev.bus, ev.direction, ev.peak_Bps = BUS[s], DIR[s], float(w.link_Bps[at])
+    phases = ev.phases
+    for p, k in Counter(chain.from_iterable(w.phase[a:b] for a, b in take)).items():
+        if p:
+            phases[p] = phases.get(p, 0) + k
+    if link:
+        used = np.zeros(len(DIR), dtype=bool)
+        for a, b in take:
+            used[w.src[a:b]] = True
+        ev.directions.update(d for d, x in zip(DIR, used.tolist(), strict=True) if x and d)
