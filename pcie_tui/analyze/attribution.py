@@ -26,7 +26,8 @@ from typing import Any
 
 import numpy as np
 
-from pcie_tui.analyze.session import SessionAnalyzer, _series_array
+from pcie_tui.analyze.series import _series_array
+from pcie_tui.analyze.session import SessionAnalyzer
 from pcie_tui.engines import EngineFacts
 from pcie_tui.model import GpuInfo, SessionHeader
 

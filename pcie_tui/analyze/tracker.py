@@ -34,6 +34,7 @@ from pcie_tui.analyze.verdict import (
 )
 from pcie_tui.model import GpuInfo, GpuSample, Sample
 
+
 class _ResourceTracker:
     __slots__ = ("resource", "active", "above_since", "below_since", "last_above", "event")
 

@@ -181,7 +181,14 @@ def last_utilisation(u: dict[str, np.ndarray]) -> Utilisation:
 
     s = int(u["src"][-1])
     return Utilisation(
-        f(u["link"]), BUS[s], DIR[s], f(u["link_Bps"]), f(u["ceiling"]), f(u["memory"]), bool(u["proxy"][-1]), f(u["compute"])
+        f(u["link"]),
+        BUS[s],
+        DIR[s],
+        f(u["link_Bps"]),
+        f(u["ceiling"]),
+        f(u["memory"]),
+        bool(u["proxy"][-1]),
+        f(u["compute"]),
     )
 
 
