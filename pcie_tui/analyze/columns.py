@@ -52,6 +52,7 @@ class Chunk:
     tick_of: np.ndarray  # per GPU-sample: its tick's position in the chunk
     index: np.ndarray  # per GPU-sample: the GPU index
     cols: np.ndarray  # len(KEYS) x GPU-samples, floats, NaN where missing
+    single: bool  # every tick has exactly one GPU-sample (tick_of is 0, 1, 2, ...)
 
 
 def sample_phase(s: Sample) -> str | None:
@@ -76,16 +77,17 @@ def tick_phase(d: dict[str, Any]) -> Any:
 def from_samples(samples: Sequence[Sample]) -> Chunk:
     """One chunk of the given Samples (a live tick: a chunk of one)."""
     if len(samples) == 1:  # the live path: one tick, no repeat needed
-        s = samples[0]
-        gpus = s.gpus
-        tick_of = np.zeros(len(gpus), dtype=np.int64)
-        flat: Sequence[Any] = gpus
+        flat: Sequence[Any] = samples[0].gpus
+        tick_of = np.zeros(len(flat), dtype=np.int64)
+        single = len(flat) == 1
     else:
         flat = [g for s in samples for g in s.gpus]
-        tick_of = np.repeat(np.arange(len(samples)), [len(s.gpus) for s in samples])
+        counts = [len(s.gpus) for s in samples]
+        tick_of = np.repeat(np.arange(len(samples)), counts)
+        single = counts.count(1) == len(counts)
     index = np.array([g.index for g in flat], dtype=np.int64)
     cols = np.array(list(map(_get_attrs, flat)), dtype=_F).T if flat else np.empty((len(KEYS), 0))
-    return Chunk([s.t for s in samples], list(map(sample_phase, samples)), tick_of, index, cols)
+    return Chunk([s.t for s in samples], list(map(sample_phase, samples)), tick_of, index, cols, single)
 
 
 def from_rows(rows: Sequence[dict[str, Any]], ticks: int = CHUNK_TICKS) -> Iterator[Chunk]:
@@ -111,8 +113,9 @@ def from_rows(rows: Sequence[dict[str, Any]], ticks: int = CHUNK_TICKS) -> Itera
     for a in range(0, n, ticks):
         b = min(n, a + ticks)
         fa, fb = offs[a], offs[b]
-        tick_of = np.repeat(np.arange(b - a), counts[a:b])
-        yield Chunk(t[a:b], phase[a:b], tick_of, index[fa:fb], cols[:, fa:fb])
+        c = counts[a:b]
+        tick_of = np.repeat(np.arange(b - a), c)
+        yield Chunk(t[a:b], phase[a:b], tick_of, index[fa:fb], cols[:, fa:fb], bool((c == 1).all()))
 
 
 def _columns(flat: list[dict[str, Any]]) -> np.ndarray:

@@ -99,9 +99,12 @@ class SessionAnalyzer:
         idx = ch.index
         if not idx.size:
             return []
-        one = bool((idx == idx[0]).all())  # one GPU (or one GPU-sample): no split needed
-        gpus = [int(idx[0])] if one else list(dict.fromkeys(idx.tolist()))  # in order of first appearance
-        t_all = np.asarray(ch.t, dtype=np.float64)[ch.tick_of]
+        index = idx.tolist()
+        gpus = list(dict.fromkeys(index))  # in order of first appearance
+        one = len(gpus) == 1  # one GPU: no split needed
+        t_all = np.array(ch.t, dtype=np.float64)
+        if not ch.single:
+            t_all = t_all[ch.tick_of]
         opened: list[tuple[int, int, Event]] = []
         for gi in gpus:
             pos = None if one else np.flatnonzero(idx == gi)
@@ -110,8 +113,7 @@ class SessionAnalyzer:
             ticks = ch.tick_of if pos is None else ch.tick_of[pos]
             t = t_all if pos is None else t_all[pos]
             u = utilisation_columns(tr.info, cols)
-            every = ticks.size == len(ch.phase) and bool((ticks == np.arange(ticks.size)).all())  # once a tick
-            ph = ch.phase if every else _pick(ch.phase, ticks.tolist())
+            ph = ch.phase if one and ch.single else _pick(ch.phase, ticks.tolist())
             tl = t.tolist()
             op, _closed, codes = tr.advance(t, u, ph, tl)
             opened += [(i if pos is None else int(pos[i]), ri, e) for i, ri, e in op]

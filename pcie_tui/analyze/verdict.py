@@ -115,47 +115,53 @@ def utilisation_columns(info: GpuInfo | None, cols: np.ndarray) -> dict[str, np.
     source (``src``, an index into :data:`BUS`/:data:`DIR`). ``memory``: GPM DRAM bandwidth, else
     the NVML busy duty cycle (``proxy``). ``compute``: SM use. NaN where unknown.
     """
-    c = dict(zip(KEYS, cols, strict=True))
     size = cols.shape[1]
-    pc = _pcie_ceilings(info, c["link_gen"], c["link_width"])
-    pc_ok = ~np.isnan(pc) & (pc != 0)
+    # PCIe RX, TX, NVLink RX, TX (the first four columns) over their ceilings; NaN where a rate
+    # or its ceiling is unknown (a zero or missing ceiling counts as unknown).
+    rates = cols[:4]
+    pc = _pcie_ceilings(info, cols[_GEN], cols[_WIDTH])
     nc = info.nvlink_capacity_Bps if info is not None else None
-    link = np.full(size, np.nan)
-    link_Bps = np.full(size, np.nan)
-    ceiling = np.full(size, np.nan)
-    src = np.zeros(size, dtype=np.int8)
-    cands: list[tuple[int, np.ndarray, Any, Any]] = [(1, c["pcie_rx_Bps"], pc, pc_ok), (2, c["pcie_tx_Bps"], pc, pc_ok)]
-    if nc:
-        cands += [(3, c["nvlink_rx_Bps"], float(nc), True), (4, c["nvlink_tx_Bps"], float(nc), True)]
-    with np.errstate(divide="ignore", invalid="ignore"):
-        for code, v, cap, ok in cands:
-            r = v / cap
-            take = ok & ~np.isnan(v) & (np.isnan(link) | (r > link))
-            link = np.where(take, r, link)
-            link_Bps = np.where(take, v, link_Bps)
-            ceiling = np.where(take, cap, ceiling)
-            src = np.where(take, np.int8(code), src)
+    caps = np.empty((4, size))
+    caps[0] = caps[1] = np.where(pc == 0, np.nan, pc)
+    caps[2:] = float(nc) if nc else np.nan
+    r = rates / caps
+    at = np.where(r != r, -np.inf, r).argmax(axis=0)  # the first of the busiest
+    every = np.arange(size)
+    link = r[at, every]
+    none = link != link
     # A GPU with GPM never mixes in the duty-cycle proxy: a missing GPM window
     # stays unknown rather than switching meaning from tick to tick.
-    dram, busy = c["dram_bw_util"], c["mem_busy"]
-    gpm = info is not None and info.metrics_source == "gpm"
-    use_dram = np.ones(size, dtype=bool) if gpm else ~np.isnan(dram)
+    dram, busy = cols[_DRAM], cols[_BUSY]
+    if info is not None and info.metrics_source == "gpm":
+        memory, proxy = dram, np.zeros(size, dtype=bool)
+    else:
+        use_dram = dram == dram
+        memory, proxy = np.where(use_dram, dram, busy), ~use_dram & (busy == busy)
     return {
         "link": link,
-        "link_Bps": link_Bps,
-        "ceiling": ceiling,
-        "src": src,
-        "memory": np.where(use_dram, dram, busy),
-        "proxy": ~use_dram & ~np.isnan(busy),
-        "compute": c["sm_util"],
+        "link_Bps": np.where(none, np.nan, rates[at, every]),
+        "ceiling": np.where(none, np.nan, caps[at, every]),
+        "src": np.where(none, 0, at + 1).astype(np.int8),
+        "memory": memory,
+        "proxy": proxy,
+        "compute": cols[_SM],
     }
+
+
+_GEN, _WIDTH, _DRAM, _BUSY, _SM = (
+    KEYS.index(k) for k in ("link_gen", "link_width", "dram_bw_util", "mem_busy", "sm_util")
+)
+assert KEYS[:4] == ("pcie_rx_Bps", "pcie_tx_Bps", "nvlink_rx_Bps", "nvlink_tx_Bps")
 
 
 def _pcie_ceilings(info: GpuInfo | None, gen: np.ndarray, width: np.ndarray) -> np.ndarray:
     """:func:`pcie_ceiling_Bps` per GPU-sample (NaN where unknown), evaluated once per distinct gen x width."""
+    if gen.size <= 16:  # a live tick: no numpy set operations
+        seen: dict[tuple[float, float], float] = {}
+        return np.array(
+            [seen.get(p) or seen.setdefault(p, _pcie_ceiling(info, *p)) for p in zip(gen.tolist(), width.tolist())]
+        )
     pair = np.stack((np.where(np.isnan(gen), -1.0, gen), np.where(np.isnan(width), -1.0, width)))
-    if pair.shape[1] == 0:
-        return np.zeros(0)
     first = pair[:, :1]
     if bool((pair == first).all()):
         return np.full(pair.shape[1], _pcie_ceiling(info, *first[:, 0].tolist()))
@@ -165,8 +171,8 @@ def _pcie_ceilings(info: GpuInfo | None, gen: np.ndarray, width: np.ndarray) -> 
 
 
 def _pcie_ceiling(info: GpuInfo | None, gen: float, width: float) -> float:
-    def known(v: float) -> int | float | None:
-        return None if v == -1.0 else int(v) if v.is_integer() else v
+    def known(v: float) -> int | float | None:  # NaN (or the -1 standing for it) is unknown
+        return None if v != v or v == -1.0 else int(v) if v.is_integer() else v
 
     c, _ = pcie_ceiling_Bps(info, GpuSample(0, link_gen=known(gen), link_width=known(width)))  # type: ignore[arg-type]
     return np.nan if c is None else float(c)
