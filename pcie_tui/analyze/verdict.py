@@ -159,7 +159,10 @@ def _pcie_ceilings(info: GpuInfo | None, gen: np.ndarray, width: np.ndarray) -> 
     if gen.size <= 16:  # a live tick: no numpy set operations
         seen: dict[tuple[float, float], float] = {}
         return np.array(
-            [seen.get(p) or seen.setdefault(p, _pcie_ceiling(info, *p)) for p in zip(gen.tolist(), width.tolist())]
+            [
+                seen.get(p) or seen.setdefault(p, _pcie_ceiling(info, *p))
+                for p in zip(gen.tolist(), width.tolist(), strict=True)
+            ]
         )
     pair = np.stack((np.where(np.isnan(gen), -1.0, gen), np.where(np.isnan(width), -1.0, width)))
     first = pair[:, :1]
