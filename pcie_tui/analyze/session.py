@@ -99,8 +99,11 @@ class SessionAnalyzer:
         idx = ch.index
         if not idx.size:
             return []
-        index = idx.tolist()
-        gpus = list(dict.fromkeys(index))  # in order of first appearance
+        if idx.size > 64:
+            uq, first = np.unique(idx, return_index=True)
+            gpus = uq[np.argsort(first)].tolist()  # in order of first appearance
+        else:
+            gpus = list(dict.fromkeys(idx.tolist()))
         one = len(gpus) == 1  # one GPU: no split needed
         t_all = np.array(ch.t, dtype=np.float64)
         if not ch.single:

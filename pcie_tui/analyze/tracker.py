@@ -84,6 +84,7 @@ class GpuVerdictTracker:
         opened: list[tuple[int, int, Event]] = []
         closed: list[Event] = []
         spans = []
+        picked: dict[bytes, tuple[list[int], list[float], list[Any]]] = {}
         for ri, r in enumerate(RESOURCES):
             en: Any
             ex: Any
@@ -97,9 +98,12 @@ class GpuVerdictTracker:
             if ki is None:
                 view = _View(tl, u[r].tolist(), phase, u["src"], u["link_Bps"], proxy if memory else None)
             else:
-                k, ki = ki, ki.tolist()
-                view = _View(t[k].tolist(), u[r][k].tolist(), _pick(phase, ki), u["src"][k],
-                             u["link_Bps"][k], proxy[k] if memory else None)  # fmt: skip
+                k = ki
+                key = k.tobytes()  # resources usually miss the same ticks: pick their times and phases once
+                if key not in picked:
+                    picked[key] = (k.tolist(), t[k].tolist(), _pick(phase, k.tolist()))
+                ki, tk, pk = picked[key]
+                view = _View(tk, u[r][k].tolist(), pk, u["src"][k], u["link_Bps"][k], proxy[k] if memory else None)
             op, cl, sp = _walk(self._trackers[r], self.index, view, runs, th.hold_s, r == "link")
             if ki is not None:
                 op = [(ki[j], e) for j, e in op]
