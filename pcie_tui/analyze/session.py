@@ -31,7 +31,7 @@ from pcie_tui.analyze.series import (
     _sweep,
     _sweep_all,
 )
-from pcie_tui.analyze.tracker import GpuVerdictTracker
+from pcie_tui.analyze.tracker import GpuVerdictTracker, verdict_codes
 from pcie_tui.analyze.verdict import (
     DEFAULT_THRESHOLDS,
     RESOURCES,
@@ -115,12 +115,13 @@ class SessionAnalyzer:
             cols = ch.cols if pos is None else ch.cols[:, pos]
             ticks = ch.tick_of if pos is None else ch.tick_of[pos]
             t = t_all if pos is None else t_all[pos]
-            u = utilisation_columns(tr.info, cols)
+            u = utilisation_columns(tr.info, cols, tr.ceilings)
             ph = ch.phase if one and ch.single else _pick(ch.phase, ticks.tolist())
             tl = t.tolist()
-            op, _closed, codes = tr.advance(t, u, ph, tl)
+            op, _closed, spans = tr.advance(t, u, ph, tl)
             opened += [(i if pos is None else int(pos[i]), ri, e) for i, ri, e in op]
             if self.keep_series:
+                codes = verdict_codes(len(tl), spans)
                 self._extend(self.series[gi], tl, codes, u, ph, cols[COL["mem_used_bytes"]])
         opened.sort(key=lambda x: (x[0], x[1]))
         out = [e for _p, _r, e in opened]

@@ -58,26 +58,27 @@ class GpuVerdictTracker:
         self._trackers = {r: _ResourceTracker(r) for r in RESOURCES}
         self.verdict = "none"
         self.last_util: Utilisation | None = None
+        self._limits = {r: (thresholds.enter(r), thresholds.exit(r)) for r in RESOURCES}
+        self.ceilings: dict[tuple[float, float], float] = {}  # PCIe ceiling by link gen x width (utilisation_columns)
 
     def update(self, t: float, s: GpuSample, phase: str | None = None) -> tuple[str, list[Event], list[Event]]:
         """Feed one tick. Returns (verdict, events opened, events closed)."""
-        u = utilisation_columns(self.info, from_samples([Sample(t, (s,))]).cols)
-        opened, closed, _codes = self.advance(np.array([t], dtype=np.float64), u, [phase])
+        u = utilisation_columns(self.info, from_samples([Sample(t, (s,))]).cols, self.ceilings)
+        opened, closed, _spans = self.advance(np.array([t], dtype=np.float64), u, [phase])
         return self.verdict, [e for _i, _r, e in opened], closed
 
     def advance(
         self, t: np.ndarray, u: dict[str, np.ndarray], phase: list[Any], tl: list[float] | None = None
-    ) -> tuple[list[tuple[int, int, Event]], list[Event], np.ndarray]:
+    ) -> tuple[list[tuple[int, int, Event]], list[Event], list[list[tuple[int, int]]]]:
         """Feed a chunk of this GPU's ticks (times, utilisation columns, phases), in order.
 
         Returns the events opened, each as (position in the chunk, resource order, event), the
-        events closed, and the verdict of every tick as an index into VERDICTS. ``tl``: ``t`` as a
-        list, where the caller has it already.
+        events closed, and per resource the spans [a, b) of the chunk it was saturated in (see
+        :func:`verdict_codes`). ``tl``: ``t`` as a list, where the caller has it already.
         """
         m = t.size
-        codes = np.full(m, len(RESOURCES), dtype=np.int64)
         if not m:
-            return [], [], codes
+            return [], [], [[] for _ in RESOURCES]
         tl = t.tolist() if tl is None else tl
         th = self.th
         proxy = u["proxy"]
@@ -93,7 +94,7 @@ class GpuVerdictTracker:
                 en = np.where(proxy, th.proxy_memory_enter, th.memory_enter)
                 ex = np.where(proxy, th.proxy_memory_exit, th.memory_exit)
             else:
-                en, ex = th.enter(r), th.exit(r)
+                en, ex = self._limits[r]
             ki, runs = _runs(u[r], en, ex)
             if ki is None:
                 view = _View(tl, u[r].tolist(), phase, u["src"], u["link_Bps"], proxy if memory else None)
@@ -111,12 +112,13 @@ class GpuVerdictTracker:
             opened += [(i, ri, e) for i, e in op]
             closed += cl
             spans.append(sp)
-        for ri in range(len(RESOURCES) - 1, -1, -1):  # lowest priority first; higher ones overwrite
-            for a, b in spans[ri]:
-                codes[max(a, 0) : b] = ri
-        self.verdict = next((r for r in RESOURCES if self._trackers[r].active), "none")
+        self.verdict = "none"
+        for r, tr in self._trackers.items():
+            if tr.active:
+                self.verdict = r
+                break
         self.last_util = last_utilisation(u)
-        return opened, closed, codes
+        return opened, closed, spans
 
     def open_events(self) -> list[Event]:
         return [tr.event for tr in self._trackers.values() if tr.active and tr.event is not None]
@@ -135,6 +137,15 @@ class GpuVerdictTracker:
 def _pick(values: list[Any], at: list[int]) -> list[Any]:
     """values[i] for i in at."""
     return list(itemgetter(*at)(values)) if len(at) > 1 else [values[i] for i in at]
+
+
+def verdict_codes(m: int, spans: list[list[tuple[int, int]]]) -> np.ndarray:
+    """The verdict of each of a chunk's ``m`` ticks (an index into VERDICTS) from :meth:`GpuVerdictTracker.advance`'s spans."""
+    codes = np.full(m, len(RESOURCES), dtype=np.int64)
+    for ri in range(len(RESOURCES) - 1, -1, -1):  # lowest priority first; higher ones overwrite
+        for a, b in spans[ri]:
+            codes[max(a, 0) : b] = ri
+    return codes
 
 
 _SMALL = 16  # chunks up to this many ticks find their runs in plain Python (numpy costs more there)
@@ -284,7 +295,5 @@ def _fold(ev: Event, take: list[tuple[int, int]], w: _View, link: bool) -> None:
         if p:
             phases[p] = phases.get(p, 0) + k
     if link:
-        used = np.zeros(len(DIR), dtype=bool)
-        for a, b in take:
-            used[w.src[a:b]] = True
-        ev.directions.update(d for d, x in zip(DIR, used.tolist(), strict=True) if x and d)
+        used = set(chain.from_iterable(set(w.src[a:b].tolist()) for a, b in take))
+        ev.directions.update(DIR[x] for x in used if x)

@@ -107,19 +107,22 @@ BUS = (None, "pcie", "pcie", "nvlink", "nvlink")  # by link-source code; 0 = no 
 DIR = (None, "rx", "tx", "rx", "tx")
 
 
-def utilisation_columns(info: GpuInfo | None, cols: np.ndarray) -> dict[str, np.ndarray]:
+def utilisation_columns(
+    info: GpuInfo | None, cols: np.ndarray, seen: dict[tuple[float, float], float] | None = None
+) -> dict[str, np.ndarray]:
     """Utilisation of one GPU for every GPU-sample of ``cols`` (columns.KEYS x samples), at once.
 
     ``link``: the busier of PCIe RX/TX over the PCIe ceiling and NVLink RX/TX over the NVLink
     capacity (the first wins a tie, in that order), with its rate (``link_Bps``), ceiling and
     source (``src``, an index into :data:`BUS`/:data:`DIR`). ``memory``: GPM DRAM bandwidth, else
-    the NVML busy duty cycle (``proxy``). ``compute``: SM use. NaN where unknown.
+    the NVML busy duty cycle (``proxy``). ``compute``: SM use. NaN where unknown. ``seen``: the
+    PCIe ceilings of this GPU already worked out, by link gen x width (kept by the caller).
     """
     size = cols.shape[1]
     # PCIe RX, TX, NVLink RX, TX (the first four columns) over their ceilings; NaN where a rate
     # or its ceiling is unknown (a zero or missing ceiling counts as unknown).
     rates = cols[:4]
-    pc = _pcie_ceilings(info, cols[_GEN], cols[_WIDTH])
+    pc = _pcie_ceilings(info, cols[_GEN], cols[_WIDTH], {} if seen is None else seen)
     nc = info.nvlink_capacity_Bps if info is not None else None
     caps = np.empty((4, size))
     caps[0] = caps[1] = np.where(pc == 0, np.nan, pc)
@@ -154,16 +157,17 @@ _GEN, _WIDTH, _DRAM, _BUSY, _SM = (
 assert KEYS[:4] == ("pcie_rx_Bps", "pcie_tx_Bps", "nvlink_rx_Bps", "nvlink_tx_Bps")
 
 
-def _pcie_ceilings(info: GpuInfo | None, gen: np.ndarray, width: np.ndarray) -> np.ndarray:
+def _pcie_ceilings(
+    info: GpuInfo | None, gen: np.ndarray, width: np.ndarray, seen: dict[tuple[float, float], float]
+) -> np.ndarray:
     """:func:`pcie_ceiling_Bps` per GPU-sample (NaN where unknown), evaluated once per distinct gen x width."""
     if gen.size <= 16:  # a live tick: no numpy set operations
-        seen: dict[tuple[float, float], float] = {}
-        return np.array(
-            [
-                seen.get(p) or seen.setdefault(p, _pcie_ceiling(info, *p))
-                for p in zip(gen.tolist(), width.tolist(), strict=True)
-            ]
-        )
+        out = []
+        for g, w in zip(gen.tolist(), width.tolist(), strict=True):
+            p = (-1.0 if g != g else g, -1.0 if w != w else w)
+            c = seen.get(p)
+            out.append(c if c is not None else seen.setdefault(p, _pcie_ceiling(info, *p)))
+        return np.array(out)
     pair = np.stack((np.where(np.isnan(gen), -1.0, gen), np.where(np.isnan(width), -1.0, width)))
     first = pair[:, :1]
     if bool((pair == first).all()):
