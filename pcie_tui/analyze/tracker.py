@@ -95,11 +95,11 @@ class GpuVerdictTracker:
                 ex = np.where(proxy, th.proxy_memory_exit, th.memory_exit)
             else:
                 en, ex = self._limits[r]
-            ki, runs = _runs(u[r], en, ex)
-            if ki is None:
+            k, runs = _runs(u[r], en, ex)
+            ki: list[int] | None = None
+            if k is None:
                 view = _View(tl, u[r].tolist(), phase, u["src"], u["link_Bps"], proxy if memory else None)
             else:
-                k = ki
                 key = k.tobytes()  # resources usually miss the same ticks: pick their times and phases once
                 if key not in picked:
                     picked[key] = (k.tolist(), t[k].tolist(), _pick(phase, k.tolist()))
@@ -296,4 +296,4 @@ def _fold(ev: Event, take: list[tuple[int, int]], w: _View, link: bool) -> None:
             phases[p] = phases.get(p, 0) + k
     if link:
         used = set(chain.from_iterable(set(w.src[a:b].tolist()) for a, b in take))
-        ev.directions.update(DIR[x] for x in used if x)
+        ev.directions.update(d for x in used if (d := DIR[x]))
