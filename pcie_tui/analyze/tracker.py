@@ -95,6 +95,10 @@ class GpuVerdictTracker:
                 ex = np.where(proxy, th.proxy_memory_exit, th.memory_exit)
             else:
                 en, ex = self._limits[r]
+            st = self._trackers[r]
+            if m <= _SMALL and not st.active and st.above_since is None and _all_below(u[r], en):
+                spans.append([])  # idle and staying so: nothing to walk
+                continue
             k, runs = _runs(u[r], en, ex)
             ki: list[int] | None = None
             if k is None:
@@ -137,6 +141,13 @@ class GpuVerdictTracker:
 def _pick(values: list[Any], at: list[int]) -> list[Any]:
     """values[i] for i in at."""
     return list(itemgetter(*at)(values)) if len(at) > 1 else [values[i] for i in at]
+
+
+def _all_below(v: np.ndarray, en: Any) -> bool:
+    """No reading of a (short) chunk at or above its enter threshold (an unknown one is not)."""
+    if isinstance(en, np.ndarray):
+        return not any(x >= e for x, e in zip(v.tolist(), en.tolist(), strict=True))
+    return not any(x >= en for x in v.tolist())
 
 
 def verdict_codes(m: int, spans: list[list[tuple[int, int]]]) -> np.ndarray:
