@@ -84,7 +84,7 @@ class GpuVerdictTracker:
         proxy = u["proxy"]
         opened: list[tuple[int, int, Event]] = []
         closed: list[Event] = []
-        spans = []
+        spans: list[list[tuple[int, int]]] = []
         picked: dict[bytes, tuple[list[int], list[float], list[Any]]] = {}
         for ri, r in enumerate(RESOURCES):
             en: Any
