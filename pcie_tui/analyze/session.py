@@ -11,7 +11,7 @@ recomputed from raw readings.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from itertools import islice
 from typing import Any
 
@@ -38,11 +38,14 @@ from pcie_tui.analyze.verdict import (
     VERDICTS,
     Event,
     Thresholds,
+    Utilisation,
     utilisation_columns,
+    utilisations,
 )
 from pcie_tui.model import Sample, SessionHeader
 
 _VERDICT_NAMES = np.array(VERDICTS, dtype=object)
+EachTick = Callable[[int, int, str, Utilisation], object]
 
 
 class SessionAnalyzer:
@@ -74,11 +77,21 @@ class SessionAnalyzer:
         """Process one tick (a chunk of one); returns events opened in it."""
         return self.feed_chunk(from_samples([s]))
 
-    def feed_all(self, samples: Iterable[Sample], chunk: int | None = None) -> SessionAnalyzer:
-        """Process Samples in chunks of ``chunk`` ticks (the same result as feeding them one by one)."""
+    def feed_all(
+        self, samples: Iterable[Sample], chunk: int | None = None, each: EachTick | None = None
+    ) -> SessionAnalyzer:
+        """Process Samples in chunks of ``chunk`` ticks (the same result as feeding them one by one).
+
+        ``each(i, gpu, verdict, util)``, if given, hears what :meth:`feed` would have left in
+        ``trackers[gpu].verdict`` and ``.last_util`` after the ``i``-th of ``samples``: what a
+        replay seek needs for its per-tick attribution, at the cost of a chunk, not of ticks
+        (per GPU, in tick order).
+        """
         it = iter(samples)
+        done = 0
         while batch := list(islice(it, chunk or CHUNK_TICKS)):
-            self.feed_chunk(from_samples(batch))
+            self.feed_chunk(from_samples(batch), each, done)
+            done += len(batch)
         return self
 
     def feed_rows(self, rows: Sequence[dict[str, Any]], chunk: int | None = None) -> SessionAnalyzer:
@@ -87,8 +100,11 @@ class SessionAnalyzer:
             self.feed_chunk(ch)
         return self
 
-    def feed_chunk(self, ch: Chunk) -> list[Event]:
-        """Process a chunk of ticks; returns the events opened in it, in opening order."""
+    def feed_chunk(self, ch: Chunk, each: EachTick | None = None, offset: int = 0) -> list[Event]:
+        """Process a chunk of ticks; returns the events opened in it, in opening order.
+
+        ``each``: see :meth:`feed_all` (``offset`` is added to the tick positions it is told).
+        """
         if not ch.t:
             return []
         self._version += 1
@@ -120,9 +136,13 @@ class SessionAnalyzer:
             tl = t.tolist()
             op, _closed, spans = tr.advance(t, u, ph, tl)
             opened += [(i if pos is None else int(pos[i]), ri, e) for i, ri, e in op]
-            if self.keep_series:
+            if self.keep_series or each is not None:
                 codes = verdict_codes(len(tl), spans)
+            if self.keep_series:
                 self._extend(self.series[gi], tl, codes, u, ph, cols[COL["mem_used_bytes"]])
+            if each is not None:
+                for k, v, util in zip(ticks.tolist(), codes.tolist(), utilisations(u), strict=True):
+                    each(offset + k, gi, VERDICTS[v], util)
         opened.sort(key=lambda x: (x[0], x[1]))
         out = [e for _p, _r, e in opened]
         self.events.extend(out)

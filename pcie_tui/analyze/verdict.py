@@ -185,6 +185,21 @@ def _pcie_ceiling(info: GpuInfo | None, gen: float, width: float) -> float:
     return np.nan if c is None else float(c)
 
 
+def utilisations(u: dict[str, np.ndarray]) -> list[Utilisation]:
+    """Every GPU-sample of :func:`utilisation_columns` as a :class:`Utilisation` (NaN -> None)."""
+
+    def f(a: np.ndarray) -> list[float | None]:
+        return [None if x != x else x for x in a.tolist()]
+
+    return [
+        Utilisation(lk, BUS[s], DIR[s], b, c, m, p, cp)
+        for lk, s, b, c, m, p, cp in zip(
+            f(u["link"]), u["src"].tolist(), f(u["link_Bps"]), f(u["ceiling"]), f(u["memory"]), u["proxy"].tolist(),
+            f(u["compute"]), strict=True,
+        )
+    ]  # fmt: skip
+
+
 def last_utilisation(u: dict[str, np.ndarray]) -> Utilisation:
     """The last GPU-sample of :func:`utilisation_columns` as a :class:`Utilisation` (NaN -> None)."""
 
