@@ -127,11 +127,12 @@ def bench_replay(src: Path, n_gpus: int = 1) -> list[tuple[str, str]]:
         rows.append((f"read (orjson, raw ticks), {tag}", f"{n_gpu / best['read']:,.0f} GPU-samples/s"))
         rows.append(
             (
-                f"report analysis (bulk) + summary, engine, what-if, {tag}",
+                f"report analysis (SessionAnalyzer fed in chunks) + summary, engine, what-if, {tag}",
                 f"{n_gpu / best['analyze']:,.0f} GPU-samples/s",
             )
         )
         rows.append((f"replay load (read + build every Sample), {tag}", f"{replay_load:,.0f} GPU-samples/s"))
+        rows.append((f"analyzer fed one tick at a time (live, TUI replay and seek), {tag}", _per_tick(src, n_gpus)))
         rows.append(
             (
                 f"report: read_recording + build_report (what `pcie-tui report` does), best of 3, {tag}",
@@ -170,6 +171,19 @@ def bench_replay(src: Path, n_gpus: int = 1) -> list[tuple[str, str]]:
                 )
             )
     return rows
+
+
+def _per_tick(src: Path, n_gpus: int) -> str:
+    """SessionAnalyzer.feed(sample), as the TUI calls it on every tick: cost per GPU-tick, best of 3."""
+    from pcie_tui.analyze.session import SessionAnalyzer
+
+    header, samples = one_hour(src, hours=0.05, n_gpus=n_gpus)
+    best = min(
+        _once(lambda: [an.feed(s) for an in [SessionAnalyzer(header, keep_series=False)] for s in samples])
+        for _ in range(3)
+    )
+    n = sum(len(s.gpus) for s in samples)
+    return f"{best / n * 1e6:.1f} us per GPU-tick ({n / best:,.0f} GPU-samples/s)"
 
 
 def _profile(fn: Callable[[], object]) -> str:

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from pcie_tui.analyze.bulk import tick_phase
+from pcie_tui.analyze.columns import tick_phase
 from pcie_tui.analyze.engine import hist_delta
 from pcie_tui.analyze.phases import PHASES
 from pcie_tui.analyze.session import SessionAnalyzer

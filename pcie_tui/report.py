@@ -13,11 +13,10 @@ from rich.text import Text
 
 from pcie_tui.analyze.answer import answer
 from pcie_tui.analyze.attribution import BOUND_WORDS
-from pcie_tui.analyze.bulk import analyze_rows
 from pcie_tui.analyze.engine import engine_report
 from pcie_tui.analyze.linkmodel import report_linkmodel
 from pcie_tui.analyze.phases import phase_verdicts
-from pcie_tui.analyze.session import SessionAnalyzer, analyze
+from pcie_tui.analyze.session import SessionAnalyzer, analyze, analyze_rows
 from pcie_tui.analyze.verdict import DEFAULT_THRESHOLDS, Thresholds
 from pcie_tui.analyze.whatif import render_whatif, whatif_report
 from pcie_tui.doctor.cli import render_linkmodel
@@ -52,7 +51,8 @@ def with_stored_calibration(rec: Recording) -> None:
 
 def _build_report(rec: Recording, thresholds: Thresholds) -> tuple[dict[str, Any], SessionAnalyzer]:
     with_stored_calibration(rec)
-    # A recording read from a file is analysed from its raw ticks in bulk (no Samples built);
+    # A recording read from a file is fed to the analyzer from its raw ticks in chunks (no Samples
+    # built: a replay without a screen);
     # the engine report only needs each tick's time and engine, so it gets just those.
     samples = rec.samples
     if rec.rows is not None and isinstance(samples, SampleList) and not samples.built:

@@ -9,8 +9,7 @@ import pytest
 
 from pcie_tui.analyze import attribution as at
 from pcie_tui.analyze.answer import answer
-from pcie_tui.analyze.bulk import analyze_rows
-from pcie_tui.analyze.session import analyze
+from pcie_tui.analyze.session import analyze, analyze_rows
 from pcie_tui.engines import EngineFacts, facts_for
 from pcie_tui.engines.llamacpp.advice import parse_flags
 from pcie_tui.model import EngineSample, GpuInfo, GpuSample, LinkInfo, Sample, SessionHeader, pcie_capacity_Bps

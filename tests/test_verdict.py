@@ -6,7 +6,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pcie_tui.analyze.session import analyze
-from pcie_tui.analyze.verdict import GpuVerdictTracker, Thresholds, pcie_ceiling_Bps, utilisation
+from pcie_tui.analyze.tracker import GpuVerdictTracker
+from pcie_tui.analyze.verdict import Thresholds, pcie_ceiling_Bps, utilisation
 from pcie_tui.model import GpuInfo, GpuSample, LinkInfo, pcie_capacity_Bps
 from pcie_tui.record.reader import read_recording
 

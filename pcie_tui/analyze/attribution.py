@@ -26,7 +26,8 @@ from typing import Any
 
 import numpy as np
 
-from pcie_tui.analyze.session import SessionAnalyzer, _series_array
+from pcie_tui.analyze.series import _series_array
+from pcie_tui.analyze.session import SessionAnalyzer
 from pcie_tui.engines import EngineFacts
 from pcie_tui.model import GpuInfo, SessionHeader
 
@@ -112,7 +113,8 @@ def tick_bounds(analyzer: SessionAnalyzer, index: int, facts: EngineFacts | None
     sm = np.nan_to_num(_series_array(ser, "compute"))
     dram = _series_array(ser, "memory")
     dram = np.where(np.isnan(dram), 0.0, dram) if not ser.memory_proxy else np.zeros(dram.size)
-    busy_phase = np.fromiter((p not in QUIET_PHASES for p in ser.phase), dtype=bool, count=len(ser.phase))
+    busy = {p: p not in QUIET_PHASES for p in dict.fromkeys(ser.phase)}
+    busy_phase = np.fromiter(map(busy.__getitem__, ser.phase), dtype=bool, count=len(ser.phase))
     floor = transfer_floor_Bps(ceilings(analyzer.header.gpu(index)), facts)
     gpu_busy = (sm >= GPU_BUSY_SM) | (dram >= GPU_BUSY_DRAM)
     # Below saturation, DRAM streaming at 40 % or more of peak is what a busy GPU waits on (batch-1
@@ -176,10 +178,13 @@ def phase_findings(
         rate = _series_array(ser, "link_Bps")
         sm, dram = _series_array(ser, "compute"), _series_array(ser, "memory")
         used = _series_array(ser, "mem_used")
-        phases = np.array([p if p is not None else "unlabelled" for p in ser.phase], dtype=object)
+        # Phases as codes in order of first appearance (None counts as "unlabelled").
+        names = list(dict.fromkeys(p if p is not None else "unlabelled" for p in dict.fromkeys(ser.phase)))
+        code = {p: names.index(p if p is not None else "unlabelled") for p in dict.fromkeys(ser.phase)}
+        pcode = np.fromiter(map(code.__getitem__, ser.phase), dtype=np.int64, count=len(ser.phase))
         found = []
-        for phase in dict.fromkeys(phases.tolist()):
-            m = phases == phase
+        for k, phase in enumerate(names):
+            m = pcode == k
             dur = float(w[m].sum())
             secs = {b: float(w[m & (codes == i)].sum()) for i, b in enumerate(BOUNDS)}
             bound = max(secs, key=secs.__getitem__)

@@ -1,53 +1,55 @@
 """Whole-session analysis: verdict timeline, events and statistics per GPU.
 
-The same :class:`SessionAnalyzer` runs live (fed tick by tick), on replay and
-in ``report``; verdicts are always recomputed from raw readings.
+One :class:`SessionAnalyzer` serves live, replay and ``report``: it advances over chunks of
+ticks (:mod:`pcie_tui.analyze.columns`). A live tick is a chunk of one (:meth:`feed`); a replay
+or a report feeds the recording in long chunks (:meth:`feed_all`, :meth:`feed_rows`; the report
+is a replay without a screen). Per chunk, each GPU's utilisation is computed for every tick at
+once with numpy (:func:`pcie_tui.analyze.verdict.utilisation_columns`) and the hysteresis state
+machine (:mod:`pcie_tui.analyze.tracker`) walks those columns tick by tick. Verdicts are always
+recomputed from raw readings.
 """
 
 from __future__ import annotations
 
-from bisect import bisect_right
-from collections.abc import Iterable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Sequence
+from itertools import islice
 from typing import Any
 
 import numpy as np
 
+from pcie_tui.analyze.columns import CHUNK_TICKS, COL, Chunk, from_rows, from_samples
+from pcie_tui.analyze.columns import sample_phase as sample_phase  # re-exported: the TUI's import
 from pcie_tui.analyze.quantiles import quantile  # noqa: F401  (re-exported: one quantile)
+from pcie_tui.analyze.series import (
+    _drop_gaps,
+    _GpuSeries,
+    _nullable,
+    _pick,
+    _segments,
+    _series_array,
+    _stats_np,
+    _sweep,
+    _sweep_all,
+)
+from pcie_tui.analyze.tracker import GpuVerdictTracker, verdict_codes
 from pcie_tui.analyze.verdict import (
     DEFAULT_THRESHOLDS,
     RESOURCES,
     VERDICTS,
     Event,
-    GpuVerdictTracker,
     Thresholds,
+    Utilisation,
+    utilisation_columns,
+    utilisations,
 )
 from pcie_tui.model import Sample, SessionHeader
 
-
-def sample_phase(s: Sample) -> str | None:
-    """The phase a tick belongs to: the engine's, else a recording's own label."""
-    if s.engine is not None and s.engine.phase:
-        return s.engine.phase
-    label = s.extra.get("label")
-    return label if isinstance(label, str) else None
-
-
-@dataclass
-class _GpuSeries:
-    t: list[float] = field(default_factory=list)
-    verdict: list[str] = field(default_factory=list)
-    link: list[float | None] = field(default_factory=list)
-    link_Bps: list[float | None] = field(default_factory=list)
-    memory: list[float | None] = field(default_factory=list)
-    compute: list[float | None] = field(default_factory=list)
-    phase: list[str | None] = field(default_factory=list)
-    mem_used: list[float | None] = field(default_factory=list)  # bytes of GPU memory in use
-    memory_proxy: bool = False
+_VERDICT_NAMES = np.array(VERDICTS, dtype=object)
+EachTick = Callable[[int, int, str, Utilisation], object]
 
 
 class SessionAnalyzer:
-    """Feed Samples in time order; ask for events, a timeline or a summary."""
+    """Feed ticks in time order (one Sample, or a chunk); ask for events, a timeline or a summary."""
 
     def __init__(self, header: SessionHeader, thresholds: Thresholds = DEFAULT_THRESHOLDS, keep_series: bool = True):
         self.header = header
@@ -61,6 +63,8 @@ class SessionAnalyzer:
         self.n = 0
         # Holes in the recording (start, end): left out of time in verdict and of rates.
         self.gaps: list[tuple[float, float]] = []
+        self._version = 0  # bumped whenever events may change (a feed, finish)
+        self._codes_cache: dict[int, tuple[Any, np.ndarray]] = {}
 
     def _tracker(self, index: int) -> GpuVerdictTracker:
         tr = self.trackers.get(index)
@@ -70,42 +74,98 @@ class SessionAnalyzer:
         return tr
 
     def feed(self, s: Sample) -> list[Event]:
-        """Process one tick; returns events opened in it."""
-        if self.t0 is None:
-            self.t0 = s.t
-        self.t_last = s.t
-        self.n += 1
-        phase = sample_phase(s)
-        opened_all: list[Event] = []
-        for g in s.gpus:
-            tr = self._tracker(g.index)
-            verdict, opened, _closed = tr.update(s.t, g, phase)
-            opened_all.extend(opened)
-            if self.keep_series:
-                u = tr.last_util
-                assert u is not None
-                ser = self.series[g.index]
-                ser.t.append(s.t)
-                ser.verdict.append(verdict)
-                ser.link.append(u.link)
-                ser.link_Bps.append(u.link_Bps)
-                ser.memory.append(u.memory)
-                ser.compute.append(u.compute)
-                ser.phase.append(phase)
-                ser.mem_used.append(g.mem_used_bytes)
-                ser.memory_proxy = ser.memory_proxy or u.memory_proxy
-        self.events.extend(opened_all)
-        return opened_all
+        """Process one tick (a chunk of one); returns events opened in it."""
+        return self.feed_chunk(from_samples([s]))
 
-    def feed_all(self, samples: Iterable[Sample]) -> SessionAnalyzer:
-        for s in samples:
-            self.feed(s)
+    def feed_all(
+        self, samples: Iterable[Sample], chunk: int | None = None, each: EachTick | None = None
+    ) -> SessionAnalyzer:
+        """Process Samples in chunks of ``chunk`` ticks (the same result as feeding them one by one).
+
+        ``each(i, gpu, verdict, util)``, if given, hears what :meth:`feed` would have left in
+        ``trackers[gpu].verdict`` and ``.last_util`` after the ``i``-th of ``samples``: what a
+        replay seek needs for its per-tick attribution, at the cost of a chunk, not of ticks
+        (per GPU, in tick order).
+        """
+        it = iter(samples)
+        done = 0
+        while batch := list(islice(it, chunk or CHUNK_TICKS)):
+            self.feed_chunk(from_samples(batch), each, done)
+            done += len(batch)
         return self
+
+    def feed_rows(self, rows: Sequence[dict[str, Any]], chunk: int | None = None) -> SessionAnalyzer:
+        """Process a recording's raw tick dicts (no Samples built) in chunks of ``chunk`` ticks."""
+        for ch in from_rows(rows, chunk or CHUNK_TICKS):
+            self.feed_chunk(ch)
+        return self
+
+    def feed_chunk(self, ch: Chunk, each: EachTick | None = None, offset: int = 0) -> list[Event]:
+        """Process a chunk of ticks; returns the events opened in it, in opening order.
+
+        ``each``: see :meth:`feed_all` (``offset`` is added to the tick positions it is told).
+        """
+        if not ch.t:
+            return []
+        self._version += 1
+        if self.t0 is None:
+            self.t0 = ch.t[0]
+        self.t_last = ch.t[-1]
+        self.n += len(ch.t)
+        idx = ch.index
+        if not idx.size:
+            return []
+        if idx.size > 64:
+            uq, first = np.unique(idx, return_index=True)
+            gpus = uq[np.argsort(first)].tolist()  # in order of first appearance
+        else:
+            gpus = list(dict.fromkeys(idx.tolist()))
+        one = len(gpus) == 1  # one GPU: no split needed
+        t_all = np.array(ch.t, dtype=np.float64)
+        if not ch.single:
+            t_all = t_all[ch.tick_of]
+        opened: list[tuple[int, int, Event]] = []
+        for gi in gpus:
+            pos = None if one else np.flatnonzero(idx == gi)
+            tr = self._tracker(gi)
+            cols = ch.cols if pos is None else ch.cols[:, pos]
+            ticks = ch.tick_of if pos is None else ch.tick_of[pos]
+            t = t_all if pos is None else t_all[pos]
+            u = utilisation_columns(tr.info, cols, tr.ceilings)
+            ph = ch.phase if one and ch.single else _pick(ch.phase, ticks.tolist())
+            tl = t.tolist()
+            op, _closed, spans = tr.advance(t, u, ph, tl)
+            opened += [(i if pos is None else int(pos[i]), ri, e) for i, ri, e in op]
+            if self.keep_series or each is not None:
+                codes = verdict_codes(len(tl), spans)
+            if self.keep_series:
+                self._extend(self.series[gi], tl, codes, u, ph, cols[COL["mem_used_bytes"]])
+            if each is not None:
+                for k, v, util in zip(ticks.tolist(), codes.tolist(), utilisations(u), strict=True):
+                    each(offset + k, gi, VERDICTS[v], util)
+        opened.sort(key=lambda x: (x[0], x[1]))
+        out = [e for _p, _r, e in opened]
+        self.events.extend(out)
+        return out
+
+    @staticmethod
+    def _extend(
+        ser: _GpuSeries, t: list[float], codes: np.ndarray, u: dict[str, np.ndarray], ph: list[Any], used: np.ndarray
+    ) -> None:
+        ser.t += t
+        ser.verdict += _VERDICT_NAMES[codes].tolist()
+        ser.phase += ph
+        for name, a in (("link", u["link"]), ("link_Bps", u["link_Bps"]), ("memory", u["memory"]),
+                        ("compute", u["compute"]), ("mem_used", used)):  # fmt: skip
+            getattr(ser, name).extend(_nullable(a))
+            ser.parts[name].append(a)
+        ser.memory_proxy = ser.memory_proxy or bool(u["proxy"].any())
 
     def finish(self) -> None:
         """Close events still open at the end of the data."""
         if self.t_last is None:
             return
+        self._version += 1
         for tr in self.trackers.values():
             tr.close_all(self.t_last)
 
@@ -132,7 +192,14 @@ class SessionAnalyzer:
         return [VERDICTS[c] for c in self._label_codes(index, times).tolist()]
 
     def _label_codes(self, index: int, times: list[float]) -> np.ndarray:
-        """Per tick verdict with backdated event intervals, as indices into VERDICTS."""
+        """Per tick verdict with backdated event intervals, as indices into VERDICTS (kept until the next feed)."""
+        key = (index, id(times), len(times), self._version)
+        hit = self._codes_cache.get(index)
+        if hit is None or hit[0] != key:
+            hit = self._codes_cache[index] = (key, self._label_codes_uncached(index, times))
+        return hit[1].copy()
+
+    def _label_codes_uncached(self, index: int, times: list[float]) -> np.ndarray:
         last = times[-1]
         intervals: dict[str, list[tuple[float, float]]] = {r: [] for r in RESOURCES}
         for ev in self.events:
@@ -249,113 +316,20 @@ class SessionAnalyzer:
         return out
 
 
-def _sweep_all(intervals: dict[str, list[tuple[float, float]]], times: list[float]) -> list[int]:
-    """The per-tick sweep over all resources, for times out of order."""
-    pos = dict.fromkeys(RESOURCES, 0)
-    codes = []
-    for t in times:
-        code = len(RESOURCES)
-        for ri, r in enumerate(RESOURCES):
-            iv, i = intervals[r], pos[r]
-            while i < len(iv) and iv[i][1] < t:
-                i += 1
-            pos[r] = i
-            if i < len(iv) and iv[i][0] <= t:
-                code = ri
-                break
-        codes.append(code)
-    return codes
-
-
-def _sweep(iv: list[tuple[float, float]], times: list[float]) -> list[bool]:
-    """Whether each (ascending) time lies in a sorted interval, by the original pointer sweep."""
-    out = []
-    i = 0
-    for t in times:
-        while i < len(iv) and iv[i][1] < t:
-            i += 1
-        out.append(i < len(iv) and iv[i][0] <= t)
-    return out
-
-
-def _segments(times: list[float], codes: np.ndarray) -> list[dict[str, Any]]:
-    """Runs of equal verdict; a segment ends where the next begins (the last at the last tick)."""
-    if not times:
-        return []
-    change = np.flatnonzero(codes[1:] != codes[:-1]) + 1
-    starts = [0, *change.tolist()]
-    ends = [*change.tolist(), len(times) - 1]
-    return [
-        {"start": times[a], "end": times[b], "saturated": VERDICTS[int(codes[a])]}
-        for a, b in zip(starts, ends, strict=True)
-    ]
-
-
-def _drop_gaps(time_in: dict[str, float], segs: list[dict[str, Any]], gaps: list[tuple[float, float]]) -> None:
-    """Take each hole out of the verdict segment that spans it (the one holding the tick before it)."""
-    if not gaps or not segs:
-        return
-    starts = [sg["start"] for sg in segs]
-    for a, b in gaps:
-        i = bisect_right(starts, a) - 1
-        if i >= 0 and segs[i]["start"] <= a < segs[i]["end"] and b <= segs[i]["end"]:
-            time_in[segs[i]["saturated"]] -= b - a
-
-
-def _series_array(ser: _GpuSeries, name: str) -> np.ndarray:
-    """A series column as floats (None -> NaN), kept on the series while its length is unchanged.
-
-    The bulk analyzer leaves the arrays it computed there, so summary() converts nothing.
-    """
-    values = getattr(ser, name)
-    cache: dict[str, np.ndarray] = ser.__dict__.setdefault("_arrays", {})
-    a = cache.get(name)
-    if a is None or a.size != len(values):
-        a = cache[name] = _floats(values)
-    return a
-
-
-def _floats(values: list[float | None]) -> np.ndarray:
-    """None -> NaN."""
-    try:
-        return np.array(values, dtype=np.float64)
-    except (TypeError, ValueError):
-        return np.array([np.nan if v is None else float(v) for v in values], dtype=np.float64)
-
-
-def _stats(values: list[float | None]) -> dict[str, float | None]:
-    return _stats_np(_floats(values))
-
-
-def _stats_np(a: np.ndarray) -> dict[str, float | None]:
-    v = np.sort(a[~np.isnan(a)])
-    n = int(v.size)
-    if not n:
-        return {"peak": None, "median": None, "p95": None, "mean": None, "n": 0}
-    return {
-        "peak": float(v[-1]),
-        "median": _quantile_np(v, 0.5),
-        "p95": _quantile_np(v, 0.95),
-        "mean": float(np.cumsum(v)[-1]) / n,  # the sequential sum of the sorted values, as sum() was
-        "n": n,
-    }
-
-
-def _quantile_np(v: np.ndarray, q: float) -> float:
-    """:func:`quantile` on a sorted array, the same arithmetic."""
-    if v.size == 1:
-        return float(v[0])
-    pos = q * (v.size - 1)
-    lo = int(pos)
-    hi = min(lo + 1, v.size - 1)
-    a, b = float(v[lo]), float(v[hi])
-    return a + (b - a) * (pos - lo)
-
-
 def analyze(
     header: SessionHeader, samples: Iterable[Sample], thresholds: Thresholds = DEFAULT_THRESHOLDS
 ) -> SessionAnalyzer:
     an = SessionAnalyzer(header, thresholds)
     an.feed_all(samples)
+    an.finish()
+    return an
+
+
+def analyze_rows(
+    header: SessionHeader, rows: Sequence[dict[str, Any]], thresholds: Thresholds = DEFAULT_THRESHOLDS
+) -> SessionAnalyzer:
+    """:func:`analyze` over a recording's raw tick dicts (what ``report`` does: a replay without a screen)."""
+    an = SessionAnalyzer(header, thresholds)
+    an.feed_rows(rows)
     an.finish()
     return an

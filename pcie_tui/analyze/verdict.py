@@ -1,6 +1,7 @@
 """Which resource is saturated, per GPU and tick, with time hysteresis.
 
-Pure functions and small state machines over Samples; no I/O.
+Pure functions over readings (one GPU, every sample of a chunk at once); no I/O. The hysteresis
+state machine that turns them into events is :mod:`pcie_tui.analyze.tracker`.
 
 Rules (defaults in :class:`Thresholds`, reasoning in docs/verdict.md):
 
@@ -23,7 +24,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from pcie_tui.model import GpuInfo, GpuSample, pcie_capacity_Bps
+import numpy as np
+
+from pcie_tui.analyze.columns import KEYS, from_samples
+from pcie_tui.model import GpuInfo, GpuSample, Sample, pcie_capacity_Bps
 
 RESOURCES = ("link", "memory", "compute")
 VERDICTS = ("link", "memory", "compute", "none")
@@ -95,26 +99,125 @@ def pcie_ceiling_Bps(info: GpuInfo | None, sample: GpuSample | None = None) -> t
 
 
 def utilisation(info: GpuInfo | None, s: GpuSample) -> Utilisation:
-    """Fractions of each resource's ceiling used in this tick."""
-    link = link_Bps = ceiling = None
-    bus = direction = None
-    pc, _ = pcie_ceiling_Bps(info, s)
-    if pc:
-        for d, v in (("rx", s.pcie_rx_Bps), ("tx", s.pcie_tx_Bps)):
-            if v is not None and (link is None or v / pc > link):
-                link, link_Bps, ceiling, bus, direction = v / pc, v, pc, "pcie", d
+    """Fractions of each resource's ceiling used in one tick (:func:`utilisation_columns` on one)."""
+    return last_utilisation(utilisation_columns(info, from_samples([Sample(0.0, (s,))]).cols))
+
+
+BUS = (None, "pcie", "pcie", "nvlink", "nvlink")  # by link-source code; 0 = no link reading
+DIR = (None, "rx", "tx", "rx", "tx")
+
+
+def utilisation_columns(
+    info: GpuInfo | None, cols: np.ndarray, seen: dict[tuple[float, float], float] | None = None
+) -> dict[str, np.ndarray]:
+    """Utilisation of one GPU for every GPU-sample of ``cols`` (columns.KEYS x samples), at once.
+
+    ``link``: the busier of PCIe RX/TX over the PCIe ceiling and NVLink RX/TX over the NVLink
+    capacity (the first wins a tie, in that order), with its rate (``link_Bps``), ceiling and
+    source (``src``, an index into :data:`BUS`/:data:`DIR`). ``memory``: GPM DRAM bandwidth, else
+    the NVML busy duty cycle (``proxy``). ``compute``: SM use. NaN where unknown. ``seen``: the
+    PCIe ceilings of this GPU already worked out, by link gen x width (kept by the caller).
+    """
+    size = cols.shape[1]
+    # PCIe RX, TX, NVLink RX, TX (the first four columns) over their ceilings; NaN where a rate
+    # or its ceiling is unknown (a zero or missing ceiling counts as unknown).
+    rates = cols[:4]
+    pc = _pcie_ceilings(info, cols[_GEN], cols[_WIDTH], {} if seen is None else seen)
     nc = info.nvlink_capacity_Bps if info is not None else None
-    if nc:
-        for d, v in (("rx", s.nvlink_rx_Bps), ("tx", s.nvlink_tx_Bps)):
-            if v is not None and (link is None or v / nc > link):
-                link, link_Bps, ceiling, bus, direction = v / nc, v, nc, "nvlink", d
+    caps = np.empty((4, size))
+    caps[0] = caps[1] = np.where(pc == 0, np.nan, pc)
+    caps[2:] = float(nc) if nc else np.nan
+    r = rates / caps
+    at = np.where(r != r, -np.inf, r).argmax(axis=0)  # the first of the busiest
+    every = np.arange(size)
+    link = r[at, every]
+    none = link != link
     # A GPU with GPM never mixes in the duty-cycle proxy: a missing GPM window
     # stays unknown rather than switching meaning from tick to tick.
-    if s.dram_bw_util is not None or (info is not None and info.metrics_source == "gpm"):
-        mem, proxy = s.dram_bw_util, False
+    dram, busy = cols[_DRAM], cols[_BUSY]
+    if info is not None and info.metrics_source == "gpm":
+        memory, proxy = dram, np.zeros(size, dtype=bool)
     else:
-        mem, proxy = s.mem_busy, s.mem_busy is not None
-    return Utilisation(link, bus, direction, link_Bps, ceiling, mem, proxy, s.sm_util)
+        use_dram = dram == dram
+        memory, proxy = np.where(use_dram, dram, busy), ~use_dram & (busy == busy)
+    return {
+        "link": link,
+        "link_Bps": np.where(none, np.nan, rates[at, every]),
+        "ceiling": np.where(none, np.nan, caps[at, every]),
+        "src": np.where(none, 0, at + 1).astype(np.int8),
+        "memory": memory,
+        "proxy": proxy,
+        "compute": cols[_SM],
+    }
+
+
+_GEN, _WIDTH, _DRAM, _BUSY, _SM = (
+    KEYS.index(k) for k in ("link_gen", "link_width", "dram_bw_util", "mem_busy", "sm_util")
+)
+assert KEYS[:4] == ("pcie_rx_Bps", "pcie_tx_Bps", "nvlink_rx_Bps", "nvlink_tx_Bps")
+
+
+def _pcie_ceilings(
+    info: GpuInfo | None, gen: np.ndarray, width: np.ndarray, seen: dict[tuple[float, float], float]
+) -> np.ndarray:
+    """:func:`pcie_ceiling_Bps` per GPU-sample (NaN where unknown), evaluated once per distinct gen x width."""
+    if gen.size <= 16:  # a live tick: no numpy set operations
+        out = []
+        for g, w in zip(gen.tolist(), width.tolist(), strict=True):
+            p = (-1.0 if g != g else g, -1.0 if w != w else w)
+            c = seen.get(p)
+            out.append(c if c is not None else seen.setdefault(p, _pcie_ceiling(info, *p)))
+        return np.array(out)
+    pair = np.stack((np.where(np.isnan(gen), -1.0, gen), np.where(np.isnan(width), -1.0, width)))
+    first = pair[:, :1]
+    if bool((pair == first).all()):
+        return np.full(pair.shape[1], _pcie_ceiling(info, *first[:, 0].tolist()))
+    uq, inv = np.unique(pair, axis=1, return_inverse=True)
+    table = np.array([_pcie_ceiling(info, g, w) for g, w in uq.T.tolist()])
+    return table[inv.reshape(-1)]
+
+
+def _pcie_ceiling(info: GpuInfo | None, gen: float, width: float) -> float:
+    def known(v: float) -> int | float | None:  # NaN (or the -1 standing for it) is unknown
+        return None if v != v or v == -1.0 else int(v) if v.is_integer() else v
+
+    c, _ = pcie_ceiling_Bps(info, GpuSample(0, link_gen=known(gen), link_width=known(width)))  # type: ignore[arg-type]
+    return np.nan if c is None else float(c)
+
+
+def utilisations(u: dict[str, np.ndarray]) -> list[Utilisation]:
+    """Every GPU-sample of :func:`utilisation_columns` as a :class:`Utilisation` (NaN -> None)."""
+
+    def f(a: np.ndarray) -> list[float | None]:
+        return [None if x != x else x for x in a.tolist()]
+
+    return [
+        Utilisation(lk, BUS[s], DIR[s], b, c, m, p, cp)
+        for lk, s, b, c, m, p, cp in zip(
+            f(u["link"]), u["src"].tolist(), f(u["link_Bps"]), f(u["ceiling"]), f(u["memory"]), u["proxy"].tolist(),
+            f(u["compute"]), strict=True,
+        )
+    ]  # fmt: skip
+
+
+def last_utilisation(u: dict[str, np.ndarray]) -> Utilisation:
+    """The last GPU-sample of :func:`utilisation_columns` as a :class:`Utilisation` (NaN -> None)."""
+
+    def f(a: np.ndarray) -> float | None:
+        x = float(a[-1])
+        return None if x != x else x
+
+    s = int(u["src"][-1])
+    return Utilisation(
+        f(u["link"]),
+        BUS[s],
+        DIR[s],
+        f(u["link_Bps"]),
+        f(u["ceiling"]),
+        f(u["memory"]),
+        bool(u["proxy"][-1]),
+        f(u["compute"]),
+    )
 
 
 @dataclass
@@ -165,100 +268,3 @@ class Event:
             "peak_Bps": self.peak_Bps,
             "phase": self.phase,
         }
-
-
-class _ResourceTracker:
-    __slots__ = ("resource", "active", "above_since", "below_since", "last_above", "event", "pending")
-
-    def __init__(self, resource: str) -> None:
-        self.resource = resource
-        self.active = False
-        self.above_since: float | None = None
-        self.below_since: float | None = None
-        self.last_above: float | None = None  # last tick at or above the exit threshold
-        self.event: Event | None = None
-        # Readings since above_since, folded into the event when it opens.
-        self.pending: list[tuple[float, float, Utilisation, str | None]] = []
-
-
-class GpuVerdictTracker:
-    """Feeds one GPU's ticks through the hysteresis rules; emits events."""
-
-    def __init__(self, info: GpuInfo | None, index: int, thresholds: Thresholds = DEFAULT_THRESHOLDS) -> None:
-        self.info = info
-        self.index = index
-        self.th = thresholds
-        self._trackers = {r: _ResourceTracker(r) for r in RESOURCES}
-        self.verdict = "none"
-        self.last_util: Utilisation | None = None
-
-    def update(self, t: float, s: GpuSample, phase: str | None = None) -> tuple[str, list[Event], list[Event]]:
-        """Feed one tick. Returns (verdict, events opened, events closed)."""
-        u = utilisation(self.info, s)
-        self.last_util = u
-        opened: list[Event] = []
-        closed: list[Event] = []
-        th = self.th
-        for r, tr in self._trackers.items():
-            val = u.link if r == "link" else u.memory if r == "memory" else u.compute
-            if val is None:
-                continue  # unknown: hold state; a missing reading proves nothing
-            proxy = r == "memory" and u.memory_proxy
-            if not tr.active:
-                if val >= th.enter(r, proxy):
-                    if tr.above_since is None:
-                        tr.above_since = t
-                        tr.pending.clear()
-                    tr.pending.append((t, val, u, phase))
-                    if t - tr.above_since >= th.hold_s:
-                        ev = Event(self.index, r, start=tr.above_since, proxy=proxy)
-                        for _pt, pv, pu, pp in tr.pending:
-                            _fold(ev, pv, pu, pp)
-                        tr.pending.clear()
-                        tr.active, tr.event, tr.below_since, tr.last_above = True, ev, None, t
-                        opened.append(ev)
-                else:
-                    tr.above_since = None
-                    tr.pending.clear()
-            else:
-                cur = tr.event
-                assert cur is not None
-                if val < th.exit(r, proxy):
-                    if tr.below_since is None:
-                        tr.below_since = t
-                    if t - tr.below_since >= th.hold_s:
-                        cur.end = tr.last_above
-                        tr.active, tr.event, tr.above_since = False, None, None
-                        closed.append(cur)
-                else:
-                    tr.below_since = None
-                    tr.last_above = t
-                    _fold(cur, val, u, phase)
-        self.verdict = next((r for r in RESOURCES if self._trackers[r].active), "none")
-        return self.verdict, opened, closed
-
-    def open_events(self) -> list[Event]:
-        return [tr.event for tr in self._trackers.values() if tr.event is not None]
-
-    def close_all(self, t: float) -> list[Event]:
-        """Close open events at the end of a session."""
-        out = []
-        for tr in self._trackers.values():
-            if tr.event is not None:
-                tr.event.end = tr.last_above if tr.below_since is not None else t
-                out.append(tr.event)
-                tr.event, tr.active = None, False
-        return out
-
-
-def _fold(ev: Event, val: float, u: Utilisation, phase: str | None) -> None:
-    ev.n += 1
-    ev.sum_util += val
-    if phase:
-        ev.phases[phase] = ev.phases.get(phase, 0) + 1
-    if ev.resource == "link" and u.link_dir:
-        ev.directions.add(u.link_dir)
-    if val >= ev.peak_util:
-        ev.peak_util = val
-        if ev.resource == "link":
-            ev.bus, ev.direction, ev.peak_Bps = u.link_bus, u.link_dir, u.link_Bps

@@ -176,7 +176,7 @@ _sample = _sample_fast if _fast_matches() else Sample.from_json
 class SampleList(Sequence[Sample]):
     """The ticks of a recording as Samples, built from the raw tick dicts on first use.
 
-    ``len`` and truth need no Samples, so ``report`` (which analyses the raw dicts in bulk)
+    ``len`` and truth need no Samples, so ``report`` (which feeds the raw dicts to the analyzer)
     never pays for them; replay and anything that indexes or iterates gets a plain list.
     """
 
@@ -225,7 +225,7 @@ class Recording:
     """A whole recording in memory: header, samples, and non-tick event lines.
 
     ``rows`` holds the raw tick dicts when the recording was read from a file (what
-    :func:`pcie_tui.analyze.bulk.analyze_rows` takes); ``samples`` then builds lazily.
+    :func:`pcie_tui.analyze.session.analyze_rows` takes); ``samples`` then builds lazily.
     """
 
     path: Path

@@ -1,9 +1,7 @@
-"""Bulk analysis (numpy, over runs) equals the streaming SessionAnalyzer, tick for tick.
-
-The streaming path (Sample.from_json -> SessionAnalyzer.feed -> finish) is the reference;
-analyze_rows must leave the same series, events and tracker verdicts, and the numpy
-summary must equal the plain-Python summary the project had before (kept below as
-``_reference_summary``).
+"""One analyzer, any chunking: feeding ticks one by one, or in chunks of any length, gives the same
+series, events, verdicts, attribution and report; and both equal the per-tick analyzer the project
+had before it took chunks (tests/analyzer_reference.py, verbatim) and its plain-Python summary
+(``_reference_summary`` below).
 """
 
 from __future__ import annotations
@@ -16,12 +14,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from analyzer_reference import ref_run
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pcie_tui.analyze import bulk
-from pcie_tui.analyze.bulk import analyze_rows
-from pcie_tui.analyze.session import SessionAnalyzer, analyze
+from pcie_tui.analyze import session
+from pcie_tui.analyze.answer import answer
+from pcie_tui.analyze.session import SessionAnalyzer, analyze, analyze_rows
 from pcie_tui.analyze.verdict import RESOURCES, VERDICTS, Thresholds
 from pcie_tui.model import PCIE_LANE_Bps, Sample, SessionHeader
 from pcie_tui.record.reader import Recording, SampleList, read_recording, read_rows
@@ -33,7 +32,8 @@ REAL = sorted((REPO / "pcie_tui" / "data").glob("*.jsonl.gz")) + [
     REPO / "tests" / "fixtures" / "vllm-cpu-session.jsonl",
 ]
 DEFAULT = Thresholds()
-SERIES = ("t", "verdict", "link", "link_Bps", "memory", "compute", "phase", "memory_proxy")
+SERIES = ("t", "verdict", "link", "link_Bps", "memory", "compute", "phase", "memory_proxy", "mem_used")
+REF_SERIES = ("t", "verdict", "link", "link_Bps", "memory", "compute", "phase")
 
 
 # ---- the pre-numpy summary, verbatim in logic, as the reference ------------------
@@ -166,27 +166,54 @@ def _event_state(e: Any) -> dict[str, Any]:
     return d
 
 
+def _state(an: SessionAnalyzer) -> dict[str, Any]:
+    """Everything an analyzer holds that a caller can see, for exact comparison."""
+    return {
+        "span": (an.t0, an.t_last, an.n),
+        "series": {i: {k: getattr(sr, k) for k in SERIES} for i, sr in an.series.items()},
+        "events": [_event_state(e) for e in an.events],
+        "trackers": {i: (tr.verdict, tr.last_util) for i, tr in an.trackers.items()},
+        "summary": an.summary(),
+        "timeline": {i: an.timeline(i) for i in an.series},
+        "phases": {i: an.phase_summary(i) for i in an.series},
+        "answer": answer(an.header, an),
+    }
+
+
+def tick_by_tick(header: SessionHeader, rows: list[dict[str, Any]], th: Thresholds = DEFAULT) -> SessionAnalyzer:
+    """The live path: one Sample at a time through feed(); checks what each feed() returns."""
+    an = SessionAnalyzer(header, th)
+    for d in rows:
+        opened = an.feed(Sample.from_json(d))
+        assert all(e in an.events for e in opened)
+    an.finish()
+    return an
+
+
 def assert_same(header: SessionHeader, rows: list[dict[str, Any]], th: Thresholds = DEFAULT) -> SessionAnalyzer:
-    ref = analyze(header, [Sample.from_json(d) for d in rows], th)
-    got = bulk._analyze(header, rows, th)  # the vectorised path itself, never its fallback
-    assert (got.t0, got.t_last, got.n) == (ref.t0, ref.t_last, ref.n)
-    assert list(got.series) == list(ref.series)
-    for i, sr in ref.series.items():
-        sg = got.series[i]
-        for k in SERIES:
-            assert getattr(sg, k) == getattr(sr, k), f"gpu {i} series {k}"
-    assert [_event_state(e) for e in got.events] == [_event_state(e) for e in ref.events]
-    assert list(got.trackers) == list(ref.trackers)
-    for i, tr in ref.trackers.items():
-        assert got.trackers[i].verdict == tr.verdict
-        assert got.trackers[i].last_util == tr.last_util
-    fast = ref.summary()
-    assert got.summary() == fast
-    _close(fast, _reference_summary(ref))
-    for i in ref.series:
-        assert got.timeline(i) == ref.timeline(i)
-        assert got.phase_summary(i) == ref.phase_summary(i)
-    return got
+    samples = [Sample.from_json(d) for d in rows]
+    one = tick_by_tick(header, rows, th)
+    ref = ref_run(header, samples, th)
+    # The per-tick reference: same series, events (in order), verdicts and last utilisation.
+    assert list(one.series) == list(ref["series"])
+    for i, sr in ref["series"].items():
+        for k in REF_SERIES:
+            assert getattr(one.series[i], k) == sr[k], f"gpu {i} series {k}"
+    assert [_event_state(e) for e in one.events] == [_event_state(e) for e in ref["events"]]
+    for i, tr in ref["trackers"].items():
+        assert (one.trackers[i].verdict, one.trackers[i].last_util) == (tr.verdict, tr.last_util)
+    _close(one.summary(), _reference_summary(one))
+    want = _state(one)
+    n = len(rows)
+    for k in sorted({1, 2, 3, 7, max(1, n // 2), max(1, n)}):
+        got = SessionAnalyzer(header, th).feed_rows(rows, chunk=k)
+        got.finish()
+        assert _state(got) == want, f"rows in chunks of {k}"
+    assert _state(analyze_rows(header, rows, th)) == want, "analyze_rows (what report runs)"
+    got = SessionAnalyzer(header, th).feed_all(samples, chunk=5)
+    got.finish()
+    assert _state(got) == want, "Samples in chunks of 5"
+    return one
 
 
 # ---- random recordings -------------------------------------------------------------
@@ -297,9 +324,9 @@ def recordings(draw: Any) -> tuple[SessionHeader, list[dict[str, Any]], Threshol
     return header, rows, th
 
 
-@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(recordings())
-def test_bulk_equals_streaming_on_random_recordings(
+def test_chunks_equal_ticks_on_random_recordings(
     rec: tuple[SessionHeader, list[dict[str, Any]], Thresholds],
 ) -> None:
     header, rows, th = rec
@@ -368,23 +395,19 @@ def test_equal_timestamps_and_hold_boundaries() -> None:
     assert_same(header, rows)
 
 
-def test_out_of_order_ticks_fall_back_to_streaming() -> None:
+def test_out_of_order_ticks() -> None:
+    """Ticks out of time order (a recording the reader was told not to check) chunk the same too."""
     header, rows, _e, _w = read_rows(REPO / "tests" / "fixtures" / "h200-probe.jsonl")
-    rows = rows[:40] + rows[60:70] + rows[40:60] + rows[70:]
-    with pytest.raises(bulk._Fallback):
-        bulk._analyze(header, rows, DEFAULT)
-    ref = analyze(header, [Sample.from_json(d) for d in rows])
-    got = analyze_rows(header, rows)
-    assert [_event_state(e) for e in got.events] == [_event_state(e) for e in ref.events]
-    assert got.summary() == ref.summary()
-    _close(got.summary(), _reference_summary(ref))
+    # Fresh dicts: validate.cached_columns knows the reader's GPU dicts by their first and last only.
+    rows = json.loads(json.dumps(rows[:40] + rows[60:70] + rows[40:60] + rows[70:]))
+    assert_same(header, rows)
 
 
 # ---- real recordings ----------------------------------------------------------------
 
 
 @pytest.mark.parametrize("path", REAL, ids=lambda p: p.name)
-def test_bulk_equals_streaming_on_real_recordings(path: Path) -> None:
+def test_chunks_equal_ticks_on_real_recordings(path: Path) -> None:
     header, rows, _events, _warnings = read_rows(path)
     assert_same(header, rows)
 
@@ -398,16 +421,108 @@ def test_real_recording_repeated_with_hour_like_length() -> None:
     assert len(an.events) >= 20
 
 
-@pytest.mark.parametrize("path", REAL, ids=lambda p: p.name)
-def test_report_fast_path_equals_streaming_report(path: Path) -> None:
-    rec = read_recording(path, warn=False)
-    fast, _ = build_report(rec)
-    assert isinstance(rec.samples, SampleList) and not rec.samples.built  # no Samples were needed
+def _report_json(rec: Recording) -> str:
+    return json.dumps(build_report(rec)[0], sort_keys=True)
+
+
+def _as_samples(path: Path) -> Recording:
     again = read_recording(path, warn=False)
-    slow_rec = Recording(again.path, again.header, list(again.samples), again.events, again.warnings)
-    slow_rec.segments, slow_rec.gaps = again.segments, again.gaps
-    slow, _ = build_report(slow_rec)
-    assert json.dumps(fast, sort_keys=True) == json.dumps(slow, sort_keys=True)
+    rec = Recording(again.path, again.header, list(again.samples), again.events, again.warnings)
+    rec.segments, rec.gaps = again.segments, again.gaps
+    return rec
+
+
+def assert_report_same(path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
+    """``report`` (raw rows in chunks) == the same from Samples == fed one tick at a time."""
+    rec = read_recording(path, warn=False)
+    fast = _report_json(rec)
+    assert isinstance(rec.samples, SampleList) and not rec.samples.built  # no Samples were needed
+    assert _report_json(_as_samples(path)) == fast
+    for k in (1, 7):
+        monkeypatch.setattr(session, "CHUNK_TICKS", k)
+        assert _report_json(read_recording(path, warn=False)) == fast, f"rows in chunks of {k}"
+        assert _report_json(_as_samples(path)) == fast, f"Samples in chunks of {k}"
+    return json.loads(fast)  # type: ignore[no-any-return]
+
+
+@pytest.mark.parametrize("path", REAL, ids=lambda p: p.name)
+def test_report_is_the_same_in_any_chunking(path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    assert_report_same(path, monkeypatch)
+
+
+def test_synthetic_recording_with_gaps_restarts_and_missing_readings(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A recording with a hole, a restart (second header), GPUs missing from ticks, readings missing,
+    a link that retrains, and engine phases: every chunking gives the same analysis and report."""
+    src = REPO / "pcie_tui" / "data" / "h200-reference.jsonl.gz"
+    lines = gzip.decompress(src.read_bytes()).decode().splitlines()
+    hdr = json.loads(lines[0])
+    g0 = hdr["gpus"][0]
+    hdr["gpus"] = [g0, dict(g0, index=1, uuid=g0["uuid"] + "-1", metrics_source="nvml")]
+    ticks = [json.loads(x) for x in lines[1:] if x.strip()]
+    rnd = random.Random(11)
+    out = [json.dumps(hdr)]
+    t = 1.8e9
+    for k, d in enumerate(ticks * 2):
+        t += 0.1
+        if k in (150, 700):
+            t += 30.0  # a hole of many intervals: a gap
+        if k == 500:
+            out.append(json.dumps(dict(hdr, created="restart")))  # the recorder restarted: a new segment
+        g = dict(d["gpus"][0])
+        for key in ("pcie_rx_Bps", "pcie_tx_Bps", "dram_bw_util", "sm_util", "mem_busy"):
+            if rnd.random() < 0.05:
+                g[key] = None  # a reading missing this tick
+        if 300 <= k < 340:
+            g["link_gen"], g["link_width"] = 4, 8  # retrained narrower
+        dram = g["dram_bw_util"]
+        busy = None if dram is None else 1.0 if dram >= 0.5 else dram  # NVML only: the duty-cycle proxy
+        g1 = dict(g, index=1, dram_bw_util=None, mem_busy=busy)
+        gpus = [g] + ([g1] if k % 9 else [])  # GPU 1 missing from every ninth tick
+        phase = ("prefill", "decode", "idle", None)[(k // 37) % 4]
+        tick = {"t": t, "gpus": gpus, "engine": {"kind": "vllm", "up": True, "phase": phase, "requests_running": 1}}
+        out.append(json.dumps(tick))
+    path = tmp_path / "synthetic.jsonl"
+    path.write_text("\n".join(out) + "\n")
+    rec = read_recording(path, warn=False)
+    assert rec.gaps and len(rec.segments) > 1
+    an = assert_same(rec.header, rec.rows or [])
+    assert {e.gpu for e in an.events} == {0, 1} and any(e.proxy for e in an.events)
+    report = assert_report_same(path, monkeypatch)
+    assert report["gaps_s"] > 50 and report["ticks"] == len(ticks) * 2
+
+
+@pytest.mark.parametrize("path", REAL, ids=lambda p: p.name)
+def test_each_tick_hook_tells_what_feed_leaves_in_the_trackers(path: Path) -> None:
+    """feed_all(each=...) reports per GPU-tick the verdict and utilisation feed() leaves behind, so a
+    replay seek can attribute every tick (LiveAttribution) at the cost of chunks."""
+    from pcie_tui.analyze.attribution import LiveAttribution
+
+    rec = read_recording(path, warn=False)
+    samples = list(rec.samples)
+    ticked = LiveAttribution(rec.header, None, DEFAULT)
+    one = SessionAnalyzer(rec.header, keep_series=False)
+    want = []
+    for i, s in enumerate(samples):
+        one.feed(s)
+        for g in s.gpus:
+            tr = one.trackers[g.index]
+            assert tr.last_util is not None
+            want.append((g.index, i, tr.verdict, tr.last_util))
+            ticked.feed(s.t, g.index, tr.verdict, tr.last_util, session.sample_phase(s), g.mem_used_bytes)
+    for k in (3, 1000):
+        got: list[Any] = []
+        an = SessionAnalyzer(rec.header, keep_series=False)
+        an.feed_all(samples, chunk=k, each=lambda i, gi, v, u, got=got: got.append((gi, i, v, u)))
+        assert sorted(got, key=lambda x: x[:2]) == sorted(want, key=lambda x: x[:2])  # per GPU, in tick order
+        chunked = LiveAttribution(rec.header, None, DEFAULT)
+        for gi, i, v, u in sorted(got, key=lambda x: x[:2]):
+            s = samples[i]
+            g = next(g for g in s.gpus if g.index == gi)
+            chunked.feed(s.t, gi, v, u, session.sample_phase(s), g.mem_used_bytes)
+        assert chunked.findings() == ticked.findings()
+        assert [_event_state(e) for e in an.events] == [_event_state(e) for e in one.events]
 
 
 # ---- reader ---------------------------------------------------------------------------

@@ -1,0 +1,132 @@
+"""Ticks as columns: the input :class:`pcie_tui.analyze.session.SessionAnalyzer` advances over.
+
+A :class:`Chunk` holds a run of ticks in time order: per tick its time and phase, per GPU-sample
+(one GPU's readings in one tick) its tick, GPU index and readings as floats (NaN = missing). The
+analyzer takes one chunk at a time, whatever its length: a live tick is a chunk of one, a replay
+or a report feeds the recording in chunks of :data:`CHUNK_TICKS`. Chunks come from Samples
+(:func:`from_samples`) or, for a recording read from a file, straight from its raw tick dicts
+(:func:`from_rows`: no Sample is built, and the reader's validation hands over the columns it
+already built through :func:`pcie_tui.record.validate.cached_columns`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from itertools import chain
+from operator import attrgetter, itemgetter
+from typing import Any
+
+import numpy as np
+
+from pcie_tui.model import Sample
+from pcie_tui.record.validate import cached_columns
+
+# Every per-GPU reading, in the order record/validate.py builds its columns in.
+KEYS = (
+    "pcie_rx_Bps",
+    "pcie_tx_Bps",
+    "nvlink_rx_Bps",
+    "nvlink_tx_Bps",
+    "dram_bw_util",
+    "mem_busy",
+    "sm_util",
+    "link_gen",
+    "link_width",
+    "power_W",
+    "mem_used_bytes",
+)
+COL = {k: i for i, k in enumerate(KEYS)}
+CHUNK_TICKS = 8192  # a report's chunk: long enough that numpy's per-call cost vanishes
+_F = np.float64
+_get_keys = itemgetter(*KEYS)
+_get_attrs = attrgetter(*KEYS)
+
+
+@dataclass(slots=True)
+class Chunk:
+    """A run of ticks as columns."""
+
+    t: list[float]  # per tick
+    phase: list[Any]  # per tick: sample_phase
+    tick_of: np.ndarray  # per GPU-sample: its tick's position in the chunk
+    index: np.ndarray  # per GPU-sample: the GPU index
+    cols: np.ndarray  # len(KEYS) x GPU-samples, floats, NaN where missing
+    single: bool  # every tick has exactly one GPU-sample (tick_of is 0, 1, 2, ...)
+
+
+def sample_phase(s: Sample) -> str | None:
+    """The phase a tick belongs to: the engine's, else a recording's own label."""
+    if s.engine is not None and s.engine.phase:
+        return s.engine.phase
+    label = s.extra.get("label")
+    return label if isinstance(label, str) else None
+
+
+def tick_phase(d: dict[str, Any]) -> Any:
+    """:func:`sample_phase` on a raw tick dict."""
+    eng = d.get("engine")
+    if isinstance(eng, dict):
+        p = eng.get("phase")
+        if p:
+            return p
+    label = d.get("label")
+    return label if isinstance(label, str) else None
+
+
+def from_samples(samples: Sequence[Sample]) -> Chunk:
+    """One chunk of the given Samples (a live tick: a chunk of one)."""
+    if len(samples) == 1:  # the live path: one tick, no repeat needed
+        flat: Sequence[Any] = samples[0].gpus
+        tick_of = np.zeros(len(flat), dtype=np.int64)
+        single = len(flat) == 1
+    else:
+        flat = [g for s in samples for g in s.gpus]
+        counts = [len(s.gpus) for s in samples]
+        tick_of = np.repeat(np.arange(len(samples)), counts)
+        single = counts.count(1) == len(counts)
+    index = np.array([g.index for g in flat], dtype=np.int64)
+    cols = np.array(list(map(_get_attrs, flat)), dtype=_F).T if flat else np.empty((len(KEYS), 0))
+    return Chunk([s.t for s in samples], list(map(sample_phase, samples)), tick_of, index, cols, single)
+
+
+def from_rows(rows: Sequence[dict[str, Any]], ticks: int = CHUNK_TICKS) -> Iterator[Chunk]:
+    """Raw tick dicts (as :func:`pcie_tui.record.reader.read_rows` returns them) in chunks of ``ticks``.
+
+    ``rows`` must be well-formed ticks (the reader drops the others): a number ``t``, and ``gpus`` a
+    list of dicts with an integer ``index``.
+    """
+    n = len(rows)
+    t = list(map(float, map(itemgetter("t"), rows)))
+    phase = [  # tick_phase, inlined
+        p
+        if isinstance(e := d.get("engine"), dict) and (p := e.get("phase"))
+        else (lb if isinstance(lb := d.get("label"), str) else None)
+        for d in rows
+    ]
+    glists = [d.get("gpus") or () for d in rows]
+    counts = np.fromiter(map(len, glists), dtype=np.int64, count=n)
+    flat: list[dict[str, Any]] = list(chain.from_iterable(glists))
+    index = np.array(list(map(itemgetter("index"), flat)), dtype=np.int64)
+    cols = _columns(flat)
+    offs = np.concatenate(([0], np.cumsum(counts))).tolist()
+    for a in range(0, n, ticks):
+        b = min(n, a + ticks)
+        fa, fb = offs[a], offs[b]
+        c = counts[a:b]
+        tick_of = np.repeat(np.arange(b - a), c)
+        yield Chunk(t[a:b], phase[a:b], tick_of, index[fa:fb], cols[:, fa:fb], bool((c == 1).all()))
+
+
+def _columns(flat: list[dict[str, Any]]) -> np.ndarray:
+    """KEYS x GPU-samples as floats, None -> NaN: the reader's own columns when it built them."""
+    done = cached_columns(flat, KEYS)
+    if done is not None:
+        return done
+    if not flat:
+        return np.empty((len(KEYS), 0))
+    try:
+        rows = list(map(_get_keys, flat))
+    except KeyError:  # a writer that leaves unknown fields out
+        rows = [tuple(g.get(k) for k in KEYS) for g in flat]
+    return np.array(rows, dtype=_F).T
