@@ -135,6 +135,23 @@ class ViewModel:
             if tr is not None and tr.last_util is not None:
                 self.attribution.feed(s.t, g.index, tr.verdict, tr.last_util, phase, g.mem_used_bytes)
 
+    def _analyse_many(self, samples: Sequence[Sample], a: int, b: int) -> None:
+        """``_analyse`` of ``samples[a:b]``, the analyzer fed in chunks (a seek over an hour of ticks)."""
+        told: dict[tuple[int, int], tuple[str, Any]] = {}
+
+        def hear(i: int, gi: int, verdict: str, util: Any) -> None:
+            told[a + i, gi] = (verdict, util)
+
+        self.analyzer.feed_all(samples[a:b], each=hear)
+        attribute = self.attribution.feed
+        for i in range(a, b):  # in the order feed() tells it: tick by tick, GPUs as the tick lists them
+            s = samples[i]
+            phase = self.phase_of(s)
+            for g in s.gpus:
+                got = told.get((i, g.index))
+                if got is not None and got[1] is not None:
+                    attribute(s.t, g.index, got[0], got[1], phase, g.mem_used_bytes)
+
     def phase_of(self, s: Sample) -> str | None:
         """sample_phase (the engine's phase wins), applied to the whole session.
 
@@ -190,6 +207,10 @@ class ViewModel:
             # Counters need the tick before the window too.
             while stats_from > self.n and samples[stats_from - 1].t >= t_end - self.engine_stats_window_s() - 1.0:
                 stats_from -= 1
+        quiet_to = min(hist_from, stats_from)  # ticks before this are only analysed
+        if quiet_to - self.n >= 64:
+            self._analyse_many(samples, self.n, quiet_to)
+            self.n = quiet_to
         feed = self._analyse
         for i in range(self.n, upto):
             s = samples[i]
