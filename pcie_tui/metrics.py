@@ -7,7 +7,7 @@ These read the table instead of keeping their own lists:
 
 * the recording codec: ``GpuSample.to_json``/``from_json`` (:mod:`pcie_tui.model`) and the
   reader's fast path (:mod:`pcie_tui.record.reader`);
-* validation and the bulk columns: :mod:`pcie_tui.record.validate` (``GPU_RULES``,
+* validation and the analyzer's columns: :mod:`pcie_tui.record.validate` (``GPU_RULES``,
   ``clean_gpu_dict``, ``clean_gpu_sample``, ``gpu_columns_ok``, ``cached_columns``);
 * the TUI: the GPU panel's labels and its figures line (:mod:`pcie_tui.tui.widgets`), the ``?``
   page's per-GPU rows (:func:`pcie_tui.tui.sources.figure_sources`);

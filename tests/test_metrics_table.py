@@ -15,7 +15,7 @@ import pytest
 from fakenvml import FakeNvml, ManualClock, load_capture
 
 from pcie_tui import metrics
-from pcie_tui.analyze.bulk import analyze_rows
+from pcie_tui.analyze.session import analyze_rows
 from pcie_tui.collect.nvml import NvmlCollector
 from pcie_tui.export import ExportState, PrometheusCollector
 from pcie_tui.model import TYPED_METRICS, GpuSample, Sample, SessionHeader
@@ -103,6 +103,11 @@ def test_a_new_row_flows_from_collector_to_every_output(row, tmp_path):
     cols = validate.cached_columns(flat, ("pcie_rx_Bps", NAME))
     assert cols is not None and cols.shape == (2, len(KEPT))
     assert [None if v != v else float(v) for v in cols[1]] == KEPT
+    _h, again, _e, _w = read_rows(path)
+    flat = [g for d in again for g in d["gpus"]]
+    assert len(flat) > 2
+    flat[1:-1] = flat[-2:0:-1]  # the same dicts, the middle reordered: not the columns just built
+    assert validate.cached_columns(flat, ("pcie_rx_Bps",)) is None
     analyze_rows(rec.header, ticks)  # the report's analyzer takes recordings with the row
     # TUI: the panel's figures line and the ``?`` page
     info = rec.header.gpus[0]

@@ -21,6 +21,7 @@ Rules (see docs/recording-format.md):
 from __future__ import annotations
 
 import math
+import operator
 from dataclasses import replace
 from itertools import chain
 from operator import itemgetter
@@ -298,21 +299,25 @@ def gpu_columns_ok(flat: list[dict[str, Any]]) -> bool:
         if not bool(np.isin(w[~np.isnan(w)], ok).all()):
             return False
     global _last
-    _last = (len(flat), flat[0], flat[-1], a, keys)  # the dicts themselves: their ids cannot be reused
+    _last = (tuple(flat), a, keys)  # the dicts themselves: their ids cannot be reused while held
     return True
 
 
 def cached_columns(flat: list[dict[str, Any]], keys: tuple[str, ...]) -> np.ndarray | None:
     """The float matrix :func:`gpu_columns_ok` just built for these same GPU dicts (keys x samples), once.
 
-    The bulk analyzer needs the same columns; handing them over saves building them twice. Any
-    metrics-table rows in any order; a prefix of the table's order comes without a copy.
+    The analyzer (:mod:`pcie_tui.analyze.columns`) needs the same columns; handing them over saves
+    building them twice. Only for the very same dicts in the very same order (each one compared by
+    identity, so a list reordered or edited since gets None). Any metrics-table rows in any order;
+    a prefix of the table's order comes without a copy.
     """
     global _last
     if _last is None or not flat:
         return None
-    n, first, last, a, built = _last
-    if n != len(flat) or first is not flat[0] or last is not flat[-1] or not set(keys) <= set(built):
+    seen, a, built = _last
+    if len(seen) != len(flat) or not set(keys) <= set(built):
+        return None
+    if not all(map(operator.is_, seen, flat)):
         return None
     _last = None
     if keys == built[: len(keys)]:
@@ -343,7 +348,7 @@ def _bounds() -> tuple[np.ndarray, np.ndarray, list[int], list[tuple[int, np.nda
 
 
 _TYPED = frozenset(TYPED_METRICS)
-_last: tuple[int, dict[str, Any], dict[str, Any], np.ndarray, tuple[str, ...]] | None = None
+_last: tuple[tuple[dict[str, Any], ...], np.ndarray, tuple[str, ...]] | None = None
 
 
 MAX_ABS_T = 1e11  # unix seconds; year 5138
