@@ -24,12 +24,13 @@ from pcie_tui.model import Sample, SessionHeader
 DEFAULT_PORT = 9842
 VERDICT_NAMES = ("link", "memory", "compute", "none")  # = analyze.verdict.VERDICTS (kept light to import)
 PHASES = ("loading", "prefill", "decode", "mixed", "idle", "down")
-# vLLM histograms (engine.extra["hist"]), re-exposed with vLLM's own buckets: key -> metric stem.
-VLLM_HIST = {f"{k}_s": k for k in ("ttft", "itl", "prefill", "decode", "queue", "e2e")}
-# llama-server has no histograms, only per-request log timings (engine.extra["requests"]): each finished
-# request is observed once into these bounds (seconds). The counts are real; the bounds are ours.
+# Engine histograms (engine.extra["hist"]), re-exposed with the engine's own buckets: key -> metric stem.
+HIST_STEMS = {f"{k}_s": k for k in ("ttft", "itl", "prefill", "decode", "queue", "e2e")}
+# An engine without histograms but with per-request timings (engine.extra["requests"], e.g. from its
+# log): each finished request is observed once into these bounds (seconds). The counts are real; the
+# bounds are ours.
 _PROMPT_LE = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 25.0, 60.0, 120.0, 300.0)
-LLAMA_LE = {
+REQUEST_LE = {
     "ttft": _PROMPT_LE,
     "prefill": _PROMPT_LE,
     "decode": (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 40.0, 80.0, 160.0, 320.0, 640.0),
@@ -45,7 +46,7 @@ def _num(v: Any) -> float | None:
 
 
 def _valid_hist(h: Any) -> bool:
-    """Cumulative buckets as vLLM reported them: finite, ascending bounds, non-decreasing counts up to count."""
+    """Cumulative buckets as the engine reported them: finite, ascending bounds, non-decreasing counts up to count."""
     try:
         le, cum, total = list(h["le"]), [*h["cum"], h["count"]], h.get("sum")
     except (KeyError, TypeError):
@@ -81,7 +82,7 @@ class ExportState:
         self.verdicts: dict[int, str] = {}
         self.link_util: dict[int, float | None] = {}
         self.hist: dict[str, dict[str, Any]] = {}
-        self.llama: dict[str, dict[str, Any]] = {}  # name -> {"le", "cum", "count", "sum"}
+        self.per_request: dict[str, dict[str, Any]] = {}  # name -> {"le", "cum", "count", "sum"}
         self._seen: dict[tuple[Any, ...], None] = {}
 
     def feed(self, s: Sample) -> None:
@@ -105,7 +106,7 @@ class ExportState:
     def _engine(self, extra: dict[str, Any]) -> None:
         hist = extra.get("hist")
         if isinstance(hist, dict):  # absent when unchanged: the last one stays
-            self.hist = {k: h for k, h in hist.items() if k in VLLM_HIST and _valid_hist(h)}
+            self.hist = {k: h for k, h in hist.items() if k in HIST_STEMS and _valid_hist(h)}
         for r in extra.get("requests") or ():
             if not isinstance(r, dict):
                 continue
@@ -126,8 +127,8 @@ class ExportState:
 
     def _observe(self, name: str, v: float) -> None:
         """One real observation into fixed bounds (cumulative: every bucket at or above ``v``)."""
-        le = LLAMA_LE[name]
-        h = self.llama.setdefault(name, {"le": list(le), "cum": [0] * len(le), "count": 0, "sum": 0.0})
+        le = REQUEST_LE[name]
+        h = self.per_request.setdefault(name, {"le": list(le), "cum": [0] * len(le), "count": 0, "sum": 0.0})
         h["cum"] = [c + (v <= b) for c, b in zip(h["cum"], le, strict=True)]
         h["count"] += 1
         h["sum"] += v
@@ -148,13 +149,13 @@ HELP = {
     "pcie_engine_generation_tokens": "tokens generated (the engine's counter)",
     "pcie_engine_requests_running": "requests being processed",
     "pcie_engine_requests_waiting": "requests queued",
-    "pcie_engine_kv_cache_util_ratio": "KV cache in use, 0..1 (vLLM)",
-    "pcie_engine_ttft_seconds": "time to first token (vLLM: from arrival; llama-server: prompt eval, server side)",
-    "pcie_engine_itl_seconds": "gap between consecutive output tokens, one observation per gap (vLLM)",
+    "pcie_engine_kv_cache_util_ratio": "KV cache in use, 0..1 (where the engine reports it)",
+    "pcie_engine_ttft_seconds": "time to first token as the engine times it (histograms: from arrival; per-request log timings: prompt eval, server side)",
+    "pcie_engine_itl_seconds": "gap between consecutive output tokens, one observation per gap (engines with histograms)",
     "pcie_engine_prefill_seconds": "prefill time per request",
     "pcie_engine_decode_seconds": "decode time per request",
-    "pcie_engine_queue_seconds": "time a request waited in the queue (vLLM)",
-    "pcie_engine_e2e_seconds": "end-to-end latency per request (vLLM)",
+    "pcie_engine_queue_seconds": "time a request waited in the queue (engines with histograms)",
+    "pcie_engine_e2e_seconds": "end-to-end latency per request (engines with histograms)",
     "pcie_engine_request_itl_mean_seconds": "mean inter-token gap of each request, one observation per request",
 }
 
@@ -253,8 +254,8 @@ def _histograms(kind: str, st: ExportState) -> Iterator[Any]:
     from prometheus_client.core import HistogramMetricFamily
     from prometheus_client.utils import floatToGoString
 
-    items = [(f"pcie_engine_{VLLM_HIST[k]}_seconds", h) for k, h in st.hist.items()]
-    items += [(f"pcie_engine_{k}_seconds", h) for k, h in st.llama.items()]
+    items = [(f"pcie_engine_{HIST_STEMS[k]}_seconds", h) for k, h in st.hist.items()]
+    items += [(f"pcie_engine_{k}_seconds", h) for k, h in st.per_request.items()]
     for name, h in sorted(items, key=lambda x: x[0]):
         fam = HistogramMetricFamily(name, HELP[name], labels=["engine"])
         buckets = [(floatToGoString(le), float(c)) for le, c in zip(h["le"], h["cum"], strict=True)]
@@ -310,7 +311,8 @@ def _open_source(args: argparse.Namespace, open_live: Callable[..., Any]) -> tup
     """(source, what it is for the status line, recording name or "")."""
     if args.replay is None:
         source, status = open_live(args, interactive=False)
-        return source, f"live GPUs; {status}", ""
+        gpu_side = "engine alone (no GPU side)" if getattr(source, "gpus", None) is None else "live GPUs"
+        return source, f"{gpu_side}; {status}", ""
     from pcie_tui import demos
     from pcie_tui.record.reader import read_recording
     from pcie_tui.record.replay import ReplaySource

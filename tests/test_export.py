@@ -25,7 +25,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from pcie_tui import demos
 from pcie_tui.engines.stats import unique_requests
-from pcie_tui.export import LLAMA_LE, _is_loopback
+from pcie_tui.export import REQUEST_LE, _is_loopback
 from pcie_tui.model import pcie_capacity_Bps
 from pcie_tui.record.reader import read_recording
 
@@ -234,7 +234,7 @@ def test_replay_end_exposes_every_request_once(exporters):
     assert len(ttft) == 6
     assert value(fams, "pcie_engine_ttft_seconds_count") == len(ttft)
     assert value(fams, "pcie_engine_ttft_seconds_sum") == pytest.approx(sum(ttft))
-    for le in LLAMA_LE["ttft"]:
+    for le in REQUEST_LE["ttft"]:
         want = sum(1 for v in ttft if v <= le)
         got = value(fams, "pcie_engine_ttft_seconds_bucket", le=str(le))
         assert got == want, (le, got, want)
@@ -287,6 +287,7 @@ def test_live_collection_with_the_stand_in_nvml(exporters, tmp_path):
             seen.append(fams)
         time.sleep(0.15)
     assert len(seen) >= 5
+    assert any("live GPUs" in line for line in ex.stderr), ex.stderr
     ticks = [value(f, "pcie_export_ticks_total", source="live") for f in seen]
     assert ticks == sorted(ticks) and ticks[-1] > ticks[0]
     for fams in seen:
@@ -398,3 +399,17 @@ def test_grafana_dashboard_is_importable_and_uses_exposed_metrics():
         assert want in used
     assert {"pcie_engine_ttft_seconds_bucket", "pcie_engine_generation_tokens_total"} <= used
     assert {"timeseries", "state-timeline"} <= kinds
+
+
+def test_status_line_says_when_the_gpu_side_is_absent():
+    from types import SimpleNamespace
+
+    from pcie_tui.export import _open_source
+
+    args = SimpleNamespace(replay=None)
+    alone = SimpleNamespace(gpus=None, engine=object())
+    both = SimpleNamespace(gpus=object(), engine=object())
+    assert _open_source(args, lambda a, interactive: (alone, "engine: sglang at x"))[1].startswith(
+        "engine alone (no GPU side); "
+    )
+    assert _open_source(args, lambda a, interactive: (both, "engine: none"))[1].startswith("live GPUs; ")
