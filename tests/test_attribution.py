@@ -198,3 +198,20 @@ def test_report_applies_this_gpus_stored_calibration(tmp_path, monkeypatch):
     other = read_recording(DATA / "h200-llama-full.jsonl.gz")
     rep, _ = build_report(other)
     assert rep["calibration_applied"] is None
+
+
+def test_a_gpu_only_session_without_phases_still_gets_an_answer():
+    """Recorded on the H200 with `record --no-engine` (scripts/device_smoke.sh): pinned host->GPU
+    copies for 5 s, then a device copy for 4 s, no engine and no labels. The headline must not
+    say nothing was in flight; it gives the share of each bound and says what would tie it to a phase."""
+    from pcie_tui.report import build_report
+
+    rec = read_recording(Path(__file__).parent / "fixtures" / "h200-runs" / "smoke-gpu-only.jsonl.gz")
+    h = build_report(rec)[0]["headline"]
+    assert h["phase"] == "unlabelled" and h["bound"] == "link" and 0.2 < h["share"] < 0.35
+    assert "link-saturated 2" in h["text"] and "memory-bound 1" in h["text"]
+    assert "Nothing was in flight" not in h["text"] and "--pid" in h["text"]
+    # The same session without a GPU doing anything reads as nothing in flight.
+    hdr = header()
+    idle = [Sample(1.0 + 0.1 * i, (GpuSample(0, pcie_rx_Bps=0.0, sm_util=0.0),)) for i in range(40)]
+    assert "Nothing was in flight" in answer(hdr, analyze(hdr, idle))["headline"]["text"]

@@ -102,7 +102,7 @@ def answer(header: SessionHeader, analyzer: SessionAnalyzer) -> dict[str, Any]:
         for f in fs:
             f["advice"] = [a.to_json() for a in advise(fx, f)]
     top = _pick(findings)
-    head = headline(top, len(findings) > 1)
+    head = headline(top, len(findings) > 1) if top is not None else unlabelled_headline(findings)
     head.pop("finding", None)  # the findings below carry it
     return {
         "headline": head,
@@ -179,6 +179,42 @@ def headline(f: dict[str, Any] | None, several_gpus: bool) -> dict[str, Any]:
     }
 
 
+UNLABELLED_BUSY_MIN_S = 1.0  # less busy time than this in a session without phases reads as nothing in flight
+
+
+def unlabelled_headline(findings: dict[int, list[dict[str, Any]]]) -> dict[str, Any]:
+    """No phase of work to tie a bound to (no engine attached, no labels): what the GPUs did anyway.
+
+    The busiest unlabelled stretch is summed up by the share of each bound, so a GPU-only recording
+    of a link held at its ceiling does not read as "nothing in flight".
+    """
+    seen = [f for fs in findings.values() for f in fs if f["phase"] == "unlabelled"]
+    busy = [(f, f["duration_s"] * (1.0 - f["shares"].get("idle", 0.0))) for f in seen]
+    busy = [(f, b) for f, b in busy if b >= UNLABELLED_BUSY_MIN_S]
+    if not busy:
+        return headline(None, False)
+    f, _ = max(busy, key=lambda fb: (fb[1], -fb[0]["gpu"]))
+    order = sorted(f["shares"], key=lambda b: -f["shares"][b])
+    bound = next(b for b in order if b != "idle")
+    parts = [f"{BOUND_WORDS[b]} {f['shares'][b] * 100:.0f}%" for b in order if f["shares"][b] >= 0.01]
+    where = f"GPU {f['gpu']}" if len(findings) > 1 else "the GPU"
+    line1 = (
+        f"No phases to tie it to (no engine, no labels): over {f['duration_s']:.1f} s {where} was {', '.join(parts)}."
+    )
+    line2 = "Attach to the engine (--pid or --url) to see which phase held it; the detail below has rates and ceilings."
+    return {
+        "finding": f,
+        "text": f"{line1}\n{line2}",
+        "phase": "unlabelled",
+        "bound": bound,
+        "gpu": f["gpu"],
+        "share": f["shares"][bound],
+        "cause": None,
+        "fix": None,
+        "predicted": None,
+    }
+
+
 def live_headline(live: LiveAttribution, phase: str | None) -> dict[str, Any] | None:
     """The headline so far, for the TUI: the current phase when it is work, else the longest work phase."""
     findings = live.findings()
@@ -188,6 +224,7 @@ def live_headline(live: LiveAttribution, phase: str | None) -> dict[str, Any] | 
     top = _pick(current) if phase not in NOT_WORK else None
     top = top or _pick(findings)
     if top is None:
-        return None
+        head = unlabelled_headline(findings)
+        return head if head["phase"] is not None else None
     top["advice"] = [a.to_json() for a in advise(live.facts, top)]
     return headline(top, len(findings) > 1)
