@@ -28,6 +28,7 @@ import numpy as np
 
 from pcie_tui.analyze.series import _series_array
 from pcie_tui.analyze.session import SessionAnalyzer
+from pcie_tui.analyze.verdict import VERDICTS
 from pcie_tui.engines import EngineFacts
 from pcie_tui.model import GpuInfo, SessionHeader
 
@@ -108,7 +109,7 @@ def tick_bounds(analyzer: SessionAnalyzer, index: int, facts: EngineFacts | None
     ser = analyzer.series.get(index)
     if ser is None or not ser.t:
         return np.zeros(0, dtype=np.int64)
-    sat = analyzer._label_codes(index, ser.t)  # 0 link, 1 memory, 2 compute, 3 none
+    sat = analyzer._label_codes(index, ser.t)  # indices into VERDICTS
     rate = np.nan_to_num(_series_array(ser, "link_Bps"))
     sm = np.nan_to_num(_series_array(ser, "compute"))
     dram = _series_array(ser, "memory")
@@ -116,18 +117,32 @@ def tick_bounds(analyzer: SessionAnalyzer, index: int, facts: EngineFacts | None
     busy = {p: p not in QUIET_PHASES for p in dict.fromkeys(ser.phase)}
     busy_phase = np.fromiter(map(busy.__getitem__, ser.phase), dtype=bool, count=len(ser.phase))
     floor = transfer_floor_Bps(ceilings(analyzer.header.gpu(index)), facts)
+    return bound_codes(sat, rate, sm, dram, busy_phase, floor)
+
+
+_SAT = {v: i for i, v in enumerate(VERDICTS)}  # the codes of SessionAnalyzer._label_codes
+
+
+def bound_codes(
+    sat: np.ndarray, rate: np.ndarray, sm: np.ndarray, dram: np.ndarray, busy_phase: np.ndarray, floor: float
+) -> np.ndarray:
+    """The one rule of what bound a tick, for any number of ticks: an index into :data:`BOUNDS`.
+
+    ``sat``: saturation verdict codes (indices into VERDICTS); ``rate`` link bytes/s,
+    ``sm`` and ``dram`` use 0..1 (missing = 0; a DRAM proxy = 0); ``busy_phase`` whether the tick's
+    phase is work. The report (:func:`tick_bounds`) and the live answer (:func:`classify`) both ask it.
+    """
     gpu_busy = (sm >= GPU_BUSY_SM) | (dram >= GPU_BUSY_DRAM)
     # Below saturation, DRAM streaming at 40 % or more of peak is what a busy GPU waits on (batch-1
     # decode streams every weight per token); else its SMs.
     mem_side = dram >= GPU_BUSY_DRAM
-    out = np.full(sat.size, BOUNDS.index("idle"), dtype=np.int64)
-    out[busy_phase] = BOUNDS.index("host")
+    out = np.where(busy_phase, BOUNDS.index("host"), BOUNDS.index("idle")).astype(np.int64)
     out[rate >= floor] = BOUNDS.index("transfer")
     out[gpu_busy & mem_side] = BOUNDS.index("memory")
     out[gpu_busy & ~mem_side] = BOUNDS.index("compute")
-    out[sat == 2] = BOUNDS.index("compute")
-    out[sat == 1] = BOUNDS.index("memory")
-    out[sat == 0] = BOUNDS.index("link")
+    out[sat == _SAT["compute"]] = BOUNDS.index("compute")
+    out[sat == _SAT["memory"]] = BOUNDS.index("memory")
+    out[sat == _SAT["link"]] = BOUNDS.index("link")
     return out
 
 
@@ -221,16 +236,16 @@ def phase_findings(
 
 
 def classify(sat: str, u: Any, busy_phase: bool, floor_Bps: float, th: Any) -> str:
-    """One tick's bound from its saturation verdict and utilisation (:func:`tick_bounds`, one tick)."""
-    if sat in ("link", "memory", "compute"):
-        return sat
-    sm = u.compute or 0.0
-    dram = 0.0 if u.memory_proxy or u.memory is None else u.memory
-    if sm >= GPU_BUSY_SM or dram >= GPU_BUSY_DRAM:
-        return "memory" if dram >= GPU_BUSY_DRAM else "compute"
-    if (u.link_Bps or 0.0) >= floor_Bps:
-        return "transfer"
-    return "host" if busy_phase else "idle"
+    """One tick's bound from its saturation verdict and utilisation (:func:`bound_codes` on one tick)."""
+    code = bound_codes(
+        np.array([_SAT.get(sat, _SAT["none"])]),
+        np.array([u.link_Bps or 0.0]),
+        np.array([u.compute or 0.0]),
+        np.array([0.0 if u.memory_proxy or u.memory is None else u.memory]),
+        np.array([busy_phase]),
+        floor_Bps,
+    )
+    return BOUNDS[int(code[0])]
 
 
 class LiveAttribution:
