@@ -274,3 +274,30 @@ def test_pid_of_a_launcher_attaches_but_pid_1_never_does(monkeypatch):
     finally:
         child.kill()
         child.wait()
+
+
+def test_a_hand_started_llama_server_with_ollama_runner_flags_stays_a_llama_server():
+    """Ollama's runner is a llama-server with --offline --no-webui and an Ollama blob; one started the
+    same way by hand (no `ollama serve` above it) is a llama-server, not an Ollama engine rooted at
+    whatever process started it."""
+    from pcie_tui.engines.discover import candidate_for_pid
+
+    argv = ["--offline", "--no-webui", "-m", "/home/u/.ollama/models/blobs/sha256-0123abcd", "--port", "18089"]
+    proc = subprocess.Popen(
+        ["bash", "-c", 'exec -a llama-server "$0" -c "import time; time.sleep(60)" "$@"', sys.executable, *argv]
+    )
+    try:
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            try:
+                if __import__("psutil").Process(proc.pid).cmdline()[:1] == ["llama-server"]:
+                    break
+            except Exception:
+                pass
+            time.sleep(0.05)
+        c = candidate_for_pid(proc.pid)
+        assert (c.pid, c.kind) == (proc.pid, "llamacpp")
+        assert c.layout.get("port") == 18089
+    finally:
+        proc.kill()
+        proc.wait()

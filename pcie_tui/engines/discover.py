@@ -150,9 +150,10 @@ def _engine_root(p: psutil.Process) -> tuple[psutil.Process, Engine] | None:
     nearest ancestor that is no engine's (pid 1 excepted), else to itself.
     """
     try:
-        found = registry.for_process(p.cmdline(), p.name())
+        argv, name = p.cmdline(), p.name()
     except psutil.Error:
         return None
+    found = registry.for_process(argv, name)
     if found is None:
         return None
     eng, role = found
@@ -168,6 +169,11 @@ def _engine_root(p: psutil.Process) -> tuple[psutil.Process, Engine] | None:
                 top = a  # the process that spawned the engine (offline use)
     except psutil.Error:
         pass
+    # No server of its own above it: a process another engine calls its server is that engine's
+    # (a llama-server started by hand with the flags Ollama gives its runner is a llama-server).
+    other = next((e for e in registry.engines() if e is not eng and e.classify(argv, name) == "root"), None)
+    if other is not None:
+        return p, other
     return (top, eng) if top is not None and top.pid != 1 else (p, eng)
 
 
