@@ -289,3 +289,34 @@ def test_an_unknown_url_names_every_engine(fake_engine):
         discover.probe_kind(f"http://127.0.0.1:{port}")
     assert "is neither vLLM, llama-server, " in str(e.value) and " nor " in str(e.value)
     assert all(x.display in str(e.value) for x in registry.engines())
+
+
+def test_a_reattach_keeps_the_log_the_user_named(monkeypatch):
+    """After an engine restart the poller attaches a new client; a --log file goes with it."""
+    from pcie_tui.engines import discover
+    from pcie_tui.engines.poller import EnginePoller
+
+    class Old:
+        kind, url, pid, info, user_log_path = "llamacpp", "http://127.0.0.1:8080", 11, {}, "/var/log/llama.log"
+
+        def describe(self):
+            return {"kind": self.kind}
+
+        def read(self):
+            raise AssertionError("not polled here")
+
+    cand = discover.EngineCandidate(pid=12, kind="llamacpp", url="http://127.0.0.1:8080", cmdline=("llama-server",))
+    got = {}
+
+    def client_for(c, url=None, log_path=None, running_pids=None):
+        got["log_path"] = log_path
+        return Old()
+
+    monkeypatch.setattr(discover, "discover", lambda: [cand])
+    monkeypatch.setattr(discover, "client_for", client_for)
+    poller = EnginePoller(Old(), rediscover=False)
+    poller._last_reattach_try = -1e9
+    events: list = []
+    assert poller._maybe_reattach(1.0, events)
+    assert got["log_path"] == "/var/log/llama.log"
+    assert events and events[0]["event"] == "engine_reattach"

@@ -157,9 +157,10 @@ def doctor_main(args: argparse.Namespace, nvml: Any = None) -> int:
         nvml=nvml, sysfs_root=args.sysfs_root, proc_root=args.proc_root, pid=args.pid, load_s=args.load_s
     )
     add_calibration_items(report)
-    from pcie_tui.doctor.untested import add_untested_engine_items
+    if args.proc_root == "/proc":  # a captured /proc (tests, a copied host) holds no live engines to list
+        from pcie_tui.doctor.untested import add_untested_engine_items
 
-    add_untested_engine_items(report)
+        add_untested_engine_items(report)
     if save is not None:
         report["baseline"] = str(_save_doctor_baseline(args, report, save or None))
     if args.json:

@@ -31,8 +31,10 @@ Role = Literal["root", "child"]
 class EngineClient(Protocol):
     """What every engine client offers to the engine poller.
 
-    Clients also carry ``url`` (str), ``pid`` (int or None) and ``info`` (the discovery facts,
-    a dict the poller updates with ``gpus``); the poller reads those with ``getattr``.
+    Clients also carry ``url`` (str), ``pid`` (int or None), ``info`` (the discovery facts,
+    a dict the poller updates with ``gpus``) and, where they read a log, ``user_log_path`` (the
+    file the user named with --log, handed to the new client when the engine restarts); the
+    poller reads those with ``getattr``.
     """
 
     kind: str  # the engine's registry name, recorded as the header's engine.kind

@@ -232,6 +232,7 @@ class OllamaClient:
         self.pid = pid
         self.timeout_s = timeout_s
         self.info: dict[str, Any] = dict(info or {})
+        self.user_log_path = log_path  # named by the user (--log): kept across a reattach
         self.log_path = log_path or _stderr_file(pid)
         self._version: str | None = self.info.get("version")
         self._lock = threading.Lock()

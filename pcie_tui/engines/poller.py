@@ -250,7 +250,8 @@ class EnginePoller:
             return False
         old_pid = getattr(self.client, "pid", None)
         try:
-            new_client = process.client_for(pick)
+            # A log file the user named (--log) is the restarted engine's log too.
+            new_client = process.client_for(pick, log_path=getattr(self.client, "user_log_path", None))
         except UserError:
             return False
         self.client = new_client

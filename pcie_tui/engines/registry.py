@@ -73,7 +73,7 @@ def names() -> tuple[str, ...]:
 
 
 def displays(joiner: str = " or ") -> str:
-    """Every engine's display name, tested ones first, e.g. "vLLM, llama-server, SGLang or Ollama"."""
+    """Every engine's display name, tested ones first, e.g. "vLLM, llama-server, Ollama or SGLang"."""
     shown = [e.display for e in sorted(_load(), key=lambda e: not e.tested)]
     return shown[0] if len(shown) == 1 else ", ".join(shown[:-1]) + joiner + shown[-1]
 

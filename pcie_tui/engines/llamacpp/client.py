@@ -86,6 +86,7 @@ class LlamaCppClient:
         self.layout = parse_layout(self.argv or [], self.environ) if self.argv is not None else {}
         if isinstance(self.info.get("layout"), dict):
             self.layout = {**self.layout, **{k: v for k, v in self.info["layout"].items() if v is not None}}
+        self.user_log_path = log_path  # named by the user (--log): kept across a reattach
         paths = [log_path] if log_path else (log_paths_for_pid(pid, self.argv) if pid is not None else [])
         self.tailers = [LogTailer(p, from_start=log_from_start) for p in paths]
         self.metrics_enabled: bool | None = None
