@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from pcie_tui.analyze.answer import answer
+from pcie_tui.analyze.answer import answer, engine_only_headline
 from pcie_tui.analyze.attribution import BOUND_WORDS
 from pcie_tui.analyze.engine import engine_report
 from pcie_tui.analyze.linkmodel import report_linkmodel
@@ -80,6 +80,9 @@ def _build_report(rec: Recording, thresholds: Thresholds) -> tuple[dict[str, Any
     out["gpu_unavailable"] = rec.header.extra.get("gpu_unavailable")
     out["calibration_applied"] = rec.header.extra.get("calibration_applied")
     out["engine"] = engine_report(engine_ticks, an)
+    if out["headline"]["phase"] is None and not rec.header.gpus and out["engine"]:
+        # No GPU readings at all (engine alone): say what ran, and that what held it is unknown.
+        out["headline"] = engine_only_headline(out["engine"], out["gpu_unavailable"])
     out["attribution"] = {"findings": ans["findings"], "engine_facts": ans["facts"]}
     out["whatif"] = whatif_report(rec.header, an, {int(k): v for k, v in ans["findings"].items()})
     out["linkmodel"] = report_linkmodel(rec.header, _lazy(rec))
@@ -190,8 +193,10 @@ def render_text(report: dict[str, Any], rec: Recording, console: Console) -> Non
     if lm and lm.get("available"):
         console.print("\n[bold]Link budget model[/]")
         _wrapped(console, render_linkmodel(lm))
-    console.print()
-    _wrapped(console, render_whatif(report["whatif"]))
+    whatif = render_whatif(report["whatif"])
+    if whatif:
+        console.print()
+        _wrapped(console, whatif)
     for w in report["warnings"]:
         console.print(f"[yellow]warning:[/] {w}")
 
@@ -295,3 +300,7 @@ def _render_engine(eng: dict[str, Any], console: Console) -> None:
     basis = eng.get("basis") or eng.get("quantile_method")
     if basis:
         _wrapped(console, f"  latency basis: {basis}")
+    phases = sorted((eng.get("phases") or {}).items(), key=lambda kv: -kv[1].get("time_s", 0.0))
+    shown = [f"{p} {v['time_s']:.1f} s ({_pct(v.get('share'))})" for p, v in phases if v.get("time_s", 0.0) > 0]
+    if shown:
+        _wrapped(console, "  engine phases: " + ", ".join(shown))

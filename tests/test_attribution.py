@@ -215,3 +215,54 @@ def test_a_gpu_only_session_without_phases_still_gets_an_answer():
     hdr = header()
     idle = [Sample(1.0 + 0.1 * i, (GpuSample(0, pcie_rx_Bps=0.0, sm_util=0.0),)) for i in range(40)]
     assert "Nothing was in flight" in answer(hdr, analyze(hdr, idle))["headline"]["text"]
+
+
+def test_an_engine_only_recording_says_what_ran_and_that_its_bound_is_unknown():
+    """A recording without GPU readings (vLLM on a CPU box): the headline names the engine's work
+    phases instead of "Nothing was in flight", the text report lists the engine's phases, and no
+    empty what-if section is printed."""
+    import io
+
+    from rich.console import Console
+
+    from pcie_tui.report import build_report, render_text
+
+    rec = read_recording(Path(__file__).parent / "fixtures" / "vllm-cpu-session.jsonl")
+    rep = build_report(rec)[0]
+    h = rep["headline"]
+    assert h["phase"] == "decode" and h["bound"] == "unknown" and h["share"] is None
+    assert "no GPU readings" in h["text"] and "Nothing was in flight" not in h["text"]
+    assert "prefill" in h["text"] and "mixed" in h["text"]
+    buf = io.StringIO()
+    render_text(rep, rec, Console(file=buf, width=120, color_system=None))
+    text = buf.getvalue()
+    assert "engine phases: loading 73.0 s" in text and "decode 10.9 s" in text
+    assert "What would another link buy" not in text
+
+
+def test_whatif_changes_that_round_to_zero_have_no_minus_sign():
+    from pcie_tui.analyze.whatif import _signed
+
+    assert _signed(-0.01) == "+0.0%" and _signed(-0.0) == "+0.0%"
+    assert _signed(-12.94) == "-12.9%" and _signed(2.96) == "+3.0%"
+
+
+def test_tui_headline_without_phases_or_gpus():
+    """GPU-only watch with no phases: the saturation line (not the unlabelled share summary, whose
+    evidence is for idle ticks); engine alone in a work phase: says the bound is unknown."""
+    from pcie_tui.tui.headline import headline_text
+    from pcie_tui.tui.state import ViewModel
+
+    rec = read_recording(Path(__file__).parent / "fixtures" / "h200-runs" / "smoke-gpu-only.jsonl.gz")
+    vm = ViewModel(rec.header)
+    samples = list(rec.samples)
+    link_tick = next(i for i, s in enumerate(samples) if (s.gpus[0].pcie_rx_Bps or 0) > 50e9) + 25
+    vm.rebuild(samples, link_tick)
+    assert "LINK SATURATED" in (headline_text(vm) or "")
+    eng = read_recording(Path(__file__).parent / "fixtures" / "vllm-cpu-session.jsonl")
+    vm = ViewModel(eng.header)
+    for s in eng.samples:
+        vm.feed(s)
+        if vm.phase == "decode":
+            break
+    assert headline_text(vm) == "decode · no GPU readings (engine alone): what holds it back is unknown"

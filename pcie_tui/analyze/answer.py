@@ -215,6 +215,36 @@ def unlabelled_headline(findings: dict[int, list[dict[str, Any]]]) -> dict[str, 
     }
 
 
+def engine_only_headline(engine: dict[str, Any], why: str | None) -> dict[str, Any]:
+    """A recording with no GPU readings (the engine alone): what ran, and that what held it is unknown.
+
+    ``engine`` is the report's engine object (its ``phases`` with ``time_s`` and ``share``).
+    """
+    phases = engine.get("phases") or {}
+    work = sorted(
+        ((p, v) for p, v in phases.items() if p in ENGINE_PHASES and v.get("time_s", 0.0) > 0),
+        key=lambda kv: -kv[1]["time_s"],
+    )
+    if not work:
+        return headline(None, False)
+    ran = ", ".join(
+        f"{p} {v['time_s']:.1f} s" + (f" ({v['share'] * 100:.0f}% of the session)" if i == 0 and v.get("share") else "")
+        for i, (p, v) in enumerate(work)
+    )
+    because = f" ({why})" if why else ""
+    return {
+        "text": f"{ran}: no GPU readings in this recording{because}, so what held them back is unknown.\n"
+        "Record on the machine with the GPUs (NVML) to see whether the link, memory or compute held each phase.",
+        "phase": work[0][0],
+        "bound": "unknown",
+        "gpu": None,
+        "share": None,
+        "cause": None,
+        "fix": None,
+        "predicted": None,
+    }
+
+
 def live_headline(live: LiveAttribution, phase: str | None) -> dict[str, Any] | None:
     """The headline so far, for the TUI: the current phase when it is work, else the longest work phase."""
     findings = live.findings()

@@ -277,7 +277,14 @@ def whatif_report(
     }
 
 
+def _signed(v: float) -> str:
+    """A percentage change with its sign; one that rounds to zero is "+0.0%", never "-0.0%"."""
+    return f"{v + 0.0 if round(v, 1) != 0 else 0.0:+.1f}%"
+
+
 def render_whatif(rep: dict[str, Any]) -> str:
+    if not rep["gpus"]:
+        return ""  # no GPU readings (an engine-only recording): nothing to price
     lines = ["What would another link buy? Upper bounds from " + rep["formula"]]
     for g in rep["gpus"]:
         link = g["link"]
@@ -303,8 +310,8 @@ def render_whatif(rep: dict[str, Any]) -> str:
                 else "no link time at all"
             )
             lines.append(
-                f"  {s['scenario']} ({how}): time {s['time_change_pct']:+.1f}%, "
-                f"throughput {s['throughput_change_pct']:+.1f}% at most"
+                f"  {s['scenario']} ({how}): time {_signed(s['time_change_pct'])}, "
+                f"throughput {_signed(s['throughput_change_pct'])} at most"
             )
             if s.get("note"):
                 lines.append(f"      ({s['note']})")

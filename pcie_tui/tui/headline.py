@@ -50,8 +50,9 @@ def headline_text(state: ViewModel) -> str | None:
     """What holds the session back (:func:`pcie_tui.analyze.answer.live_headline`): the current phase's
     bound with its numbers, then the fix in the engine's words; None before any reading."""
     h = live_headline(state.attribution, state.phase)
-    if h is None or h.get("finding") is None:
-        return saturation_text(state)
+    if h is None or h.get("finding") is None or h["phase"] == "unlabelled":
+        # No phase to tie a bound to (GPU-only watch): the saturation state now says more.
+        return saturation_text(state) or engine_only_text(state)
     f = h["finding"]
     first = f"{h['phase']} · {BOUND_SHORT[h['bound']]} {h['share'] * 100:.0f}%: {evidence_text(f, short=True)}"
     if len(state.attribution.findings()) > 1 or (f["gpu"] not in (0, None)):
@@ -64,6 +65,13 @@ def headline_text(state: ViewModel) -> str | None:
     if h.get("cause"):
         return f"{first}\ncause: {h['cause']}"
     return first
+
+
+def engine_only_text(state: ViewModel) -> str | None:
+    """With no GPU readings at all (the engine alone), what runs now and that its bound is unknown."""
+    if state.header.gpus or state.phase not in ("prefill", "decode", "mixed"):
+        return None
+    return f"{state.phase} · no GPU readings (engine alone): what holds it back is unknown"
 
 
 def saturation_text(state: ViewModel) -> str | None:
