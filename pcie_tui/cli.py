@@ -84,6 +84,11 @@ def open_engine(args: argparse.Namespace, gpus: Any, interactive: bool) -> tuple
     from pcie_tui.engines.poller import EnginePoller
 
     running = gpus.running_pids() if gpus is not None else None
+    if args.log is not None and not Path(args.log).is_file():
+        print(
+            f"pcie-tui: warning: --log {args.log}: no such file (yet); per-request timings start once it appears",
+            file=sys.stderr,
+        )
     if args.pid is not None or args.url is not None:
         client = process.attach(pid=args.pid, url=args.url, log_path=args.log, running_pids=running)
     else:
@@ -149,28 +154,6 @@ def live_warnings(source: Any) -> None:
             print(f"pcie-tui: warning: {w}", file=sys.stderr)
 
 
-class TeeSource:
-    """Wraps a source and writes every tick it yields to a recording."""
-
-    def __init__(self, source: Any, writer: Any) -> None:
-        self.source, self.writer = source, writer
-        self.header, self.live = source.header, source.live
-
-    def read(self) -> Any:
-        s = self.source.read()
-        if s is not None:
-            self.writer.write(s)
-            for ev in getattr(self.source, "drain_events", list)():
-                self.writer.write_event(ev.pop("event", "event"), ev.pop("t", s.t), **ev)
-        return s
-
-    def close(self) -> None:
-        try:
-            self.source.close()
-        finally:
-            self.writer.close()
-
-
 # ---- commands ----------------------------------------------------------------
 
 
@@ -216,6 +199,8 @@ def cmd_record(args: argparse.Namespace) -> int:
     except BaseException:
         source.close()
         raise
+    from pcie_tui.record.tee import TeeSource
+
     tee = TeeSource(source, writer)
     if not args.headless:
         return _run_tui(tee, None, f"{status}; recording to {args.out}")

@@ -175,3 +175,31 @@ def test_unknown_name_lists_the_demos(cmd):
     assert_one_line_error(p, "no such recording: h200-llama-nope")
     for name in ("h200-llama-partial", "h200-reference", "h200-probe"):
         assert name in p.stderr
+
+
+def test_a_log_file_that_is_not_there_gets_one_warning_line(monkeypatch, capsys, tmp_path):
+    """--log naming a missing file still attaches (the engine may create it), with one line saying so."""
+    import argparse
+
+    from pcie_tui import cli
+    from pcie_tui.engines import discover
+    from pcie_tui.errors import UserError
+
+    seen = {}
+
+    def attach(pid=None, url=None, log_path=None, running_pids=None):
+        seen["log_path"] = log_path
+        raise UserError("stop here")
+
+    monkeypatch.setattr(discover, "attach", attach)
+    missing = tmp_path / "nope.log"
+    args = argparse.Namespace(no_engine=False, pid=None, url="http://127.0.0.1:9", log=str(missing), stacks=False)
+    with pytest.raises(UserError):
+        cli.open_engine(args, None, interactive=False)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert seen["log_path"] == str(missing)
+    assert err == [f"pcie-tui: warning: --log {missing}: no such file (yet); per-request timings start once it appears"]
+    missing.write_text("")
+    with pytest.raises(UserError):
+        cli.open_engine(args, None, interactive=False)
+    assert capsys.readouterr().err == ""
