@@ -266,3 +266,18 @@ def test_tui_headline_without_phases_or_gpus():
         if vm.phase == "decode":
             break
     assert headline_text(vm) == "decode · no GPU readings (engine alone): what holds it back is unknown"
+
+
+def test_a_link_rate_above_the_default_ceiling_says_calibrate():
+    from pcie_tui.analyze.answer import evidence_text
+
+    f = {
+        "bound": "link",
+        "link_Bps": 59.9e9,
+        "link_of_pinned": 1.06,
+        "ceilings": {"pinned_Bps": 56.7e9, "pinned_source": "default: 0.90 x theoretical Gen5 x16"},
+    }
+    assert "`pcie-tui calibrate` measures this link's own ceiling" in evidence_text(f)
+    f["ceilings"] = {"pinned_Bps": 60.1e9, "pinned_source": "calibrated 2026-12-03"}
+    f["link_of_pinned"] = 0.997
+    assert "calibrate" not in evidence_text(f).replace("calibrated", "")

@@ -60,7 +60,9 @@ def evidence_text(f: dict[str, Any], short: bool = False) -> str:
     pinned = f"{fmt_rate(c['pinned_Bps'])} {c['pinned_source']} ceiling"
     dram_name = "DRAM busy (proxy)" if f.get("dram_basis") == "proxy" else "DRAM"
     if b == "link":
-        return f"link {rate} = {_pct(f.get('link_of_pinned'))} of the {pinned}"
+        over = (f.get("link_of_pinned") or 0.0) > 1.0 and not c["pinned_source"].startswith("calibrated")
+        note = " (above that default: `pcie-tui calibrate` measures this link's own ceiling)" if over else ""
+        return f"link {rate} = {_pct(f.get('link_of_pinned'))} of the {pinned}{note}"
     if b == "transfer":
         pageable = (
             f", pageable ceiling {fmt_rate(c['pageable_Bps'])} ({c['pageable_source']})"
