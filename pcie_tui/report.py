@@ -189,6 +189,7 @@ def render_text(report: dict[str, Any], rec: Recording, console: Console) -> Non
     eng = report.get("engine")
     if eng:
         _render_engine(eng, console)
+        _render_engine_facts((report.get("attribution") or {}).get("engine_facts"), console)
     lm = report.get("linkmodel")
     if lm and lm.get("available"):
         console.print("\n[bold]Link budget model[/]")
@@ -199,6 +200,19 @@ def render_text(report: dict[str, Any], rec: Recording, console: Console) -> Non
         _wrapped(console, whatif)
     for w in report["warnings"]:
         console.print(f"[yellow]warning:[/] {w}")
+
+
+def _render_engine_facts(fx: dict[str, Any] | None, console: Console) -> None:
+    """Where the engine put what, as its flags, environment, log or API said (the attribution's facts)."""
+    if not fx:
+        return
+    if fx.get("host_weights"):
+        why = f" ({fx['host_memory_why']})" if fx.get("host_memory_why") else ""
+        _wrapped(console, f"  in host memory: {fx['host_weights']}{why}")
+    if fx.get("kv_on_host"):
+        _wrapped(console, f"  KV cache in host memory: {fx['kv_on_host']}")
+    for line in (fx.get("log_evidence") or [])[:3]:
+        _wrapped(console, f"  engine said: {line}")
 
 
 HANG = 4  # a wrapped line's continuation sits this much further in than its first line
@@ -254,14 +268,15 @@ def _wrapped(console: Console, text: str) -> None:
 
 
 def _q(d: dict[str, Any] | None, unit: str = "auto", scale: float = 1e3) -> str:
-    """p50/p95/p99 of a quantile dict in seconds; ``unit="auto"``: ms, or s from 10 s up."""
+    """p50/p95/p99 of a quantile dict in seconds; ``unit="auto"``: ms, or s once a quantile reaches 1 s."""
     if not d or d.get("p50") is None:
         return "n/a"
+    top = max((v for v in d.values() if isinstance(v, int | float)), default=0.0)
     if unit == "auto":
-        big = max((v for v in d.values() if isinstance(v, int | float)), default=0.0) >= 10.0
-        unit, scale = ("s", 1.0) if big else ("ms", 1e3)
+        unit, scale = ("s", 1.0) if top >= 1.0 else ("ms", 1e3)
+    places = 2 if unit == "s" and top < 10.0 else 1  # 1.04 s and 1.00 s stay apart
     vals = [d.get(k) for k in ("p50", "p95", "p99")]
-    return " / ".join("n/a" if v is None else f"{v * scale:.1f}" for v in vals) + f" {unit} (p50/p95/p99)"
+    return " / ".join("n/a" if v is None else f"{v * scale:.{places}f}" for v in vals) + f" {unit} (p50/p95/p99)"
 
 
 def _render_engine(eng: dict[str, Any], console: Console) -> None:
@@ -275,7 +290,7 @@ def _render_engine(eng: dict[str, Any], console: Console) -> None:
 
     out = console.print
     req = eng.get("requests")
-    out(f"\n[bold]Engine[/] {eng.get('kind')}  requests {req if req is not None else 'n/a'}")
+    out(f"\n[bold]Engine[/] {eng.get('kind')}  requests {'n/a' if req is None else f'{req:g}'}")
     up_s = eng.get("up_s")
     over = f" (token counters over {up_s:.1f} s up)" if isinstance(up_s, int | float) and up_s > 0 else ""
     _wrapped(

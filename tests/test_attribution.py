@@ -281,3 +281,23 @@ def test_a_link_rate_above_the_default_ceiling_says_calibrate():
     f["ceilings"] = {"pinned_Bps": 60.1e9, "pinned_source": "calibrated 2026-12-03"}
     f["link_of_pinned"] = 0.997
     assert "calibrate" not in evidence_text(f).replace("calibrated", "")
+
+
+def test_report_engine_section_states_placement_and_keeps_one_unit_per_line():
+    import io
+
+    from rich.console import Console
+
+    from pcie_tui.report import build_report, render_text
+
+    rec = read_recording(DATA / "h200-pageable.jsonl.gz")
+    rep = build_report(rec)[0]
+    buf = io.StringIO()
+    render_text(rep, rec, Console(file=buf, width=200, color_system=None))
+    text = buf.getvalue()
+    assert "Engine llamacpp  requests 3\n" in text
+    # a quantile line with a value over 1 s is in seconds throughout (was "2423.6 ms")
+    assert "decode                2.42 / 2.47 / 2.47 s (p50/p95/p99)" in text
+    assert "inter-token latency   38.5 / 39.1 / 39.2 ms" in text
+    assert "in host memory: FFN weights of 12 layers (--n-cpu-ffn 12) (load mode auto = mmap" in text
+    assert "engine said: " in text and "consider using --load-mode none" in text
