@@ -58,7 +58,7 @@ def test_decode_shows_token_rates_and_latency_quantiles(rec):
         async with app.run_test(size=(80, 24)) as pilot:
             await wait_until(pilot, lambda: frame_at(app, pos))
             text = engine_text(app)
-            assert text.startswith("vllm up · phase decode")
+            assert text.startswith("vLLM up · phase decode")
             assert f"generated {fmt.tokens_per_s(want['generation_tokens_per_s'])}" in text
             assert f"prompt {fmt.tokens_per_s(want['prompt_tokens_per_s'])}" in text
             assert "over the last 10 s" in text
@@ -103,7 +103,7 @@ def test_engine_not_answering_and_no_engine(rec):
         async with app.run_test(size=(80, 24)) as pilot:
             await wait_until(pilot, lambda: frame_at(app, down + 1))
             text = engine_text(app)
-            assert text.startswith(f"vllm DOWN · phase {rec.samples[down].engine.phase}")
+            assert text.startswith(f"vLLM DOWN · phase {rec.samples[down].engine.phase}")
             assert f"error: {rec.samples[down].engine.error}" in text
             assert "running n/a" in text and "waiting n/a" in text
             await pilot.press("home")

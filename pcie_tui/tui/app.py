@@ -138,6 +138,7 @@ class PcieTuiApp(KeyActions, SourceWorker, App[None]):
         return self.screen_stack[0]
 
     def on_mount(self) -> None:
+        self._events_w.display = bool(self.source.header.gpus)  # no GPU readings: no saturation to list
         self._apply_size(self.size.width, self.size.height)
         self._show_recording_state()
         self._pump()
@@ -149,7 +150,9 @@ class PcieTuiApp(KeyActions, SourceWorker, App[None]):
         wide, tall = width >= WIDE_AT_COLUMNS, height >= TALL_AT_ROWS
         self._main.set_class(wide, "-wide")
         self._main.set_class(tall, "-tall")
-        self._main.set_class(width >= SIDE_BY_SIDE_AT_COLUMNS and self._has_engine, "-side")
+        # Side by side only beside GPU panels: the engine alone takes the full width.
+        side = width >= SIDE_BY_SIDE_AT_COLUMNS and self._has_engine and bool(self.source.header.gpus)
+        self._main.set_class(side, "-side")
         for p in self._panels.values():
             p.wide = wide
         if self.frame is not None:

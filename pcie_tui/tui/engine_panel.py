@@ -7,6 +7,7 @@ from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.widgets import Static
 
+from pcie_tui.engines import registry
 from pcie_tui.tui import fmt, spark
 from pcie_tui.tui.state import Frame
 from pcie_tui.tui.widgets import MetricRow, set_text
@@ -23,7 +24,7 @@ def engine_lines(frame: Frame, wide: bool, stacked: bool = False) -> Text:
         return Text("no engine attached", style="dim")
     out = Text()
     stats = frame.engine_stats or {}
-    out.append(f"{eng.kind or '?'} {'up' if eng.up else 'DOWN'}", style="bold" if eng.up else "bold red")
+    out.append(f"{registry.display(eng.kind)} {'up' if eng.up else 'DOWN'}", style="bold" if eng.up else "bold red")
     out.append(f" · phase {eng.phase or fmt.NA}")
     running = stats.get("requests_running", eng.requests_running)
     waiting = stats.get("requests_waiting", eng.requests_waiting)
