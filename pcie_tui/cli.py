@@ -338,7 +338,7 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--speed", type=_positive(), default=1.0, metavar="X")
     d.set_defaults(func=cmd_demo)
 
-    from pcie_tui.export import register as register_export
+    from pcie_tui.export_cmd import register as register_export
 
     register_export(sub, _add_live_options, open_live)
     for register in _extra_commands():

@@ -25,7 +25,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from pcie_tui import demos
 from pcie_tui.engines.stats import unique_requests
-from pcie_tui.export import REQUEST_LE, _is_loopback
+from pcie_tui.export import REQUEST_LE
+from pcie_tui.export_cmd import _is_loopback
 from pcie_tui.model import pcie_capacity_Bps
 from pcie_tui.record.reader import read_recording
 
@@ -404,7 +405,7 @@ def test_grafana_dashboard_is_importable_and_uses_exposed_metrics():
 def test_status_line_says_when_the_gpu_side_is_absent():
     from types import SimpleNamespace
 
-    from pcie_tui.export import _open_source
+    from pcie_tui.export_cmd import _open_source
 
     args = SimpleNamespace(replay=None)
     alone = SimpleNamespace(gpus=None, engine=object())

@@ -1,0 +1,148 @@
+"""`pcie-tui export --prometheus`: the command (options, source, the HTTP server); the state and the
+families it serves are in :mod:`pcie_tui.export`."""
+
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import signal
+import sys
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from pcie_tui.errors import UserError
+from pcie_tui.export import DEFAULT_PORT, ExportState, PrometheusCollector
+
+# ---- command -----------------------------------------------------------------
+
+
+def _number(kind: type, lo: float, hi: float, what: str) -> Callable[[str], Any]:
+    def conv(text: str) -> Any:
+        try:
+            v = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+        if not lo <= v <= hi or (kind is float and v == lo):
+            raise argparse.ArgumentTypeError(f"{what}, not {text!r}")
+        return v
+
+    return conv
+
+
+_PORT = _number(int, 0, 65535, "port must be 0..65535 (0: any free port)")
+_SPEED = _number(float, 0, 1000, "speed must be > 0 and <= 1000")
+
+
+def _say(line: str) -> None:
+    print(f"pcie-tui: {line}", file=sys.stderr, flush=True)
+
+
+def register(sub: Any, add_live_options: Callable[[Any], None], open_live: Callable[..., Any]) -> None:
+    p = sub.add_parser("export", help="serve live or replayed readings as Prometheus metrics (/metrics)")
+    p.add_argument("--prometheus", action="store_true", help="serve Prometheus text format at /metrics")
+    p.add_argument("--port", type=_PORT, default=DEFAULT_PORT, help=f"TCP port (default {DEFAULT_PORT}; 0: any)")
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    p.add_argument("--replay", metavar="FILE|DEMO", help="serve a recording or a bundled demo instead of live GPUs")
+    p.add_argument("--speed", type=_SPEED, metavar="X", help="replay speed (default 1)")
+    p.add_argument("--loop", action="store_true", help="replay: start again at the end")
+    add_live_options(p)
+    p.set_defaults(func=lambda args: run(args, open_live))
+
+
+def _is_loopback(host: str) -> bool:
+    try:
+        return host.lower() == "localhost" or ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def _open_source(args: argparse.Namespace, open_live: Callable[..., Any]) -> tuple[Any, str, str]:
+    """(source, what it is for the status line, recording name or "")."""
+    if args.replay is None:
+        source, status = open_live(args, interactive=False)
+        gpu_side = "engine alone (no GPU side)" if getattr(source, "gpus", None) is None else "live GPUs"
+        return source, f"{gpu_side}; {status}", ""
+    from pcie_tui import demos
+    from pcie_tui.record.reader import read_recording
+    from pcie_tui.record.replay import ReplaySource
+
+    path = Path(args.replay)
+    if not path.is_file():
+        found = demos.available().get(args.replay)
+        if found is None:
+            raise UserError(f"--replay {args.replay}: no such file, nor a bundled demo (see pcie-tui demo --list)")
+        path = found
+    speed = args.speed or 1.0
+    source = ReplaySource(read_recording(path), speed=speed, loop=args.loop)
+    return source, f"replay of {args.replay} at {speed:g}x{', looping' if args.loop else ''}", args.replay
+
+
+def run(args: argparse.Namespace, open_live: Callable[..., Any]) -> int:
+    if not args.prometheus:
+        raise UserError("say what to export: --prometheus (the only format so far)")
+    if args.replay is None and (args.speed is not None or args.loop):
+        raise UserError("--speed and --loop apply to --replay only")
+    if args.replay is not None and (args.pid or args.url or args.log or args.gpus or args.stacks or args.no_engine):
+        raise UserError("--pid/--url/--log/--gpus/--stacks/--no-engine apply to live collection, not --replay")
+    from prometheus_client import start_http_server
+    from prometheus_client.registry import CollectorRegistry
+
+    state = ExportState()
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(PrometheusCollector(state))
+    shown = f"[{args.host}]" if ":" in args.host else args.host
+    try:
+        httpd, _ = start_http_server(args.port, addr=args.host, registry=registry)
+    except (OSError, UnicodeError, ValueError) as e:
+        why = getattr(e, "strerror", None) or str(e) or type(e).__name__
+        raise UserError(f"cannot serve on {shown}:{args.port}: {why}") from None
+    if not _is_loopback(args.host):
+        _say(f"warning: {args.host} is not a loopback address: anyone who can reach it can read the metrics")
+    try:
+        return _serve(args, open_live, state, f"http://{shown}:{httpd.server_port}/metrics")
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+
+
+def _serve(args: argparse.Namespace, open_live: Callable[..., Any], state: ExportState, url: str) -> int:
+    source, what, recording = _open_source(args, open_live)
+    stop, outcome = threading.Event(), {}
+    state.start(source.header, "live" if source.live else "replay", recording)
+
+    def loop() -> None:
+        try:
+            while not stop.is_set():
+                s = source.read()
+                if s is None:
+                    break
+                state.feed(s)
+        except Exception as e:  # a failing collector must stop the command with a line, not hang it
+            outcome["error"] = f"{type(e).__name__}: {e}"[:200]
+            stop.set()
+
+    worker = threading.Thread(target=loop, name="pcie-tui-export", daemon=True)
+    old_term = signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    _say(f"serving Prometheus metrics at {url} ({what}); Ctrl-C to stop")
+    worker.start()
+    ended = False
+    try:
+        while not stop.wait(0.2):
+            if not (ended or worker.is_alive()):
+                ended = True
+                _say("the source ended; still serving its last readings (Ctrl-C to stop)")
+    except KeyboardInterrupt:
+        pass
+    finally:
+        stop.set()
+        if not source.live:
+            source.close()  # wakes a replay waiting for its next tick; a live source is closed after its read
+        worker.join(timeout=5.0)
+        source.close()
+        signal.signal(signal.SIGTERM, old_term)
+    if "error" in outcome:
+        _say(f"error: collection stopped: {outcome['error']}")
+        return 1
+    return 0
