@@ -16,7 +16,15 @@ from pcie_tui import metrics
 from pcie_tui.model import Sample, SessionHeader
 
 DEFAULT_PORT = 9842
-VERDICT_NAMES = ("link", "memory", "compute", "none")  # = analyze.verdict.VERDICTS (kept light to import)
+VERDICT_NAMES = ("link", "memory", "compute", "none")
+BOUND_NAMES = (
+    "link",
+    "transfer",
+    "host",
+    "memory",
+    "compute",
+    "idle",
+)  # = analyze.attribution.BOUNDS  # = analyze.verdict.VERDICTS (kept light to import)
 PHASES = ("loading", "prefill", "decode", "mixed", "idle", "down")
 # Engine histograms (engine.extra["hist"]), re-exposed with the engine's own buckets: key -> metric stem.
 HIST_STEMS = {f"{k}_s": k for k in ("ttft", "itl", "prefill", "decode", "queue", "e2e")}
@@ -69,11 +77,21 @@ class ExportState:
             self._reset()
 
     def _reset(self) -> None:
-        from pcie_tui.analyze.session import SessionAnalyzer
+        from pcie_tui.analyze.session import SessionAnalyzer, sample_phase
+
+        self._phase_of = sample_phase
 
         self.analyzer = SessionAnalyzer(self.header, keep_series=False) if self.header is not None else None
+        self.attribution: Any = None  # the analyzer's default thresholds, as it was built with
+        if self.header is not None:
+            from pcie_tui.analyze.attribution import LiveAttribution
+            from pcie_tui.analyze.verdict import DEFAULT_THRESHOLDS
+            from pcie_tui.engines import facts_for
+
+            self.attribution = LiveAttribution(self.header, facts_for(self.header.engine), DEFAULT_THRESHOLDS)
         self.sample: Sample | None = None
         self.verdicts: dict[int, str] = {}
+        self.bounds: dict[int, str] = {}  # what bound each GPU this tick (the answer's per-tick word)
         self.link_util: dict[int, float | None] = {}
         self.hist: dict[str, dict[str, Any]] = {}
         self.per_request: dict[str, dict[str, Any]] = {}  # name -> {"le", "cum", "count", "sum"}
@@ -87,10 +105,13 @@ class ExportState:
                 self._reset()  # a replay started over: counters restart, as after an engine restart
             assert self.analyzer is not None
             self.analyzer.feed(s)
+            phase = self._phase_of(s)
             for g in s.gpus:
-                self.verdicts[g.index] = self.analyzer.verdict(g.index)
+                self.verdicts[g.index] = verdict = self.analyzer.verdict(g.index)
                 u = self.analyzer.trackers[g.index].last_util
                 self.link_util[g.index] = u.link if u is not None else None
+                if u is not None:
+                    self.bounds[g.index] = self.attribution.feed(s.t, g.index, verdict, u, phase, g.mem_used_bytes)
             if s.engine is not None:
                 self._engine(s.engine.extra)
             self.sample = s
@@ -137,6 +158,7 @@ HELP = {
     "pcie_link_util_ratio": "busiest link direction over its ceiling, 0..1 (what the verdict uses)",
     "pcie_memory_total_bytes": "GPU memory size",
     "pcie_verdict": "saturated resource now (1 for the verdict, 0 for the others)",
+    "pcie_bound": "what bound the GPU this tick (1 for the bound, 0 for the others): docs/attribution.md",
     "pcie_engine_up": "1 when the engine answered its last scrape",
     "pcie_engine_phase": "engine phase now (1 for the phase, 0 for the others)",
     "pcie_engine_prompt_tokens": "prompt tokens processed (the engine's counter)",
@@ -226,6 +248,10 @@ def _gpu_metrics(add: Add, header: SessionHeader, s: Sample, st: ExportState) ->
         if verdict is not None:
             for name in VERDICT_NAMES:
                 add("pcie_verdict", {**gpu, "verdict": name}, 1 if name == verdict else 0)
+        bound = st.bounds.get(g.index)
+        if bound is not None:
+            for name in BOUND_NAMES:
+                add("pcie_bound", {**gpu, "bound": name}, 1 if name == bound else 0)
 
 
 def _engine_metrics(add: Add, s: Sample | None) -> None:

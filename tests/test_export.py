@@ -414,3 +414,27 @@ def test_status_line_says_when_the_gpu_side_is_absent():
         "engine alone (no GPU side); "
     )
     assert _open_source(args, lambda a, interactive: (both, "engine: none"))[1].startswith("live GPUs; ")
+
+
+def test_pcie_bound_carries_the_answer_tick_by_tick():
+    """The pageable H200 session: its prefill is transfer-bound below link capacity (no saturation
+    verdict ever says so); pcie_bound says it while pcie_verdict says none, as the report does."""
+    from pcie_tui.export import BOUND_NAMES, ExportState, PrometheusCollector
+
+    rec = read_recording(demos.resolve("h200-pageable"))
+    st = ExportState()
+    st.start(rec.header, "replay", "h200-pageable")
+    seen: dict[tuple[str | None, str, str], int] = {}
+    for s in rec.samples:
+        st.feed(s)
+        fams = {f.name: f for f in PrometheusCollector(st).collect()}
+        if "pcie_bound" not in fams:
+            continue
+        ones = [x.labels["bound"] for x in fams["pcie_bound"].samples if x.value == 1.0]
+        assert len(ones) == 1 and {x.labels["bound"] for x in fams["pcie_bound"].samples} == set(BOUND_NAMES)
+        verdict = next(x.labels["verdict"] for x in fams["pcie_verdict"].samples if x.value == 1.0)
+        phase = s.engine.phase if s.engine is not None else None
+        seen[phase, verdict, ones[0]] = seen.get((phase, verdict, ones[0]), 0) + 1
+    prefill = {k: n for k, n in seen.items() if k[0] == "prefill"}
+    top = max(prefill, key=prefill.__getitem__)
+    assert top == ("prefill", "none", "transfer") and prefill[top] > 0.9 * sum(prefill.values())
