@@ -56,7 +56,8 @@ def evidence_text(f: dict[str, Any], short: bool = False) -> str:
             )
         if b == "host":
             return f"SM {_pct(f.get('sm_util'))}, link {fmt_rate(f.get('link_Bps'))}, {_when(f)}"
-    rate = f"{fmt_rate(f.get('link_Bps'))} {f.get('stat', 'median')}"
+    # The finding's figures are over the ticks of its bound, not the whole phase (the phase table's).
+    rate = f"{fmt_rate(f.get('link_Bps'))} {f.get('stat', 'median')} of those ticks"
     pinned = f"{fmt_rate(c['pinned_Bps'])} {c['pinned_source']} ceiling"
     dram_name = "DRAM busy (proxy)" if f.get("dram_basis") == "proxy" else "DRAM"
     if b == "link":
