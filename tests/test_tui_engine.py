@@ -111,3 +111,20 @@ def test_engine_not_answering_and_no_engine(rec):
             assert engine_text(app) == "no engine attached"
 
     run(go())
+
+
+def test_engine_panel_says_what_the_engine_keeps_in_host_memory():
+    from pcie_tui.record.reader import read_recording
+    from pcie_tui.tui.engine_panel import engine_lines
+    from pcie_tui.tui.state import ViewModel
+
+    data = Path(__file__).parents[1] / "pcie_tui" / "data"
+    rec = read_recording(data / "h200-pageable.jsonl.gz")
+    vm = ViewModel(rec.header)
+    vm.rebuild(list(rec.samples), 131)
+    text = engine_lines(vm.frame(), wide=True).plain
+    assert "in host memory: FFN weights of 12 layers (--n-cpu-ffn 12) · load mode auto = mmap" in text
+    rec = read_recording(data / "h200-reference.jsonl.gz")  # no engine: no placement line
+    vm = ViewModel(rec.header)
+    vm.rebuild(list(rec.samples), 50)
+    assert vm.frame().placement is None

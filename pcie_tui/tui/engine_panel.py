@@ -35,6 +35,8 @@ def engine_lines(frame: Frame, wide: bool, stacked: bool = False) -> Text:
     err = stats.get("error") or eng.error
     if err:
         out.append(f" · error: {err}", style="red")
+    if frame.placement:
+        out.append(f"\nin host memory: {frame.placement}", style="dim")
     if frame.engine_stats is None:
         why = "engine statistics module not in this build" if not frame.engine_stats_available else "no statistics yet"
         out.append(f"\ntoken timing n/a ({why})", style="dim")

@@ -306,7 +306,15 @@ class ViewModel:
             engine_hist_span_s=(self.engine_t[-1] - self.engine_t[0]) if len(self.engine_t) > 1 else 0.0,
             built_s=time.monotonic(),
             headline=headline_text(self),
+            placement=self._placement(),
         )
+
+    def _placement(self) -> str | None:
+        """The engine's facts in one line: what it keeps in host memory, and in what kind of memory."""
+        fx = self.attribution.facts
+        if fx is None or not fx.host_weights:
+            return None
+        return f"{fx.host_weights}" + (f" · {fx.host_memory_why}" if fx.host_memory_why else "")
 
     def _gpu_view(self, idx: int, events: tuple[EventView, ...]) -> GpuView:
         info = self.header.gpu(idx)
