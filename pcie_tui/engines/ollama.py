@@ -369,7 +369,7 @@ class OllamaEngine(Engine):
             host = "; ".join(
                 f"{_gb(m.get('host_bytes'))} of {m.get('name')} ({(1 - m['vram_frac']) * 100:.0f} %)" for m in partial
             )
-            host += " in host memory (/api/ps size - size_vram)"
+            host += " (/api/ps size - size_vram)"
         line = off.get("line") if isinstance(off.get("line"), str) else None
         return EngineFacts(
             kind=self.name,
@@ -384,7 +384,7 @@ class OllamaEngine(Engine):
         note = "Ollama support is written from its documentation, not tested against a real server"
         return [
             Advice(
-                cause=f"{facts.host_weights}: the layers kept there are computed from host memory",
+                cause=f"{facts.host_weights} in host memory: the layers kept there are computed from host memory",
                 fix="a smaller quantization or context (num_ctx), fewer parallel slots (OLLAMA_NUM_PARALLEL), "
                 "OLLAMA_KV_CACHE_TYPE=q8_0, or more GPU memory, until /api/ps size_vram reaches size",
                 evidence=(*facts.log_evidence, note),
