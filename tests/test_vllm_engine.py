@@ -83,7 +83,7 @@ def test_streamed_load_matches_the_client(vllm_server, tmp_path):
         time.sleep(1.5)  # idle baseline
         results = run_load_for(
             vllm_server.url, SERVED_NAME, duration_s=14.0, concurrency=4,
-            prompt_lens=[40, 96, 160, 24], max_tokens=48, vocab=vllm_server.vocab, max_requests=200,
+            prompt_lens=[40, 96, 160, 24], max_tokens=48, vocab=vllm_server.vocab, max_requests=600,
         )  # fmt: skip
         # Let the last scrape see the finished requests, then record some idle.
         assert _wait(lambda: poller.latest().requests_running == 0, 5)
@@ -114,7 +114,7 @@ def test_streamed_load_matches_the_client(vllm_server, tmp_path):
     # Rates over a steady-state window the client and the recording both cover.
     a = min(r.t_first for r in results) + 1.0
     b = max(r.t_end for r in results) - 2.0
-    assert b - a >= 6.0, f"load too short for a rate window ({b - a:.1f} s)"
+    assert b - a >= 4.0, f"load too short for a rate window ({b - a:.1f} s)"
     st = EngineStats(window_s=b - a)
     for s in recording.samples:
         if s.t <= b:
