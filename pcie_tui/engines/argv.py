@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 
@@ -43,3 +45,19 @@ def int_or(v: str | bool | None, default: Any = None) -> Any:
         return int(v)
     except ValueError:
         return v
+
+
+def dist_version(argv: Sequence[str], glob: str, pattern: str) -> str | None:
+    """An installed package's version, from the dist-info beside the interpreter in ``argv[0]`` (no import).
+
+    ``glob`` picks the dist-info folders (``vllm*.dist-info``); ``pattern`` matches a folder name with
+    the version as its first group.
+    """
+    exe = argv[0] if argv else ""
+    if not os.path.isabs(exe):
+        return None
+    for d in sorted(Path(exe).parent.parent.glob(f"lib/python3*/site-packages/{glob}")):
+        m = re.fullmatch(pattern, d.name)
+        if m:
+            return m.group(1)
+    return None

@@ -116,3 +116,18 @@ def http_get(url: str, timeout_s: float) -> tuple[int, bytes]:
     except http.client.HTTPException as e:
         raise OSError(f"bad HTTP response: {type(e).__name__}") from None
     return status, body
+
+
+def failure_reason(e: BaseException) -> str:
+    """Short human reason for a failed request: "timed out", "connection refused", else the error text."""
+    inner = getattr(e, "reason", None)  # urllib's URLError wraps the socket error
+    text = str(inner if inner is not None else e)
+    if isinstance(e, TimeoutError) or isinstance(inner, TimeoutError) or "timed out" in text:
+        return "timed out"
+    if (
+        isinstance(e, ConnectionRefusedError)
+        or isinstance(inner, ConnectionRefusedError)
+        or "Connection refused" in text
+    ):
+        return "connection refused"
+    return text[:120] or type(e).__name__

@@ -35,7 +35,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from pcie_tui.engines.base import Advice, Engine, EngineClient, EngineFacts, Role, SourceRow, typed
-from pcie_tui.engines.http import http_get, normalize_url
+from pcie_tui.engines.http import failure_reason, http_get, normalize_url
 from pcie_tui.model import EngineSample
 
 DOCS = (
@@ -303,8 +303,7 @@ class OllamaClient:
             try:
                 models = self._models(PS_EVERY_S)
             except OSError as e:
-                why = "timed out" if isinstance(e, TimeoutError) else str(e)[:120] or type(e).__name__
-                return EngineSample(kind=self.kind, up=False, error=why)
+                return EngineSample(kind=self.kind, up=False, error=failure_reason(e))
             except ValueError as e:
                 return EngineSample(kind=self.kind, up=False, error=f"/api/ps unreadable: {str(e)[:120]}")
             self._read_log()

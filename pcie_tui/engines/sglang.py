@@ -29,16 +29,14 @@ from __future__ import annotations
 
 import json
 import os
-import re
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from pcie_tui.engines.argv import flag_values
+from pcie_tui.engines.argv import dist_version, flag_values
 from pcie_tui.engines.base import Advice, Engine, EngineClient, EngineFacts, Role, SourceRow, typed
-from pcie_tui.engines.http import http_get, normalize_url
+from pcie_tui.engines.http import failure_reason, http_get, normalize_url
 from pcie_tui.model import EngineSample
 
 DOCS = (
@@ -138,14 +136,7 @@ def classify(argv: Sequence[str], proc_name: str = "") -> Role | None:
 
 def version_from_venv(argv: Sequence[str]) -> str | None:
     """SGLang's version from the dist-info beside the interpreter that runs it (no import)."""
-    exe = argv[0] if argv else ""
-    if not os.path.isabs(exe):
-        return None
-    for d in sorted(Path(exe).parent.parent.glob("lib/python3*/site-packages/sglang-*.dist-info")):
-        m = re.fullmatch(r"sglang-([0-9][^-]*)\.dist-info", d.name)
-        if m:
-            return m.group(1)
-    return None
+    return dist_version(argv, "sglang-*.dist-info", r"sglang-([0-9][^-]*)\.dist-info")
 
 
 def _rank(labels: Mapping[str, str], key: str) -> int:
@@ -212,15 +203,6 @@ def parse_metrics(text: str) -> dict[str, Any]:
     return {"counters": counters, "gauges": gauges, "hist": hist, "dp_ranks": dp_ranks}
 
 
-def _reason(e: BaseException) -> str:
-    text = str(e)
-    if isinstance(e, TimeoutError) or "timed out" in text:
-        return "timed out"
-    if isinstance(e, ConnectionRefusedError) or "Connection refused" in text:
-        return "connection refused"
-    return text[:120] or type(e).__name__
-
-
 class SGLangClient:
     """One SGLang HTTP server. ``read`` never raises and takes at most about ``timeout_s``."""
 
@@ -260,7 +242,7 @@ class SGLangClient:
         try:
             status, body = http_get(self.url + "/metrics", self.timeout_s)
         except OSError as e:
-            return EngineSample(kind=self.kind, up=False, error=_reason(e))
+            return EngineSample(kind=self.kind, up=False, error=failure_reason(e))
         if status == 404:
             return EngineSample(
                 kind=self.kind, up=False, error="/metrics answered HTTP 404 (start SGLang with --enable-metrics)"

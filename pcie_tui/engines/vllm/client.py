@@ -16,7 +16,7 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from pcie_tui.engines.http import http_get, normalize_url
+from pcie_tui.engines.http import failure_reason, http_get, normalize_url
 from pcie_tui.model import EngineSample
 
 # Our name -> vLLM sample names, newest first.
@@ -233,7 +233,7 @@ class VllmClient:
         try:
             status, body = http_get(self.url + "/metrics", self.timeout_s)
         except OSError as e:
-            return EngineSample(kind=self.kind, up=False, error=_reason(e))
+            return EngineSample(kind=self.kind, up=False, error=failure_reason(e))
         if status != 200:
             return EngineSample(kind=self.kind, up=False, error=f"/metrics answered HTTP {status}")
         try:
@@ -257,14 +257,3 @@ class VllmClient:
             requests_waiting=g["requests_waiting"],
             extra=extra,
         )
-
-
-def _reason(e: BaseException) -> str:
-    """Short human reason for a failed request."""
-    inner = getattr(e, "reason", None)
-    text = str(inner if inner is not None else e)
-    if "timed out" in text or isinstance(inner, TimeoutError) or isinstance(e, TimeoutError):
-        return "timed out"
-    if "Connection refused" in text:
-        return "connection refused"
-    return text[:120] or type(e).__name__

@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
-from pcie_tui.engines.argv import flag_values, int_or, is_flag
+from pcie_tui.engines.argv import dist_version, flag_values, int_or, is_flag
 
 FLAGS: dict[str, tuple[str, ...]] = {
     "tensor_parallel_size": ("--tensor-parallel-size", "-tp"),
@@ -75,12 +73,4 @@ def parse_layout(argv: Sequence[str]) -> dict[str, Any]:
 
 def version_from_venv(argv: Sequence[str]) -> str | None:
     """vLLM's version from the dist-info beside the interpreter that runs it (no import)."""
-    exe = argv[0] if argv else ""
-    if not os.path.isabs(exe):
-        return None
-    prefix = Path(exe).parent.parent
-    for d in sorted(prefix.glob("lib/python3*/site-packages/vllm*.dist-info")):
-        m = re.fullmatch(r"vllm(?:[_-]cpu)?-([0-9][^-]*)\.dist-info", d.name)
-        if m:
-            return m.group(1)
-    return None
+    return dist_version(argv, "vllm*.dist-info", r"vllm(?:[_-]cpu)?-([0-9][^-]*)\.dist-info")
