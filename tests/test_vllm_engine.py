@@ -171,7 +171,11 @@ def test_streamed_load_matches_the_client(vllm_server, tmp_path):
     busy = sum(p in ("prefill", "decode", "mixed") for p in during)
     assert busy >= 0.75 * len(during), Counter(during)
     assert phases[0] == "idle" and phases[-1] == "idle"
-    assert "down" not in phases and "loading" not in phases
+    assert "down" not in phases and "loading" not in phases, [
+        (round(s.t - recording.samples[0].t, 1), s.engine.error)
+        for s in recording.samples
+        if s.engine is not None and s.engine.phase in ("down", "loading")
+    ]
     # Ticks never waited on HTTP. (The exact check is test_discovery's 2-s-slow endpoint; here the
     # bound only allows for GIL hand-over and a contended CPU.)
     assert rec.max_tick_s < 0.1

@@ -169,3 +169,36 @@ def test_poller_rides_out_a_short_stall_then_goes_down():
     finally:
         srv.shutdown()
         srv.server_close()
+
+
+def test_poller_rides_out_one_dropped_connection_too():
+    """Not only a timeout: one failed scrape of any kind while the engine lives keeps the last reading
+    (marked stale with the reason); only a failure past the grace is 'down'."""
+    from pcie_tui.engines.poller import EnginePoller
+    from pcie_tui.model import EngineSample
+
+    class Flaky:
+        kind, url, pid, info = "vllm", "http://127.0.0.1:1", None, {}
+
+        def __init__(self) -> None:
+            self.fail = False
+
+        def describe(self):
+            return {"kind": self.kind}
+
+        def read(self):
+            if self.fail:
+                return EngineSample(kind=self.kind, up=False, error="Remote end closed connection without response")
+            return EngineSample(kind=self.kind, up=True, prompt_tokens_total=5.0, requests_running=1.0)
+
+    c = Flaky()
+    poller = EnginePoller(c, rediscover=False, stale_grace_s=60.0)
+    assert poller.poll_once().up
+    c.fail = True
+    s = poller.poll_once()
+    assert s.up and s.prompt_tokens_total == 5.0
+    assert s.error.startswith("slow: scrape failed (Remote end closed connection without response)")
+    assert poller.drain_events() == []
+    poller.stale_grace_s = 0.0
+    s = poller.poll_once()
+    assert not s.up and [e["event"] for e in poller.drain_events()] == ["engine_down"]

@@ -164,16 +164,12 @@ class EnginePoller:
         self.scrapes += 1
         events: list[dict[str, Any]] = []
         good = self._last_good
-        if (
-            not s.up
-            and s.error == "timed out"
-            and alive is not False
-            and good is not None
-            and t - good[0] <= self.stale_grace_s
-        ):
-            # A busy API server can miss one short deadline; flapping to "down" would mislead.
-            # Keep the last reading, say how old it is, and go down only after the grace.
-            s = dataclasses.replace(good[1], error=f"slow: /metrics timed out, reading {t - good[0]:.1f} s old")
+        if not s.up and alive is not False and good is not None and t - good[0] <= self.stale_grace_s:
+            # A busy API server can miss one short deadline or drop one connection (seen under load on
+            # 2 cores); flapping to "down" would mislead. Keep the last reading, say how old it is and
+            # why, and go down only after the grace (at once when the process is gone).
+            what = "/metrics timed out" if s.error == "timed out" else f"scrape failed ({s.error})"
+            s = dataclasses.replace(good[1], error=f"slow: {what}, reading {t - good[0]:.1f} s old")
             with self._lock:
                 self._latest = (t, s, good[2], alive)
             return s
