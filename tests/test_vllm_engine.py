@@ -229,7 +229,8 @@ def test_stacks_of_the_real_engine(vllm_server):
     # Under load the engine is seen busy. "model forward" shows in most runs; on this CI machine some
     # runs' dumps of the busy worker came back with no Python frames (native code: "other", top None)
     # in all 30 dumps, so any busy state passes, and all-idle (no load seen) fails.
-    assert states & {"model forward", "scheduler", "other", "all-reduce/NCCL"}, (len(seen), tops[:4])
+    errs = [(p["title"], p.get("error")) for s in seen for p in s["procs"] if p.get("error")]
+    assert states & {"model forward", "scheduler", "other", "all-reduce/NCCL"}, (len(seen), tops[:4], errs[:4])
 
 
 def test_kill_and_restart_mid_recording(vllm_server, tmp_path):
