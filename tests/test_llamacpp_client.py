@@ -76,3 +76,26 @@ def test_bad_url_is_refused_and_timeouts_are_capped():
     with pytest.raises(ValueError):
         LlamaCppClient("ftp://x")
     assert LlamaCppClient("127.0.0.1:8080", timeout_s=5).timeout_s == 0.3
+
+
+def test_running_follows_slots_read_after_metrics():
+    """/metrics is read before /slots: a request that starts in between must not read '0 running'
+    beside a decoding slot (a CI run caught exactly that from the real server)."""
+    metrics = (FIX / "llamacpp-metrics.txt").read_bytes()
+    assert b"llamacpp:requests_processing 0" in metrics
+    slots = (FIX / "llamacpp-slots-busy.json").read_bytes()
+    client = LlamaCppClient("http://127.0.0.1:9")
+
+    def fake_get(path: str) -> tuple[int, bytes, dict[str, str]]:
+        return 200, metrics if path.startswith("/metrics") else slots, {}
+
+    client._get = fake_get  # type: ignore[method-assign]
+    s = client.read()
+    assert s.up and s.extra["slots_decode"] == 1 and s.requests_running == 1
+    assert s.requests_waiting == 0  # still the /metrics gauge
+
+    # /slots off (--no-slots): the /metrics gauge stands in.
+    client = LlamaCppClient("http://127.0.0.1:9")
+    client._get = lambda path: (200, metrics, {}) if path.startswith("/metrics") else (501, b"", {})  # type: ignore[method-assign]
+    s = client.read()
+    assert s.up and s.requests_running == 0 and "slots" not in s.extra

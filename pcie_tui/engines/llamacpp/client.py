@@ -9,8 +9,10 @@ Where the numbers come from (all as the server reports them):
 * ``prompt_tokens_total`` / ``generation_tokens_total``: the ``llamacpp:prompt_tokens_total``
   and ``llamacpp:tokens_predicted_total`` counters (``--metrics`` only; the server adds a
   request's tokens when its prompt is done / when it finishes).
-* ``requests_running`` / ``requests_waiting``: ``llamacpp:requests_processing`` /
-  ``requests_deferred``; without ``--metrics``, slots with ``is_processing`` (waiting: None).
+* ``requests_running``: the /slots entries with ``is_processing``, the count the server's
+  ``llamacpp:requests_processing`` gauge is made of; /slots is read just after /metrics, so
+  this agrees with ``slots_prefill``/``slots_decode`` (the gauge stands in when /slots is off).
+  ``requests_waiting``: ``llamacpp:requests_deferred`` (None without ``--metrics``).
 * ``extra``: ``n_decode_total`` and the other counters, ``slots`` (per slot: processing,
   prompt tokens processed, tokens decoded, ``task`` id - numbers only, the text /slots
   returns is dropped), ``slots_prefill`` / ``slots_decode`` (busy slots that have / have
@@ -267,8 +269,9 @@ class LlamaCppClient:
                 busy = [s for s in slots if s.get("processing")]
                 extra["slots_prefill"] = sum(1 for s in busy if not s.get("n_decoded"))
                 extra["slots_decode"] = sum(1 for s in busy if s.get("n_decoded"))
-                if running is None:
-                    running = float(len(busy))
+                # The gauge counts the same slots, but /metrics was read before /slots: a request that
+                # started in between would read "0 running" beside a decoding slot (seen in CI).
+                running = float(len(busy))
             elif status == 501:
                 self.slots_enabled = False
             elif status == 503:

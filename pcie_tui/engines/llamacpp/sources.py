@@ -38,8 +38,9 @@ def rows(win: str) -> list[SourceRow]:
         ),
         (
             "running, waiting",
-            "llama-server /metrics gauges llamacpp:requests_processing, llamacpp:requests_deferred; "
-            "without --metrics, /slots entries with is_processing (waiting n/a)",
+            "running: /slots entries with is_processing (read just after /metrics; the same count as its "
+            "gauge llamacpp:requests_processing, which stands in when /slots is off); "
+            "waiting: /metrics gauge llamacpp:requests_deferred (n/a without --metrics)",
             "requests",
             "latest tick",
         ),
