@@ -187,7 +187,7 @@ def http_server():
     [("garbage", "/metrics unreadable"), ("slow", "timed out"), ("500", "HTTP 500"), ("plain", "no vllm: metrics")],
 )
 def test_bad_endpoints_read_as_down_with_reason(http_server, mode, reason):
-    client = VllmClient(http_server(mode))
+    client = VllmClient(http_server(mode), timeout_s=0.3)  # the default 2 s deadline would only slow this down
     t0 = time.monotonic()
     s = client.read()
     took = time.monotonic() - t0
@@ -205,7 +205,7 @@ def test_refused_port_reads_as_down():
 
 
 def test_poller_never_blocks_the_tick_on_a_slow_endpoint(http_server):
-    poller = EnginePoller(VllmClient(http_server("slow")), interval_s=0.2, rediscover=False)
+    poller = EnginePoller(VllmClient(http_server("slow"), timeout_s=0.3), interval_s=0.2, rediscover=False)
     poller.start()
     try:
         deadline = time.monotonic() + 3

@@ -153,29 +153,31 @@ def test_streamed_load_matches_the_client(vllm_server, tmp_path):
     # client's (send -> first chunk back), so the engine can only read lower; the difference is HTTP
     # and API-server time, ~20 ms on an idle machine and up to ~0.2 s when colleagues load both cores.
     # Bounds: engine <= client + 10 ms (e2e or queue+e2e read by mistake would be far above the
-    # client's), and engine >= 5 % of the client's figure (a unit slip would be 1000x off). The gap is
+    # client's), and engine >= 1 % of the client's figure (a unit slip would be 1000x off). The gap is
     # HTTP and API-server time: on this 2-core machine it reached ~100 ms at the median
     # (2026-12-03: client mean 127-162 ms, p50 18-109 ms; engine mean 13-35 ms, p50 8-13 ms), so a
-    # tighter lower bound would test the machine's load, not the reading.
-    assert 0.05 * client_mean <= engine_mean <= client_mean + 0.01
+    # tighter lower bound would test the machine's load, not the reading. With two CPU hogs beside it
+    # the client's mean reached 269 ms against the engine's 12 ms (4.6 %).
+    assert 0.01 * client_mean <= engine_mean <= client_mean + 0.01
     i = next((k for k, le in enumerate(h["le"]) if client_p50 <= le), len(h["le"]) - 1)
     hi = h["le"][min(i + 1, len(h["le"]) - 1)]  # the client's p50 bucket, widened by one bucket up
-    assert 0.05 * client_p50 <= p50 <= hi
+    assert 0.01 * client_p50 <= p50 <= hi
 
     # Phases: busy ticks during the load, idle before and after; nothing down.
     phases = [s.engine.phase for s in recording.samples if s.engine is not None]
     during = [s.engine.phase for s in recording.samples if s.engine is not None and a <= s.t <= b]
     assert {"mixed", "decode"} & set(during)
-    # Not 100 %: on a contended 2-core machine the API server can hold requests before the
-    # engine sees them, and for that interval the engine really is idle.
-    busy = sum(p in ("prefill", "decode", "mixed") for p in during)
-    assert busy >= 0.75 * len(during), Counter(during)
-    assert phases[0] == "idle" and phases[-1] == "idle"
+    # A loaded API server answers late, not never: no tick may read down (the errors say why).
     assert "down" not in phases and "loading" not in phases, [
         (round(s.t - recording.samples[0].t, 1), s.engine.error)
         for s in recording.samples
         if s.engine is not None and s.engine.phase in ("down", "loading")
     ]
+    # Not 100 %: on a contended 2-core machine the API server can hold requests before the
+    # engine sees them, and for that interval the engine really is idle.
+    busy = sum(p in ("prefill", "decode", "mixed") for p in during)
+    assert busy >= 0.75 * len(during), Counter(during)
+    assert phases[0] == "idle" and phases[-1] == "idle"
     # Ticks never waited on HTTP. (The exact check is test_discovery's 2-s-slow endpoint; here the
     # bound only allows for GIL hand-over and a contended CPU.)
     assert rec.max_tick_s < 0.1

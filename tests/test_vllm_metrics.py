@@ -151,7 +151,18 @@ def test_poller_rides_out_a_short_stall_then_goes_down():
     srv.daemon_threads = True
     threading.Thread(target=srv.serve_forever, daemon=True).start()
     try:
-        poller = EnginePoller(VllmClient(f"127.0.0.1:{srv.server_address[1]}"), rediscover=False, stale_grace_s=1.5)
+        url = f"127.0.0.1:{srv.server_address[1]}"
+        # The default deadline outlasts a loaded API server's slow answer (up to 0.7 s seen on 2 cores):
+        # a 1 s answer is a fresh reading, not a failure, and a tick that waits for it is not stale.
+        state["slow"] = True
+        patient = EnginePoller(VllmClient(url), rediscover=False)
+        assert patient.stale_grace_s >= 2 * patient.client.timeout_s
+        s = patient.poll_once()
+        assert s.up and s.error is None and s.prompt_tokens_total == _value("vllm:prompt_tokens_total")
+        assert patient.sample_for_tick(time.time() + 2.5, (), ()).up
+        state["slow"] = False
+
+        poller = EnginePoller(VllmClient(url, timeout_s=0.3), rediscover=False, stale_grace_s=1.5)
         assert poller.poll_once().up
         state["slow"] = True
         t0 = time.time()

@@ -9,6 +9,12 @@ from urllib.parse import urlsplit
 
 from pcie_tui.errors import UserError
 
+# Deadline of one scrape of a Python API server (vLLM, SGLang) or Ollama. The poller runs in its own
+# thread, so a slow answer only arrives late; a deadline shorter than the server's answer under load
+# would miss every scrape. A loaded vLLM API server on 2 cores answered /metrics in up to 0.7 s, and a
+# CI run with a 0.3 s deadline recorded 5 s of "down" while it served 240 requests.
+SCRAPE_TIMEOUT_S = 2.0
+
 # Largest engine answer read (vLLM's /metrics is ~100 kB); a bigger one is one failed scrape.
 MAX_BODY_BYTES = 2 << 20
 

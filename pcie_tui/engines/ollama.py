@@ -35,7 +35,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from pcie_tui.engines.base import Advice, Engine, EngineClient, EngineFacts, Role, SourceRow, typed
-from pcie_tui.engines.http import failure_reason, http_get, normalize_url
+from pcie_tui.engines.http import SCRAPE_TIMEOUT_S, failure_reason, http_get, normalize_url
 from pcie_tui.model import EngineSample
 
 DOCS = (
@@ -226,7 +226,7 @@ class OllamaClient:
         pid: int | None = None,
         info: dict[str, Any] | None = None,
         log_path: str | None = None,
-        timeout_s: float = 0.3,
+        timeout_s: float = SCRAPE_TIMEOUT_S,
     ):
         self.url = normalize_url(url)
         self.pid = pid

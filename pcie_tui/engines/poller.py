@@ -58,14 +58,18 @@ class EnginePoller:
         rediscover: bool = True,
         loading_rx_Bps: float = LOADING_RX_Bps,
         reattach_every_s: float = 2.0,
-        stale_grace_s: float = 1.5,
+        stale_grace_s: float | None = None,
     ) -> None:
         self.client = client
         self.interval_s = interval_s
         self.rediscover = rediscover
         self.loading_rx_Bps = loading_rx_Bps
         self.reattach_every_s = reattach_every_s
-        self.stale_grace_s = stale_grace_s
+        # How long a live engine's failed scrapes keep its last reading (marked stale) before it reads
+        # "down": by default two timed-out scrapes in a row (at least 1.5 s), so one slow answer from a
+        # loaded API server is never a gap.
+        timeout = self._client_timeout()
+        self.stale_grace_s = stale_grace_s if stale_grace_s is not None else max(1.5, 2 * timeout + interval_s)
         self._last_good: tuple[float, EngineSample, str | None] | None = None
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -91,6 +95,10 @@ class EnginePoller:
             from pcie_tui.engines.stacks import StackSampler
 
             self.stacks = StackSampler(lambda: getattr(self.client, "pid", None))
+
+    def _client_timeout(self) -> float:
+        t = getattr(self.client, "timeout_s", None)
+        return float(t) if isinstance(t, int | float) and t > 0 else 0.3
 
     # ---- lifecycle ------------------------------------------------------
 
@@ -280,7 +288,9 @@ class EnginePoller:
         if latest is None:
             return None
         t_read, s, cphase, alive = latest
-        stale_after = max(3 * self.interval_s, 2.0)
+        # A scrape may take up to the client's deadline: only a reading older than that (plus a poll
+        # interval) is stale.
+        stale_after = max(3 * self.interval_s, 2.0, self._client_timeout() + self.interval_s + 1.0)
         if t - t_read > stale_after and s.up:
             s = dataclasses.replace(s, up=False, error=f"no reading for {t - t_read:.1f} s")
         gpus = desc.get("gpus") if desc else None

@@ -36,7 +36,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from pcie_tui.engines.argv import dist_version, flag_values
 from pcie_tui.engines.base import Advice, Engine, EngineClient, EngineFacts, Role, SourceRow, typed
-from pcie_tui.engines.http import failure_reason, http_get, normalize_url
+from pcie_tui.engines.http import SCRAPE_TIMEOUT_S, failure_reason, http_get, normalize_url
 from pcie_tui.model import EngineSample
 
 DOCS = (
@@ -208,7 +208,7 @@ class SGLangClient:
 
     kind = "sglang"
 
-    def __init__(self, url: str, pid: int | None = None, info: dict[str, Any] | None = None, timeout_s: float = 0.3):
+    def __init__(self, url: str, pid: int | None = None, info: dict[str, Any] | None = None, timeout_s: float = SCRAPE_TIMEOUT_S):
         self.url = normalize_url(url)
         self.pid = pid
         self.timeout_s = timeout_s

@@ -16,7 +16,7 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from pcie_tui.engines.http import failure_reason, http_get, normalize_url
+from pcie_tui.engines.http import SCRAPE_TIMEOUT_S, failure_reason, http_get, normalize_url
 from pcie_tui.model import EngineSample
 
 # Our name -> vLLM sample names, newest first.
@@ -175,7 +175,7 @@ class VllmClient:
         self,
         url: str,
         pid: int | None = None,
-        timeout_s: float = 0.3,
+        timeout_s: float = SCRAPE_TIMEOUT_S,
         info: dict[str, Any] | None = None,
     ) -> None:
         self.url = normalize_url(url)
