@@ -208,14 +208,17 @@ def test_stacks_of_the_real_engine(vllm_server):
     th = threading.Thread(target=load, daemon=True)
     th.start()
     try:
-        # A dump is an instant: the tiny model's forward is a small share of EngineCore's time on a
-        # fast machine (4 dumps caught it in about half the runs here), so dump until it shows, 30 at most.
-        for _ in range(30):
+        # A dump is an instant: the tiny model's forward is a small share of the worker's time (a run here
+        # with two CPU hogs saw 'idle' in 13 of 15 dumps of each process under load), and 30 dumps back to
+        # back span only about a second. So dump every 0.2 s until the forward shows, for 20 s at most.
+        deadline = time.monotonic() + 20.0
+        while time.monotonic() < deadline:
             s = sampler.sample_once()
             assert s is not None, sampler.error
             seen.append(s)
             if len(seen) >= 4 and any(p["state"] == "model forward" for x in seen for p in x["procs"]):
                 break
+            time.sleep(0.2)
     finally:
         stop.set()
         th.join(timeout=30)
@@ -230,7 +233,7 @@ def test_stacks_of_the_real_engine(vllm_server):
     tops = [(p["title"], p["state"], p.get("top")) for s in seen for p in s["procs"] if p.get("state") == "other"]
     # Under load the engine is seen busy. "model forward" shows in most runs; on this CI machine some
     # runs' dumps of the busy worker came back with no Python frames (native code: "other", top None)
-    # in all 30 dumps, so any busy state passes, and all-idle (no load seen) fails.
+    # in all 30 back-to-back dumps, so any busy state passes, and all-idle (no load seen) fails.
     errs = [(p["title"], p.get("error")) for s in seen for p in s["procs"] if p.get("error")]
     assert states & {"model forward", "scheduler", "other", "all-reduce/NCCL"}, (len(seen), tops[:4], errs[:4])
 
