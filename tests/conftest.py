@@ -61,7 +61,7 @@ def pytest_collection_modifyitems(config, items):
     when they run after the Textual live-app test in the same process (the engine's TTFT and py-spy
     states then look idle; seen with the project's code from before this change too) and pass when
     they run first. The cause is not found yet; the order keeps the suite meaningful meanwhile.
-    Both symptoms match flakes fixed since (2026-12-04: vLLM scrapes now wait 2 s, not 0.3 s; the
+    Both symptoms match flakes fixed since (2026-12-03, later: vLLM scrapes now wait 2 s, not 0.3 s; the
     stacks test dumps over 20 s, not 30 dumps back to back), and with those fixes the vLLM tests
     passed after the live-app test in one process here; the order stays until CI confirms it.
     """
