@@ -208,7 +208,9 @@ class SGLangClient:
 
     kind = "sglang"
 
-    def __init__(self, url: str, pid: int | None = None, info: dict[str, Any] | None = None, timeout_s: float = SCRAPE_TIMEOUT_S):
+    def __init__(
+        self, url: str, pid: int | None = None, info: dict[str, Any] | None = None, timeout_s: float = SCRAPE_TIMEOUT_S
+    ):
         self.url = normalize_url(url)
         self.pid = pid
         self.timeout_s = timeout_s
