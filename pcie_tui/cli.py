@@ -100,7 +100,8 @@ def open_engine(args: argparse.Namespace, gpus: Any, interactive: bool) -> tuple
     poller = EnginePoller(client, stacks=args.stacks)
     poller.start()
     d = poller.describe()
-    return poller, f"engine: attached to {d.get('kind')} pid {d.get('pid')} at {d.get('url')}"
+    name = registry.display(d.get("kind"))
+    return poller, f"engine: attached to {name} pid {d.get('pid')} at {d.get('url')}"
 
 
 def _pick(found: Sequence[Any], interactive: bool) -> Any:
