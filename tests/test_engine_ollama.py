@@ -200,7 +200,7 @@ def test_record_and_report_through_the_cli(fake, tmp_path):
     out = tmp_path / "ollama.jsonl.gz"
     cmd = [sys.executable, "-m", "pcie_tui", "record", "--url", url, "--headless", "--duration", "2", "--out", str(out)]
     rec = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
-    assert rec.returncode == 0 and "attached to ollama" in rec.stderr and "Traceback" not in rec.stderr, rec.stderr
+    assert rec.returncode == 0 and "attached to Ollama" in rec.stderr and "Traceback" not in rec.stderr, rec.stderr
     with gzip.open(out, "rt") as f:
         lines = f.read().splitlines()
     head = json.loads(lines[0])["engine"]
@@ -214,3 +214,16 @@ def test_record_and_report_through_the_cli(fake, tmp_path):
     )
     assert rep.returncode == 0, rep.stderr
     assert json.loads(rep.stdout)["engine"]["kind"] == "ollama"
+    # The exporter carries the placement as gauges (export --prometheus --replay reads the same file).
+    from pcie_tui.export import ExportState, PrometheusCollector
+    from pcie_tui.record.reader import read_recording
+
+    r = read_recording(out)
+    st = ExportState()
+    st.start(r.header, "replay", str(out))
+    for s in r.samples:
+        st.feed(s)
+    fams = {f.name: f for f in PrometheusCollector(st).collect()}
+    (share,) = fams["pcie_engine_model_vram_ratio"].samples
+    assert share.labels == {"engine": "ollama"} and share.value == pytest.approx(10470564288 / 11728855488)
+    assert fams["pcie_engine_model_host_bytes"].samples[0].value == 11728855488 - 10470564288

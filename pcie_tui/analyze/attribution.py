@@ -146,6 +146,13 @@ def bound_codes(
     return out
 
 
+# Phases the "pinned instead of pageable" what-if does not price. Loading: pinned host weights
+# (llama.cpp -lm none) are read() into CUDA host buffers instead of mapped, and on the H200 every
+# recorded pair loaded slower pinned than pageable (1.2 -> 1.7 s, MoE 0.7 -> 3.5 s, a rerun 1.4 ->
+# 1.7 s), so a faster copy of the load's uploads is not what -lm none buys there.
+UNPRICED_PINNED = frozenset({"loading"})
+
+
 def pinned_whatif(phase_s: float, rest_s: float, moved_bytes: float, c: Ceilings) -> dict[str, Any]:
     """The phase with its transfer-bound bytes moved at the pinned ceiling: at best the rest of the
     phase hides the copies (the longer of the two), at worst it does not (their sum)."""
@@ -227,7 +234,7 @@ def phase_findings(
             f["transfer_Bps"] = _median(rate[tm])
             # Staged (pageable or unknown) copies are held by the host, not by the link's speed.
             f["transfer_staged"] = facts is None or facts.host_pinned is not True
-            if bound == "transfer" and c.pinned_Bps and f["transfer_staged"]:
+            if bound == "transfer" and c.pinned_Bps and f["transfer_staged"] and phase not in UNPRICED_PINNED:
                 moved = float(np.nansum(rate[bm] * w[bm]))  # bytes the transfer-bound ticks moved (counter)
                 f["whatif_pinned"] = pinned_whatif(dur, dur - secs[bound], moved, c)
             found.append(f)
@@ -301,7 +308,8 @@ class LiveAttribution:
         info = self.header.gpu(index)
         rate = mean(1)
         extra: dict[str, Any] = {}
-        if bound == "transfer" and rate and c.pinned_Bps and (self.facts is None or self.facts.host_pinned is not True):
+        staged = self.facts is None or self.facts.host_pinned is not True
+        if bound == "transfer" and rate and c.pinned_Bps and staged and phase not in UNPRICED_PINNED:
             extra["whatif_pinned"] = pinned_whatif(dur, dur - a["secs"][bound], rate * a["secs"][bound], c)
         return extra | {
             "gpu": index,

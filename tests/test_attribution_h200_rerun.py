@@ -1,0 +1,96 @@
+"""The same answers from a second day's H200 run, recorded after the engines/ refactor.
+
+scripts/device_attrib.sh on 2026-12-04 (SESSIONS=pageable,pinned,hostdecode): a fresh CUDA
+llama-server build, a fresh `calibrate`, `pcie-tui record --pid` attached at server start and
+covering every request, beside a GPU-only recorder. Files in
+tests/fixtures/h200-runs/rerun-20261204/ (recordings, truth files with the server's own timings,
+the recorders' stderr, calibrate's output, the live TUI's screenshot mid-prefill). The bundled
+demos of the first day pin the same answers in tests/test_attribution_h200.py; this checks that
+they were not luck of one run and that the refactored attach still gets them.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from pcie_tui.record.reader import read_recording
+from pcie_tui.report import build_report
+
+RUN = Path(__file__).parent / "fixtures" / "h200-runs" / "rerun-20261204"
+
+
+def report(name: str) -> dict:
+    rep, _ = build_report(read_recording(RUN / f"h200-{name}.jsonl.gz"))
+    return rep
+
+
+def truth(name: str) -> list[dict]:
+    return json.loads((RUN / f"h200-{name}.truth.json").read_text())["truth"]
+
+
+def finding(rep: dict, phase: str) -> dict:
+    return next(f for f in rep["attribution"]["findings"]["0"] if f["phase"] == phase)
+
+
+def advice(f: dict) -> str:
+    return " ".join(f"{a['cause']} {a['fix'] or ''} {' '.join(a['evidence'])}" for a in f["advice"])
+
+
+def test_pageable_prefill_is_transfer_bound_again_with_the_same_fix():
+    rep = report("pageable")
+    f = finding(rep, "prefill")
+    assert f["bound"] == "transfer" and f["shares"]["transfer"] > 0.9
+    c = f["ceilings"]
+    assert (c["pinned_source"], c["pageable_source"]) == ("calibrated pinned", "calibrated pageable")
+    assert f["link_of_pinned"] < 0.25 and f["sm_util"] < 0.05
+    text = advice(f)
+    assert "-lm none" in text and "consider using --load-mode none" in text
+    assert (rep["headline"]["phase"], rep["headline"]["bound"]) == ("prefill", "transfer")
+
+
+def test_the_pinned_prediction_holds_on_the_rerun():
+    pred = finding(report("pageable"), "prefill")["whatif_pinned"]
+    pinned = report("pinned")
+    n = sum(1 for r in truth("pinned") if r["label"] == "prefill")
+    real = finding(pinned, "prefill")["duration_s"] / n
+    assert 0.9 * pred["phase_s_at_best"] <= real <= 1.1 * pred["phase_s_no_overlap"]
+    # The server's own prompt-eval times agree with the phase the recorder saw.
+    server = [r["prompt_ms"] / 1000 for r in truth("pinned") if r["label"] == "prefill"]
+    assert real == pytest.approx(sum(server) / n, rel=0.15)
+
+
+def test_the_load_is_not_priced_pinned_because_pinned_loads_were_slower():
+    pageable, pinned = report("pageable"), report("pinned")
+    load = finding(pageable, "loading")
+    assert load["bound"] == "transfer" and "whatif_pinned" not in load  # 57 % transfer-bound, yet unpriced
+    assert finding(pinned, "loading")["duration_s"] > load["duration_s"]  # the fact behind it
+    row = next(s for s in pageable["whatif"]["gpus"][0]["scenarios"] if s["kind"] == "pinned")
+    assert row["phases"]["loading"]["time_ratio"] == pytest.approx(1.0)
+    assert row["phases"]["prefill"]["time_ratio"] < 0.25
+
+
+def test_pinned_prefill_is_link_saturated_and_decode_host_bound():
+    rep = report("pinned")
+    assert finding(rep, "prefill")["bound"] == "link" and finding(rep, "prefill")["link_Bps"] > 40e9
+    for name in ("pageable", "pinned"):
+        assert finding(report(name), "decode")["bound"] == "host"
+
+
+def test_partial_offload_decode_is_host_bound_with_the_layer_count():
+    rep = report("hostdecode")
+    assert (rep["headline"]["phase"], rep["headline"]["bound"]) == ("decode", "host")
+    assert "12 of 16 layers (-ngl 4)" in advice(finding(rep, "decode"))
+
+
+@pytest.mark.parametrize("name", ["pageable", "pinned", "hostdecode"])
+def test_every_request_was_recorded_with_the_servers_token_counts(name):
+    rep, t = report(name), truth(name)
+    e = rep["engine"]
+    assert e["requests"] == len(t)
+    assert e["prompt_tokens"] == sum(r["prompt_n"] for r in t) == sum(r["sent_prompt_ids"] for r in t)
+    assert e["generation_tokens"] == sum(r["predicted_n"] for r in t)
+    stderr = (RUN / f"{name}-record.txt").read_text()
+    assert "attached to" in stderr and "Traceback" not in stderr
