@@ -86,7 +86,6 @@ def run(args: argparse.Namespace, open_live: Callable[..., Any]) -> int:
         raise UserError("--speed and --loop apply to --replay only")
     if args.replay is not None and (args.pid or args.url or args.log or args.gpus or args.stacks or args.no_engine):
         raise UserError("--pid/--url/--log/--gpus/--stacks/--no-engine apply to live collection, not --replay")
-    from prometheus_client import start_http_server
     from prometheus_client.registry import CollectorRegistry
 
     state = ExportState()
@@ -94,7 +93,7 @@ def run(args: argparse.Namespace, open_live: Callable[..., Any]) -> int:
     registry.register(PrometheusCollector(state))
     shown = f"[{args.host}]" if ":" in args.host else args.host
     try:
-        httpd, _ = start_http_server(args.port, addr=args.host, registry=registry)
+        httpd = _start_http(args.host, args.port, registry)
     except (OSError, UnicodeError, ValueError) as e:
         why = getattr(e, "strerror", None) or str(e) or type(e).__name__
         raise UserError(f"cannot serve on {shown}:{args.port}: {why}") from None
@@ -105,6 +104,42 @@ def run(args: argparse.Namespace, open_live: Callable[..., Any]) -> int:
     finally:
         httpd.shutdown()
         httpd.server_close()
+
+
+def _start_http(host: str, port: int, registry: Any) -> Any:
+    """prometheus-client's exposition on /metrics alone, a one-line page at /, 404 elsewhere
+    (its own start_http_server answers every path with the metrics); threads, no access log."""
+    import socket
+    from socketserver import ThreadingMixIn
+    from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+
+    from prometheus_client import make_wsgi_app
+
+    metrics = make_wsgi_app(registry)
+
+    def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Any:
+        path = environ.get("PATH_INFO") or "/"
+        if path == "/metrics":
+            return metrics(environ, start_response)
+        status, body = (
+            ("200 OK", b"pcie-tui exporter: metrics at /metrics\n") if path == "/" else ("404 Not Found", b"")
+        )
+        start_response(status, [("Content-Type", "text/plain; charset=utf-8"), ("Content-Length", str(len(body)))])
+        return [body]
+
+    family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
+
+    class Server(ThreadingMixIn, WSGIServer):
+        daemon_threads = True
+        address_family = family
+
+    class Quiet(WSGIRequestHandler):
+        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base class's name
+            pass
+
+    httpd = make_server(host, port, app, Server, handler_class=Quiet)
+    threading.Thread(target=httpd.serve_forever, name="pcie-tui-http", daemon=True).start()
+    return httpd
 
 
 def _serve(args: argparse.Namespace, open_live: Callable[..., Any], state: ExportState, url: str) -> int:

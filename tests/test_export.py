@@ -17,6 +17,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -240,6 +241,14 @@ def test_replay_end_exposes_every_request_once(exporters):
         got = value(fams, "pcie_engine_ttft_seconds_bucket", le=str(le))
         assert got == want, (le, got, want)
     check_histograms(fams)
+    # The metrics live at /metrics alone: / says where, any other path is a 404.
+    base = ex.url.removesuffix("/metrics")
+    with urllib.request.urlopen(base + "/", timeout=5) as r:
+        assert r.status == 200 and b"/metrics" in r.read()
+    for path in ("/other", "/metrics/x", "/favicon.ico"):
+        with pytest.raises(urllib.error.HTTPError) as e:
+            urllib.request.urlopen(base + path, timeout=5)
+        assert e.value.code == 404, path
     assert ex.stop() == 0
 
 
