@@ -166,6 +166,8 @@ HELP = {
     "pcie_engine_requests_running": "requests being processed",
     "pcie_engine_requests_waiting": "requests queued",
     "pcie_engine_kv_cache_util_ratio": "KV cache in use, 0..1 (where the engine reports it)",
+    "pcie_engine_model_vram_ratio": "share of the loaded model's bytes in GPU memory, 0..1 (where the engine reports it)",
+    "pcie_engine_model_host_bytes": "bytes of the loaded model kept in host memory (where the engine reports it)",
     "pcie_engine_ttft_seconds": "time to first token as the engine times it (histograms: from arrival; per-request log timings: prompt eval, server side)",
     "pcie_engine_itl_seconds": "gap between consecutive output tokens, one observation per gap (engines with histograms)",
     "pcie_engine_prefill_seconds": "prefill time per request",
@@ -268,6 +270,10 @@ def _engine_metrics(add: Add, s: Sample | None) -> None:
     add("pcie_engine_requests_running", lab, e.requests_running)
     add("pcie_engine_requests_waiting", lab, e.requests_waiting)
     add("pcie_engine_kv_cache_util_ratio", lab, e.extra.get("kv_cache_util"))
+    frac = _num(e.extra.get("vram_frac"))
+    add("pcie_engine_model_vram_ratio", lab, frac if frac is not None and 0.0 <= frac <= 1.0 else None)
+    host = _num(e.extra.get("host_bytes"))
+    add("pcie_engine_model_host_bytes", lab, host if host is not None and host >= 0 else None)
 
 
 def _histograms(kind: str, st: ExportState) -> Iterator[Any]:
