@@ -5,7 +5,8 @@
 # GGUF (and an MoE one when MOE=1) meanwhile, runs `pcie-tui calibrate` (pinned and pageable), then
 # records the sessions of scripts/h200_attrib_sessions.py with the real CLI.
 # Env: SESSIONS (comma list), SPY (sessions whose recorder py-spy samples), WATCH (sessions also
-# watched in the TUI, screenshot after WATCH_DELAY s), MOE=1, KEEP_BIN=1.
+# watched in the TUI, screenshot after WATCH_DELAY s), WATCH_CPU=1 (scripts/h200_watch_cpu.py:
+# watch --pid against watch --no-engine, steady CPU over WATCH_SECONDS), MOE=1, KEEP_BIN=1.
 set -u
 OUT=${OUT:-device_out}
 mkdir -p "$OUT"
@@ -52,6 +53,11 @@ export PYTHONPATH="$PWD:/tmp/site" PATH="/tmp/site/bin:$PATH"
   echo "== sessions"; date -u
   python3 scripts/h200_attrib_sessions.py --server "$W/bin/llama-server" --model "$W/model.gguf" \
       --moe-model "$W/model-moe.gguf" --out "$OUT/s" --sessions "${SESSIONS:-pageable,pinned,hostdecode}" --spy "${SPY:-}" --watch "${WATCH:-}" --watch-delay "${WATCH_DELAY:-9}"
+  if [ -n "${WATCH_CPU:-}" ]; then
+    echo "== watch cpu"; date -u
+    python3 scripts/h200_watch_cpu.py --server "$W/bin/llama-server" --model "$W/model.gguf" --out "$OUT/s" \
+        --seconds "${WATCH_SECONDS:-60}"
+  fi
   for f in "$OUT"/s/h200-*.jsonl.gz; do echo "== report $f"; python3 -m pcie_tui report "$f" 2>&1 | head -40; done
   date -u
 } 2>&1 | tee "$OUT/device_log.txt"
