@@ -164,6 +164,9 @@ def test_probe_recognition():
     assert registry.for_probe("/metrics", 200, vllm_metrics).name == "vllm"
     assert registry.for_probe("/metrics", 200, llama_metrics).name == "llamacpp"
     assert registry.for_probe("/version", 200, b'{"version": "0.32.0"}').name == "vllm"
+    # Other services' /version (extra fields, or not a string) are not vLLM's.
+    for other in (b'{"service": "api", "version": "0.1.0"}', b'{"version": 2}', b'{"version": "1", "timestamp": "x"}'):
+        assert registry.for_probe("/version", 200, other) is None, other
     assert registry.for_probe("/props", 200, props).name == "llamacpp"
     assert registry.for_probe("/metrics", 200, b"other_metric 1\n") is None
     assert registry.for_probe("/props", 404, props) is None

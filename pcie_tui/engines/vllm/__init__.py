@@ -66,7 +66,9 @@ class VllmEngine(Engine):
                 obj = json.loads(text)
             except ValueError:
                 return False
-            return isinstance(obj, dict) and "version" in obj
+            # vLLM answers exactly {"version": VLLM_VERSION} (entrypoints/openai/api_server.py,
+            # show_version); services that add fields (many FastAPI apps have a /version) are not it.
+            return isinstance(obj, dict) and set(obj) == {"version"} and isinstance(obj["version"], str)
         return False
 
     def client(self, url: str, pid: int | None, info: dict[str, Any], log_path: str | None) -> EngineClient:
