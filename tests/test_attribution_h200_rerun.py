@@ -120,4 +120,3 @@ def test_moe_pinned_runs_near_the_link_and_its_prediction_is_optimistic_by_the_e
     # The copy rate explains the gap: the bytes at the rate the engine really reached fit the real time.
     at_engine_rate = pred["phase_s_no_overlap"] / pinned["link_of_pinned"]
     assert min(server) < at_engine_rate * 1.1 and at_engine_rate < max(server) * 1.1
-
