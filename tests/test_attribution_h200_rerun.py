@@ -56,7 +56,7 @@ def test_the_pinned_prediction_holds_on_the_rerun():
     pinned = report("pinned")
     n = sum(1 for r in truth("pinned") if r["label"] == "prefill")
     real = finding(pinned, "prefill")["duration_s"] / n
-    assert 0.9 * pred["phase_s_at_best"] <= real <= 1.1 * pred["phase_s_no_overlap"]
+    assert pred["phase_s_at_best"] <= real <= pred["phase_s_no_overlap"]
     # The server's own prompt-eval times agree with the phase the recorder saw.
     server = [r["prompt_ms"] / 1000 for r in truth("pinned") if r["label"] == "prefill"]
     assert real == pytest.approx(sum(server) / n, rel=0.15)
@@ -106,17 +106,16 @@ def test_moe_experts_in_pageable_memory_again_transfer_bound_with_the_load_mode_
     assert (rep["headline"]["phase"], rep["headline"]["bound"]) == ("prefill", "transfer")
 
 
-def test_moe_pinned_runs_near_the_link_and_its_prediction_is_optimistic_by_the_engines_copy_rate():
+def test_moe_pinned_runs_near_the_link_and_the_prediction_holds_at_the_engines_copy_rate():
     """The pinned MoE prefill moves experts at 79 % of the calibrated pinned ceiling (47.6 of 60.2
-    GB/s), so the real -lm none run (server prompt eval 1.87 s and 1.55 s) took longer than the
-    what-if's no-overlap 1.48 s, which assumes copies at the calibrated ceiling (docs/whatif.md).
-    On the first day the same pair fell inside the range (tests/test_attribution_h200.py)."""
+    GB/s). The what-if's at-best end (copies at the ceiling, hidden) is below every real prompt; its
+    no-overlap end (copies at ENGINE_COPY_SHARE of the ceiling, not hidden) covers the phase."""
     pinned = finding(report("moe-pinned"), "prefill")
     assert pinned["bound"] in ("link", "transfer") and pinned["link_of_pinned"] > 0.7
     assert "-ub 512" in advice(pinned) and "-lm none" not in (pinned["advice"][0]["fix"] or "")
     pred = finding(report("moe-pageable"), "prefill")["whatif_pinned"]
     server = [r["prompt_ms"] / 1000 for r in truth("moe-pinned") if r["label"] == "prefill"]
-    assert pred["phase_s_at_best"] < min(server) and max(server) < 1.3 * pred["phase_s_no_overlap"]
-    # The copy rate explains the gap: the bytes at the rate the engine really reached fit the real time.
-    at_engine_rate = pred["phase_s_no_overlap"] / pinned["link_of_pinned"]
-    assert min(server) < at_engine_rate * 1.1 and at_engine_rate < max(server) * 1.1
+    real = pinned["duration_s"] / len(server)
+    assert pred["phase_s_at_best"] < min(server) and pred["phase_s_at_best"] <= real <= pred["phase_s_no_overlap"]
+    # The server's slower prompt (the first, 1.87 s) is within 5 % of the no-overlap end.
+    assert max(server) < 1.05 * pred["phase_s_no_overlap"]
