@@ -86,6 +86,16 @@ def test_pinned_whatif_prices_work_phases_not_the_load():
     assert "whatif_pinned" in live.finding(0, "prefill") and "whatif_pinned" not in live.finding(0, "loading")
 
 
+def test_a_transfer_bound_load_says_it_was_loading_and_names_no_fix():
+    from pcie_tui.analyze.answer import headline
+
+    hdr = header(measured=60e9, pageable=9e9)
+    for phase, words in (("loading", "loading weights"), ("prefill", "nothing pcie-tui read from the engine")):
+        f = run(phase, hdr=hdr, pcie_rx_Bps=9e9) | {"advice": []}
+        h = headline(f, False)
+        assert h["bound"] == "transfer" and h["fix"] is None and words in h["text"], h["text"]
+
+
 def test_host_needs_work_in_flight_else_idle():
     assert run("decode")["bound"] == "host"
     assert run("idle")["bound"] == "idle"

@@ -162,10 +162,15 @@ def headline(f: dict[str, Any] | None, several_gpus: bool) -> dict[str, Any]:
         line2 = f"Cause: {adv['cause']}."
     elif f["bound"] == "link":
         line2 = "A faster link shortens it, a slower one lengthens it (what-if below)."
+    elif f["bound"] == "transfer" and f["phase"] == "loading":
+        line2 = (
+            "The engine was loading weights: copies ran below the link's capacity, at the pace the host fed them "
+            "(file reads, pageable memory); pcie-tui names no fix for a load."
+        )
     elif f["bound"] == "transfer":
         line2 = (
             "The GPU waited on host<->GPU copies running below the link's capacity (pageable memory, or small or "
-            "intermittent copies); this recording has no engine facts that say which."
+            "intermittent copies); nothing pcie-tui read from the engine says which."
         )
     else:
         line2 = "A faster link would not change it much (what-if below)."
