@@ -118,14 +118,20 @@ def _start_http(host: str, port: int, registry: Any) -> Any:
     metrics = make_wsgi_app(registry)
 
     def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Any:
-        path = environ.get("PATH_INFO") or "/"
+        path, method = environ.get("PATH_INFO") or "/", environ.get("REQUEST_METHOD", "GET")
         if path == "/metrics":
-            return metrics(environ, start_response)
-        status, body = (
-            ("200 OK", b"pcie-tui exporter: metrics at /metrics\n") if path == "/" else ("404 Not Found", b"")
-        )
-        start_response(status, [("Content-Type", "text/plain; charset=utf-8"), ("Content-Length", str(len(body)))])
-        return [body]
+            return metrics(environ, start_response)  # its own method rules (GET, OPTIONS; HEAD: 405)
+        if method not in ("GET", "HEAD"):
+            status, body = "405 Method Not Allowed", b""
+        elif path == "/":
+            status, body = "200 OK", b"pcie-tui exporter: metrics at /metrics\n"
+        else:
+            status, body = "404 Not Found", b""
+        headers = [("Content-Type", "text/plain; charset=utf-8"), ("Content-Length", str(len(body)))]
+        if status.startswith("405"):
+            headers.append(("Allow", "GET, HEAD"))
+        start_response(status, headers)
+        return [b"" if method == "HEAD" else body]
 
     family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
 

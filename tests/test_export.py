@@ -249,6 +249,17 @@ def test_replay_end_exposes_every_request_once(exporters):
         with pytest.raises(urllib.error.HTTPError) as e:
             urllib.request.urlopen(base + path, timeout=5)
         assert e.value.code == 404, path
+    # HEAD: the headers alone on the wire (urllib would hide a body sent anyway).
+    host, port = base.removeprefix("http://").rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=5) as sock:
+        sock.sendall(b"HEAD / HTTP/1.0\r\nHost: x\r\n\r\n")
+        raw = b""
+        while chunk := sock.recv(4096):
+            raw += chunk
+    assert raw.startswith(b"HTTP/1.0 200") and raw.endswith(b"\r\n\r\n"), raw
+    with pytest.raises(urllib.error.HTTPError) as e:
+        urllib.request.urlopen(urllib.request.Request(base + "/", data=b"x", method="POST"), timeout=5)
+    assert e.value.code == 405
     assert ex.stop() == 0
 
 
