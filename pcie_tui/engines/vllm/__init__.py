@@ -66,8 +66,9 @@ class VllmEngine(Engine):
                 obj = json.loads(text)
             except ValueError:
                 return False
-            # vLLM answers exactly {"version": VLLM_VERSION} (entrypoints/openai/api_server.py,
-            # show_version); services that add fields (many FastAPI apps have a /version) are not it.
+            # vLLM answers exactly {"version": VLLM_VERSION} (show_version: entrypoints/openai/api_server.py,
+            # in 0.32 entrypoints/serve/instrumentator/basic.py); services that add fields (many FastAPI
+            # apps have a /version) are not it. One that answers exactly that shape still passes.
             return isinstance(obj, dict) and set(obj) == {"version"} and isinstance(obj["version"], str)
         return False
 
