@@ -3,8 +3,8 @@
 Run ON the GPU machine (scripts/device_attrib.sh calls it with WATCH_CPU=1). Starts llama-server
 with the pageable session's flags, then, in 170x45 pseudo-terminals at once: `pcie-tui watch --pid`
 (engine attached) and `pcie-tui watch --no-engine` (the GPU side alone), plus a third `watch --pid`
-under ptyshot.py that saves a screenshot mid-prefill and exits. Drives a 6000-token prefill and
-two decodes, keeps both apps up for --seconds, and reads each app's CPU from /proc at 10 s (start-up)
+under ptyshot.py that saves a screenshot mid-prefill and exits. Drives a 6000-token prefill, then
+192-token decodes until about 10 s before the end, keeps both apps up for --seconds, and reads each app's CPU from /proc at 10 s (start-up)
 and at the end (steady = the difference over the time between). py-spy samples the attached app's
 steady part. Writes watch-cpu.json, pyspy-watch-pid.txt and watch-pid-170x45.svg under --out.
 
@@ -63,6 +63,8 @@ def main() -> int:
     ap.add_argument("--seconds", type=float, default=60.0)
     ap.add_argument("--shot-delay", type=int, default=14)
     args = ap.parse_args()
+    if args.seconds < STARTUP_S + 10:
+        ap.error(f"--seconds must be at least {STARTUP_S + 10:.0f} (start-up {STARTUP_S:.0f} s, then a steady window)")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     flags, _ = SESSIONS["pageable"]
@@ -90,12 +92,20 @@ def main() -> int:
             return
         time.sleep(2.0)
         rng = random.Random(7)
-        for label, n_prompt, n_gen in (("prefill", 6000, 1), ("decode", 32, 192), ("decode", 32, 192)):
+        plan = [("prefill", 6000, 1), ("decode", 32, 192), ("decode", 32, 192)]
+        while plan:
+            label, n_prompt, n_gen = plan.pop(0)
+            if not plan and time.time() < t0 + args.seconds - 12:
+                plan.append(("decode", 32, 192))  # keep decoding so the load covers the steady window
             ids = [rng.randrange(3, N_VOCAB) for _ in range(n_prompt)]
             t = time.time()
-            r = post(
-                url + "/completion", {"prompt": ids, "n_predict": n_gen, "ignore_eos": True, "cache_prompt": False}
-            )
+            try:
+                r = post(
+                    url + "/completion", {"prompt": ids, "n_predict": n_gen, "ignore_eos": True, "cache_prompt": False}
+                )
+            except OSError as e:  # the server stopped at the end of the window
+                res["driver_error"] = f"{type(e).__name__}: {e}"
+                return
             tm = r.get("timings") or {}
             truth.append({"label": label, "t_send": t - t0, "t_done": time.time() - t0, **tm})
 
@@ -128,7 +138,12 @@ def main() -> int:
         except subprocess.TimeoutExpired:
             p.kill()
     server.terminate()
-    server.wait(20)
+    try:
+        server.wait(20)
+    except subprocess.TimeoutExpired:
+        server.kill()
+    driver.join(5)
+    res["driver_done"] = not driver.is_alive()  # false: requests were still running at the end
     res["screenshot"] = (out / "ptyshot.txt").read_text(errors="replace").strip()
     (out / "watch-cpu.json").write_text(json.dumps(res, indent=1))
     print(json.dumps(res, indent=1), flush=True)
