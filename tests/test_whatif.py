@@ -168,3 +168,20 @@ def test_nvlink_on_two_gpus_is_labelled_an_upper_bound_on_peer_traffic():
         assert nv and all(s["note"] and "upper bound" in s["note"] and "peer" in s["note"] for s in nv)
         assert all(s["note"] is None for s in g["scenarios"] if "NVLink" not in s["scenario"])
     assert "assuming all link traffic was GPU<->GPU peer traffic" in render_whatif(rep)
+
+
+def test_a_hole_in_the_recording_is_left_out_and_phases_last_as_in_the_attribution():
+    """Two halves of the pageable session 100 s apart: the what-if's prefill is 20.1 s, not 120 s,
+    and every phase lasts what the attribution says (both weigh ticks by series.tick_weights)."""
+    from pcie_tui.report import build_report
+
+    rec = read_recording(Path(__file__).parents[1] / "pcie_tui" / "data" / "h200-pageable.jsonl.gz")
+    mid = len(rec.samples) // 2
+    shifted = [s if i < mid else dataclasses.replace(s, t=s.t + 100.0) for i, s in enumerate(rec.samples)]
+    rep, _ = build_report(dataclasses.replace(rec, samples=shifted))
+    attr = {f["phase"]: f["duration_s"] for f in rep["attribution"]["findings"]["0"]}
+    wi = {ph: p["duration_s"] for ph, p in rep["whatif"]["gpus"][0]["phases"].items()}
+    assert wi.keys() == attr.keys()
+    for ph, secs in attr.items():
+        assert wi[ph] == pytest.approx(secs), ph
+    assert 19.0 < wi["prefill"] < 21.0

@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from pcie_tui.analyze.series import _series_array
+from pcie_tui.analyze.series import _series_array, tick_weights
 from pcie_tui.analyze.session import SessionAnalyzer
 from pcie_tui.analyze.verdict import VERDICTS
 from pcie_tui.engines import EngineFacts
@@ -176,16 +176,6 @@ def pinned_whatif(phase_s: float, rest_s: float, moved_bytes: float, c: Ceilings
     }
 
 
-def _weights(t: np.ndarray) -> np.ndarray:
-    """Seconds each tick stands for: the interval before it, holes longer than 5 intervals cut to one."""
-    if t.size == 0:
-        return t
-    dt = np.diff(t, prepend=t[0])
-    typical = float(np.median(dt[1:])) if t.size > 1 else 0.1
-    dt[0] = typical
-    return np.where((dt > 5 * typical) | (dt < 0), typical, dt)
-
-
 def _median(a: np.ndarray) -> float | None:
     a = a[~np.isnan(a)]
     return float(np.median(a)) if a.size else None
@@ -204,7 +194,7 @@ def phase_findings(
         c = ceilings(info)
         codes = tick_bounds(analyzer, index, facts)
         t = np.asarray(ser.t, dtype=np.float64)
-        w = _weights(t)
+        w = tick_weights(t)
         rate = _series_array(ser, "link_Bps")
         sm, dram = _series_array(ser, "compute"), _series_array(ser, "memory")
         used = _series_array(ser, "mem_used")

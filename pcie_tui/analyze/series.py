@@ -152,3 +152,15 @@ def _quantile_np(v: np.ndarray, q: float) -> float:
     hi = min(lo + 1, v.size - 1)
     a, b = float(v[lo]), float(v[hi])
     return a + (b - a) * (pos - lo)
+
+
+def tick_weights(t: np.ndarray) -> np.ndarray:
+    """Seconds each tick stands for: the interval before it (the first tick: the typical one),
+    holes longer than 5 intervals and steps back cut to one interval. The attribution and the
+    what-if both weigh ticks so, and so give a phase the same duration."""
+    if t.size == 0:
+        return t
+    dt = np.diff(t, prepend=t[0])
+    typical = float(np.median(dt[1:])) if t.size > 1 else 0.1
+    dt[0] = typical
+    return np.where((dt > 5 * typical) | (dt < 0), typical, dt)

@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from pcie_tui.analyze.linkmodel import fmt_gbs
+from pcie_tui.analyze.series import tick_weights
 from pcie_tui.analyze.session import SessionAnalyzer
 from pcie_tui.model import SessionHeader, pcie_capacity_Bps
 
@@ -91,11 +92,11 @@ def link_shares(header: SessionHeader, analyzer: SessionAnalyzer, index: int) ->
     calibrated = bool(info and info.link.measured_Bps)
     scale = 1.0 if calibrated else 1.0 / UNCALIBRATED_SATURATION
     verdict_share = {p: v["verdict_share"]["link"] for p, v in analyzer.phase_summary(index).items()}
-    # Each interval between two ticks belongs to the later tick's phase and reading.
-    t = np.asarray(ser.t, dtype=float)
-    dt = np.diff(t)
-    link = np.asarray(ser.link, dtype=float)[1:]  # None -> NaN
-    phases = np.asarray([p or "unlabelled" for p in ser.phase[1:]], dtype=object)
+    # Each tick stands for the interval before it, with its phase and reading; holes in the
+    # recording count one interval, as in the attribution (series.tick_weights).
+    dt = tick_weights(np.asarray(ser.t, dtype=float))
+    link = np.asarray(ser.link, dtype=float)  # None -> NaN
+    phases = np.asarray([p or "unlabelled" for p in ser.phase], dtype=object)
     ok = dt > 0
     known = ok & ~np.isnan(link)
     busy = np.where(known, dt * np.minimum(1.0, np.nan_to_num(link) * scale), 0.0)
