@@ -203,3 +203,30 @@ def test_report_text_shows_llama_latencies_with_units_and_basis():
     assert "per request (2): prompt" in text and "generation 11.7 / 11.7 / 11.7 tok/s" in text  # 16 / 1.36744 s
     assert "latency basis: 2 requests timed by llama-server's log" in text
     assert "histogram" not in text
+
+
+def test_short_requests_between_slot_polls_take_the_counter_rate():
+    """Requests of ~80 ms, one per 0.5 s poll: /slots catches one in four mid-prompt, the counter
+    counts them all. The live rate is the larger of the two lower bounds (a user saw 0.0 tok/s
+    while the counter climbed)."""
+    st = EngineStats(10.0)
+    for i in range(21):
+        busy = i % 4 == 0
+        slot = {"id": 0, "task": i, "processing": busy, **({"n_prompt_processed": 500} if busy else {})}
+        e = EngineSample(kind="llamacpp", up=True, prompt_tokens_total=500.0 * i, extra={"slots": [slot]})
+        st.feed(Sample(t=0.5 * i, gpus=(), engine=e))
+    snap = st.snapshot()
+    assert snap["prompt_tokens_per_s"] == pytest.approx(1000.0) and "prompt: counter" in snap["rate_source"]
+    # A long prefill: the counter stands still, /slots moves: the slots' rate is shown.
+    st = EngineStats(10.0)
+    for i in range(11):
+        slot = {"id": 0, "task": 1, "processing": True, "n_prompt_processed": 300 * i}
+        st.feed(
+            Sample(
+                t=0.5 * i,
+                gpus=(),
+                engine=EngineSample(kind="llamacpp", up=True, prompt_tokens_total=0.0, extra={"slots": [slot]}),
+            )
+        )
+    snap = st.snapshot()
+    assert snap["prompt_tokens_per_s"] == pytest.approx(600.0) and "/slots n_prompt_processed" in snap["rate_source"]

@@ -13,8 +13,8 @@ and the snapshot says so in ``quantile_method``.
 An engine with ``per_request_timing`` (see :mod:`pcie_tui.engines.base`) has no
 histograms: its latencies are the engine's :meth:`~pcie_tui.engines.base.Engine.request_latencies`
 over the requests that ended in the window (``engine.extra["requests"]``), exact order
-statistics; its live token rates may come from the engine's
-:meth:`~pcie_tui.engines.base.Engine.live_tokens` instead of the counters. ``rate_source``
+statistics; its live token rates are the larger of the engine's
+:meth:`~pcie_tui.engines.base.Engine.live_tokens` and the counters (both lower bounds). ``rate_source``
 says which was used, ``quantile_method`` how the quantiles were computed.
 """
 
@@ -221,13 +221,18 @@ class EngineStats:
             ("prompt_tokens_per_s", "prompt_tokens_total", "prompt"),
             ("generation_tokens_per_s", "generation_tokens_total", "generation"),
         ):
+            # Both are lower bounds where an engine has live_tokens: llama-server's counters move
+            # only when a prompt or a request ends (nothing during a long prefill), its /slots miss
+            # requests that start and end between two polls. The larger one is shown.
             got = eng.live_tokens(self._ticks, what) if eng is not None else None
-            if got is not None:
-                out[key] = got[0] / got[1]
-                sources.append(f"{what}: {got[2]}")
+            live = got[0] / got[1] if got is not None else None
+            counted = self._rate(attr)
+            if live is not None and (counted is None or live >= counted):
+                out[key] = live
+                sources.append(f"{what}: {got[2]}" if got is not None else what)
             else:
-                out[key] = self._rate(attr)
-                if out[key] is not None:
+                out[key] = counted
+                if counted is not None:
                     sources.append(f"{key.split('_')[0]}: counter")
         # Ticks that left the window are dropped; the first tick may be the base at or
         # before the window start, whose requests ended before the window.

@@ -10,9 +10,10 @@ def rows(win: str) -> list[SourceRow]:
     return [
         (
             "tokens prompt / generated",
-            "llama-server: per slot prompt tokens processed and tokens decoded from /slots, increases summed "
-            "over the window (its /metrics counters llamacpp:prompt_tokens_total, "
-            "llamacpp:tokens_predicted_total move only when a prompt or request ends)",
+            "llama-server: the larger of two lower bounds over the window: per slot prompt tokens processed "
+            "and tokens decoded from /slots, increases summed (misses requests that start and end between two "
+            "polls), and the /metrics counters llamacpp:prompt_tokens_total, llamacpp:tokens_predicted_total "
+            "(move only when a prompt or request ends); 'token rates now' on this page says which",
             "tokens/s",
             win,
         ),
