@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import signal
 import sys
@@ -22,17 +23,29 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
-def _positive(kind: type = float) -> Callable[[str], Any]:
+def _positive(kind: type = float, hi: float | None = None, lo: float | None = None) -> Callable[[str], Any]:
+    """A finite number > 0 (and >= ``lo``, <= ``hi`` where given); nan, inf and the rest are one clear error."""
+
     def conv(s: str) -> Any:
         try:
             v = kind(s)
         except ValueError:
             raise argparse.ArgumentTypeError(f"not a number: {s!r}") from None
-        if v <= 0:
-            raise argparse.ArgumentTypeError(f"must be > 0: {s!r}")
+        if not math.isfinite(v) or v <= 0:
+            raise argparse.ArgumentTypeError(f"must be a number > 0: {s!r}")
+        if lo is not None and v < lo:
+            raise argparse.ArgumentTypeError(f"must be >= {lo:g}: {s!r}")
+        if hi is not None and v > hi:
+            raise argparse.ArgumentTypeError(f"must be <= {hi:g}: {s!r}")
         return v
 
     return conv
+
+
+# 10 Hz is the fastest useful rate with GPM (its samples need >= 100 ms), 100 Hz the most any
+# counter here can change at; a minute between ticks is the slowest a monitor is useful at.
+INTERVAL_MIN_S, INTERVAL_MAX_S = 0.01, 60.0
+SPEED_MAX = 1000.0
 
 
 def _gpu_list(s: str) -> list[int]:
@@ -50,7 +63,11 @@ def _add_live_options(p: argparse.ArgumentParser) -> None:
 
     timed = " or ".join(e.display for e in registry.engines() if e.per_request_timing) or "engine"
     p.add_argument(
-        "--interval", type=_positive(), default=0.1, metavar="S", help="seconds between ticks (default 0.1 = 10 Hz)"
+        "--interval",
+        type=_positive(float, hi=INTERVAL_MAX_S, lo=INTERVAL_MIN_S),
+        default=0.1,
+        metavar="S",
+        help="seconds between ticks, 0.01-60 (default 0.1 = 10 Hz)",
     )
     p.add_argument(
         "--gpus", type=_gpu_list, default=None, metavar="LIST", help="GPU indices to watch, e.g. 0,1 (default all)"
@@ -321,7 +338,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     rp = sub.add_parser("replay", help="replay a recording in the TUI")
     rp.add_argument("file", help="a recording, or a bundled demo's name (pcie-tui demo --list)")
-    rp.add_argument("--speed", type=_positive(), default=1.0, metavar="X", help="playback speed (default 1)")
+    rp.add_argument(
+        "--speed", type=_positive(float, hi=SPEED_MAX), default=1.0, metavar="X", help="playback speed (default 1)"
+    )
     rp.add_argument("--loop", action="store_true", help="start again at the end")
     rp.set_defaults(func=cmd_replay)
 
@@ -336,7 +355,7 @@ def build_parser() -> argparse.ArgumentParser:
     d = sub.add_parser("demo", help="replay a bundled real session (no GPU needed)")
     d.add_argument("name", nargs="?", default=None, help="which demo (see --list)")
     d.add_argument("--list", action="store_true", help="list the bundled sessions")
-    d.add_argument("--speed", type=_positive(), default=1.0, metavar="X")
+    d.add_argument("--speed", type=_positive(float, hi=SPEED_MAX), default=1.0, metavar="X")
     d.set_defaults(func=cmd_demo)
 
     from pcie_tui.export_cmd import register as register_export
