@@ -291,11 +291,20 @@ def cmd_report(args: argparse.Namespace) -> int:
         json.dump(finite_json(data), sys.stdout, indent=1, allow_nan=False)
         sys.stdout.write("\n")
     else:
-        # Piped or redirected: no terminal width to follow, so don't wrap at 80 columns.
-        console = Console() if sys.stdout.isatty() else Console(width=160)
+        console = Console() if sys.stdout.isatty() else Console(width=_piped_width())
         console.on_broken_pipe = _broken_pipe  # type: ignore[method-assign]  # rich would exit 1
         render_text(report, rec, console)
     return 0
+
+
+def _piped_width() -> int:
+    """Piped or redirected there is no terminal to follow: COLUMNS when it is set (40-1000), else
+    160, so that a pipe does not wrap at 80 columns."""
+    try:
+        cols = int(os.environ.get("COLUMNS", ""))
+    except ValueError:
+        return 160
+    return cols if 40 <= cols <= 1000 else 160
 
 
 def _broken_pipe() -> None:

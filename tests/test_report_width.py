@@ -86,3 +86,21 @@ def test_cli_on_a_terminal_follows_its_width(cols):
     assert any("By phase" in ln for ln in lines)
     assert max(cell_len(ln) for ln in lines) <= cols
     assert max(cell_len(ln) for ln in lines) >= cols - 10  # it used the width it had
+
+
+@pytest.mark.parametrize(("columns", "fits"), [("80", 80), ("200", 200), (None, 160), ("junk", 160)])
+def test_piped_report_follows_columns_when_set(columns, fits):
+    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
+    if columns is not None:
+        env["COLUMNS"] = columns
+    out = subprocess.run(
+        [sys.executable, "-m", "pcie_tui", "report", "h200-pageable"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env=env,
+        timeout=120,
+        check=True,
+    ).stdout.splitlines()
+    widest = max(cell_len(ln) for ln in out)
+    assert widest <= fits and (widest > 80 or fits == 80), (columns, widest)
