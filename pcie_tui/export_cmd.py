@@ -119,8 +119,12 @@ def _start_http(host: str, port: int, registry: Any) -> Any:
 
     def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Any:
         path, method = environ.get("PATH_INFO") or "/", environ.get("REQUEST_METHOD", "GET")
+        if path == "/metrics" and method == "HEAD":  # health checks: GET's headers, no body
+            for _ in metrics({**environ, "REQUEST_METHOD": "GET"}, start_response):
+                pass
+            return [b""]
         if path == "/metrics":
-            return metrics(environ, start_response)  # its own method rules (GET, OPTIONS; HEAD: 405)
+            return metrics(environ, start_response)  # prometheus-client's own rules (GET, OPTIONS)
         if method not in ("GET", "HEAD"):
             status, body = "405 Method Not Allowed", b""
         elif path == "/":

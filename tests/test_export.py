@@ -257,6 +257,12 @@ def test_replay_end_exposes_every_request_once(exporters):
         while chunk := sock.recv(4096):
             raw += chunk
     assert raw.startswith(b"HTTP/1.0 200") and raw.endswith(b"\r\n\r\n"), raw
+    with socket.create_connection((host, int(port)), timeout=5) as sock:  # HEAD /metrics: a health check
+        sock.sendall(b"HEAD /metrics HTTP/1.0\r\nHost: x\r\n\r\n")
+        raw = b""
+        while chunk := sock.recv(4096):
+            raw += chunk
+    assert raw.startswith(b"HTTP/1.0 200") and raw.endswith(b"\r\n\r\n") and b"pcie_" not in raw, raw
     with pytest.raises(urllib.error.HTTPError) as e:
         urllib.request.urlopen(urllib.request.Request(base + "/", data=b"x", method="POST"), timeout=5)
     assert e.value.code == 405
