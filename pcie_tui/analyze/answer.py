@@ -147,7 +147,7 @@ def headline(f: dict[str, Any] | None, several_gpus: bool) -> dict[str, Any]:
     # One screen line where it can be: the evidence in short (the detail below has it in full).
     line1 = (
         f"{f['phase']}{where} ({f['duration_s']:.1f} s): {BOUND_WORDS[f['bound']]} "
-        f"{share * 100:.0f}%: {evidence_text(f, short=True)}."
+        f"{share * 100:.0f}% of the time: {evidence_text(f, short=True)}."
     )
     adv = f["advice"][0] if f.get("advice") else None
     pred = adv.get("predicted") if adv else None

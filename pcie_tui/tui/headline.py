@@ -54,7 +54,9 @@ def headline_text(state: ViewModel) -> str | None:
         # No phase to tie a bound to (GPU-only watch): the saturation state now says more.
         return saturation_text(state) or engine_only_text(state)
     f = h["finding"]
-    first = f"{h['phase']} · {BOUND_SHORT[h['bound']]} {h['share'] * 100:.0f}%: {evidence_text(f, short=True)}"
+    first = (
+        f"{h['phase']} · {BOUND_SHORT[h['bound']]} {h['share'] * 100:.0f}% of the time: {evidence_text(f, short=True)}"
+    )
     if len(state.attribution.findings()) > 1 or (f["gpu"] not in (0, None)):
         first = f"GPU{f['gpu']} " + first
     if h.get("fix"):
