@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import signal
 import sys
@@ -14,6 +13,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from pcie_tui import __version__
+from pcie_tui.cli_args import INTERVAL_MAX_S, INTERVAL_MIN_S, SPEED_MAX, gpu_list, piped_width, positive
 from pcie_tui.errors import UserError
 
 
@@ -23,57 +23,22 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
-def _positive(kind: type = float, hi: float | None = None, lo: float | None = None) -> Callable[[str], Any]:
-    """A finite number > 0 (and >= ``lo``, <= ``hi`` where given); nan, inf and the rest are one clear error."""
-
-    def conv(s: str) -> Any:
-        try:
-            v = kind(s)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"not a number: {s!r}") from None
-        if not math.isfinite(v) or v <= 0:
-            raise argparse.ArgumentTypeError(f"must be a number > 0: {s!r}")
-        if lo is not None and v < lo:
-            raise argparse.ArgumentTypeError(f"must be >= {lo:g}: {s!r}")
-        if hi is not None and v > hi:
-            raise argparse.ArgumentTypeError(f"must be <= {hi:g}: {s!r}")
-        return v
-
-    return conv
-
-
-# 10 Hz is the fastest useful rate with GPM (its samples need >= 100 ms), 100 Hz the most any
-# counter here can change at; a minute between ticks is the slowest a monitor is useful at.
-INTERVAL_MIN_S, INTERVAL_MAX_S = 0.01, 60.0
-SPEED_MAX = 1000.0
-
-
-def _gpu_list(s: str) -> list[int]:
-    try:
-        out = [int(x) for x in s.split(",") if x.strip()]
-    except ValueError:
-        out = []
-    if not out or any(i < 0 for i in out):
-        raise argparse.ArgumentTypeError(f"expected GPU indices like 0,1: {s!r}")
-    return out
-
-
 def _add_live_options(p: argparse.ArgumentParser) -> None:
     from pcie_tui.engines import registry
 
     timed = " or ".join(e.display for e in registry.engines() if e.per_request_timing) or "engine"
     p.add_argument(
         "--interval",
-        type=_positive(float, hi=INTERVAL_MAX_S, lo=INTERVAL_MIN_S),
+        type=positive(float, hi=INTERVAL_MAX_S, lo=INTERVAL_MIN_S),
         default=0.1,
         metavar="S",
         help="seconds between ticks, 0.01-60 (default 0.1 = 10 Hz)",
     )
     p.add_argument(
-        "--gpus", type=_gpu_list, default=None, metavar="LIST", help="GPU indices to watch, e.g. 0,1 (default all)"
+        "--gpus", type=gpu_list, default=None, metavar="LIST", help="GPU indices to watch, e.g. 0,1 (default all)"
     )
     p.add_argument(
-        "--pid", type=_positive(int), default=None, help=f"attach to this engine process ({registry.displays()})"
+        "--pid", type=positive(int), default=None, help=f"attach to this engine process ({registry.displays()})"
     )
     p.add_argument("--url", default=None, help="attach to the engine serving at this URL, e.g. http://127.0.0.1:8000")
     p.add_argument("--log", default=None, metavar="FILE", help=f"{timed} log file to parse per-request timings from")
@@ -291,20 +256,10 @@ def cmd_report(args: argparse.Namespace) -> int:
         json.dump(finite_json(data), sys.stdout, indent=1, allow_nan=False)
         sys.stdout.write("\n")
     else:
-        console = Console() if sys.stdout.isatty() else Console(width=_piped_width())
+        console = Console() if sys.stdout.isatty() else Console(width=piped_width())
         console.on_broken_pipe = _broken_pipe  # type: ignore[method-assign]  # rich would exit 1
         render_text(report, rec, console)
     return 0
-
-
-def _piped_width() -> int:
-    """Piped or redirected there is no terminal to follow: COLUMNS when it is set (40-1000), else
-    160, so that a pipe does not wrap at 80 columns."""
-    try:
-        cols = int(os.environ.get("COLUMNS", ""))
-    except ValueError:
-        return 160
-    return cols if 40 <= cols <= 1000 else 160
 
 
 def _broken_pipe() -> None:
@@ -340,7 +295,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     r = sub.add_parser("record", help="record a session to a file (JSON Lines; .gz compresses)")
     r.add_argument("--out", required=True, metavar="FILE", help="recording to write, e.g. session.jsonl.gz")
-    r.add_argument("--duration", type=_positive(), default=None, metavar="S", help="stop after S seconds")
+    r.add_argument("--duration", type=positive(), default=None, metavar="S", help="stop after S seconds")
     r.add_argument("--headless", action="store_true", help="no TUI: record until Ctrl-C, SIGTERM or --duration")
     _add_live_options(r)
     r.set_defaults(func=cmd_record)
@@ -348,7 +303,7 @@ def build_parser() -> argparse.ArgumentParser:
     rp = sub.add_parser("replay", help="replay a recording in the TUI")
     rp.add_argument("file", help="a recording, or a bundled demo's name (pcie-tui demo --list)")
     rp.add_argument(
-        "--speed", type=_positive(float, hi=SPEED_MAX), default=1.0, metavar="X", help="playback speed (default 1)"
+        "--speed", type=positive(float, hi=SPEED_MAX), default=1.0, metavar="X", help="playback speed (default 1)"
     )
     rp.add_argument("--loop", action="store_true", help="start again at the end")
     rp.set_defaults(func=cmd_replay)
@@ -364,7 +319,7 @@ def build_parser() -> argparse.ArgumentParser:
     d = sub.add_parser("demo", help="replay a bundled real session (no GPU needed)")
     d.add_argument("name", nargs="?", default=None, help="which demo (see --list)")
     d.add_argument("--list", action="store_true", help="list the bundled sessions")
-    d.add_argument("--speed", type=_positive(float, hi=SPEED_MAX), default=1.0, metavar="X")
+    d.add_argument("--speed", type=positive(float, hi=SPEED_MAX), default=1.0, metavar="X")
     d.set_defaults(func=cmd_demo)
 
     from pcie_tui.export_cmd import register as register_export

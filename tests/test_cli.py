@@ -14,8 +14,11 @@ REPO = Path(__file__).parent.parent
 
 
 def run(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess:
+    # An explicit environment without COLUMNS/LINES: something in the test process putenv()s
+    # COLUMNS=80 (not visible in os.environ), and a piped report follows COLUMNS when set.
+    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
     return subprocess.run(
-        [sys.executable, "-m", "pcie_tui", *args], capture_output=True, text=True, cwd=cwd, timeout=120
+        [sys.executable, "-m", "pcie_tui", *args], capture_output=True, text=True, cwd=cwd, timeout=120, env=env
     )
 
 

@@ -1,0 +1,54 @@
+"""Argument types and widths of the command line (no pcie_tui imports: :mod:`pcie_tui.cli` uses them)."""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+from collections.abc import Callable
+from typing import Any
+
+
+def positive(kind: type = float, hi: float | None = None, lo: float | None = None) -> Callable[[str], Any]:
+    """A finite number > 0 (and >= ``lo``, <= ``hi`` where given); nan, inf and the rest are one clear error."""
+
+    def conv(s: str) -> Any:
+        try:
+            v = kind(s)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a number: {s!r}") from None
+        if not math.isfinite(v) or v <= 0:
+            raise argparse.ArgumentTypeError(f"must be a number > 0: {s!r}")
+        if lo is not None and v < lo:
+            raise argparse.ArgumentTypeError(f"must be >= {lo:g}: {s!r}")
+        if hi is not None and v > hi:
+            raise argparse.ArgumentTypeError(f"must be <= {hi:g}: {s!r}")
+        return v
+
+    return conv
+
+
+# 10 Hz is the fastest useful rate with GPM (its samples need >= 100 ms), 100 Hz the most any
+# counter here can change at; a minute between ticks is the slowest a monitor is useful at.
+INTERVAL_MIN_S, INTERVAL_MAX_S = 0.01, 60.0
+SPEED_MAX = 1000.0
+
+
+def gpu_list(s: str) -> list[int]:
+    try:
+        out = [int(x) for x in s.split(",") if x.strip()]
+    except ValueError:
+        out = []
+    if not out or any(i < 0 for i in out):
+        raise argparse.ArgumentTypeError(f"expected GPU indices like 0,1: {s!r}")
+    return out
+
+
+def piped_width() -> int:
+    """Piped or redirected there is no terminal to follow: COLUMNS when it is set (40-1000), else
+    160, so that a pipe does not wrap at 80 columns."""
+    try:
+        cols = int(os.environ.get("COLUMNS", ""))
+    except ValueError:
+        return 160
+    return cols if 40 <= cols <= 1000 else 160
