@@ -185,3 +185,18 @@ def test_a_hole_in_the_recording_is_left_out_and_phases_last_as_in_the_attributi
     for ph, secs in attr.items():
         assert wi[ph] == pytest.approx(secs), ph
     assert 19.0 < wi["prefill"] < 21.0
+
+
+def test_the_infinite_link_row_says_why_it_buys_nothing_for_staged_copies():
+    """h200-pageable: every link scenario leaves the prefill as it is (its copies are staged), while
+    the headline prices -lm none: the infinite row says why. The pinned session has no such note."""
+    from pcie_tui.report import build_report
+
+    def rows(name: str) -> dict:
+        rep, _ = build_report(read_recording(Path(__file__).parents[1] / "pcie_tui" / "data" / f"{name}.jsonl.gz"))
+        return {s["kind"]: s for s in rep["whatif"]["gpus"][0]["scenarios"]}
+
+    inf = rows("h200-pageable")["infinite"]
+    assert inf["phases"]["prefill"]["time_ratio"] == pytest.approx(1.0, abs=0.01)
+    assert "prefill 98%" in inf["note"] and "pinned" in inf["note"] and "loading" not in inf["note"]
+    assert rows("h200-pinned")["infinite"]["note"] is None
