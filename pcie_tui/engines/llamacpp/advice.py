@@ -214,7 +214,7 @@ def advise(fx: EngineFacts, finding: dict[str, Any]) -> list[Advice]:
     ):
         ub = fx.ubatch or DEFAULT_UBATCH
         ev = [f"host weights: {fx.host_weights}", fx.host_memory_why or ""] + ([vram] if vram else [])
-        fix = "keep more of those weights in VRAM (raise -ngl, lower --n-cpu-ffn / --n-cpu-moe, narrow -ot) if memory allows"
+        fix = f"keep more of those weights in VRAM ({_vram_changes(fx)}) if memory allows"
         fix += f"; or a larger -ub than {ub}: each micro-batch streams the same host weights, so bytes per prompt token fall in proportion"
         out.append(
             Advice(
@@ -239,9 +239,28 @@ def advise(fx: EngineFacts, finding: dict[str, Any]) -> list[Advice]:
         out.append(
             Advice(
                 cause=f"host-resident weights ({fx.host_weights}): the CPU {what} while the GPU waits",
-                fix="keep more of the model in VRAM (raise -ngl, lower --n-cpu-ffn / --n-cpu-moe) if memory allows",
+                fix=f"keep more of the model in VRAM ({_vram_changes(fx)}) if memory allows",
                 evidence=tuple(x for x in [f"host weights: {fx.host_weights}", vram] if x),
                 short=f"the CPU runs {fx.host_weights} while the GPU waits" + (f"; {vram}" if vram else ""),
             )
         )
     return out
+
+
+def _vram_changes(fx: EngineFacts) -> str:
+    """The flags on this command line that keep weights in host memory, and how to turn each down."""
+    f = fx.flags
+    out = []
+    ngl = f.get("n_gpu_layers")
+    if isinstance(ngl, int) and f"(-ngl {ngl}" in (fx.host_weights or ""):  # below the layer count
+        out.append(f"raise -ngl (now {ngl})")
+    if f.get("n_cpu_ffn"):
+        out.append(f"lower --n-cpu-ffn (now {f['n_cpu_ffn']})")
+    if f.get("n_cpu_moe"):
+        out.append(f"lower --n-cpu-moe (now {f['n_cpu_moe']})")
+    if f.get("cpu_moe"):
+        # --n-cpu-moe N keeps the experts of the first N layers in host memory, the rest in VRAM.
+        out.append("replace --cpu-moe by --n-cpu-moe N, N below the layer count")
+    if any(str(p).upper().endswith("=CPU") or "=CPU," in str(p).upper() for p in f.get("override_tensor", [])):
+        out.append("narrow the -ot ...=CPU patterns")
+    return ", ".join(out) or "raise -ngl, lower --n-cpu-ffn / --n-cpu-moe, narrow -ot"
