@@ -193,6 +193,15 @@ def test_events_box_is_as_tall_as_its_rows(llama, size):
     assert during["#position"].bottom == size[1] - 1  # position bar still on screen above the footer
 
 
+def test_position_bar_stays_on_screen_when_the_panels_overflow():
+    """80x24 replaying the pageable session with its engine: the panels need more rows than there
+    are; the position bar (where the replay is) is docked above the footer, not pushed off."""
+    rec = read_recording(LLAMA.with_name("h200-pageable.jsonl.gz"), warn=False)
+    r = regions(rec, 120, (80, 24))  # mid-prefill
+    assert r["#engine"].bottom + 2 > 24 - 2  # the panels reach the bottom rows ...
+    assert r["#position"].y == 24 - 2 and r["#position"].height == 1  # ... the bar is still there
+
+
 def test_many_events_are_capped_and_scroll(rec):
     """The probe's real ticks played three times in a row (times shifted): 12 events, more than the cap."""
     import dataclasses
@@ -221,7 +230,9 @@ def test_headline_says_what_holds_the_phase_back(llama):
     # Then the change the engine's own flags point to (llama-server --n-cpu-ffn 12 -ub 128).
     assert fix.startswith("fix: keep more of those weights in VRAM") and "--n-cpu-ffn" in fix
     assert r["headline_display"] and head[:40] in r["headline_shown"]
-    assert r["#headline"].height == 3  # 100 columns: the verdict line fits, the fix line wraps once
+    # 100 columns (98 inside the padding): one row per line that fits, two where it wraps.
+    assert r["#headline"].height == -(-len(head) // 98) + -(-len(fix) // 98)
+    assert regions(llama, pos, (80, 30))["#headline"].height == 4  # at 80 both wrap
 
 
 def test_headline_hidden_before_any_reading(llama):

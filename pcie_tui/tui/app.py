@@ -120,8 +120,9 @@ class PcieTuiApp(KeyActions, SourceWorker, App[None]):
             yield self._engine_w
         with Vertical(id="lower"):  # the room left: the events box takes what its rows need
             yield self._events_w
-        yield self._position_w
-        yield Footer()
+        with Vertical(id="bottom"):
+            yield self._position_w
+            yield Footer()
 
     def _source_label(self) -> str:
         if self.status:
