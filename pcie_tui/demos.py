@@ -44,8 +44,16 @@ def resolve(name: str | None) -> Path:
     if name is None:
         name = DEFAULT_DEMO if DEFAULT_DEMO in demos else next(iter(demos))
     if name not in demos:
-        raise UserError(f"no demo named {name!r}; choose one of: {', '.join(demos)}")
+        hint = _did_you_mean(name, demos)
+        raise UserError(f"no demo named {name!r}{hint or '; choose one of: ' + ', '.join(demos)}")
     return demos[name]
+
+
+def _did_you_mean(name: str, demos: dict[str, Path]) -> str:
+    import difflib
+
+    close = difflib.get_close_matches(name, list(demos), n=1, cutoff=0.8)
+    return f"; did you mean {close[0]}?" if close else ""
 
 
 def recording_path(arg: str) -> tuple[Path, str | None]:
@@ -59,9 +67,8 @@ def recording_path(arg: str) -> tuple[Path, str | None]:
     demos = available()
     if arg in demos:
         return demos[arg], arg
-    import difflib
-
-    close = difflib.get_close_matches(arg, list(demos), n=1, cutoff=0.8)
-    hint = f"; did you mean {close[0]}?" if close else ""
+    hint = _did_you_mean(arg, demos)
+    if path.is_absolute() or len(path.parts) > 1 or path.suffix:
+        raise UserError(f"no such recording: {arg}{hint}")  # a path, not a demo name: no list of demos
     names = f" (nor a bundled demo: {', '.join(demos)}){hint}" if demos else ""
     raise UserError(f"no such recording: {arg}{names}")

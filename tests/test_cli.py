@@ -73,6 +73,7 @@ def test_report_text_names_phases_and_events(probe_recording_path):
         (("demo", "h200-pageable", "--speed", "1e6"), "must be <= 1000"),
         (("export", "--prometheus", "--interval", "nan"), "must be a number > 0: 'nan'"),
         (("demo", "nope"), "no demo named"),
+        (("demo", "h200-pagable"), "did you mean h200-pageable?"),
         (("record", "--out", "/"), "is a directory"),
         (("record", "--out", "/no/such/folder/x.jsonl"), "does not exist"),
         (("watch", "--gpus", "-1"), "expected GPU indices"),
@@ -215,3 +216,10 @@ def test_a_log_file_that_is_not_there_gets_one_warning_line(monkeypatch, capsys,
     with pytest.raises(UserError):
         cli.open_engine(args, None, interactive=False)
     assert capsys.readouterr().err == ""
+
+
+def test_a_missing_path_is_not_answered_with_the_demo_list():
+    p = run("report", "/no/such/dir/run.jsonl.gz")
+    assert_one_line_error(p, "no such recording: /no/such/dir/run.jsonl.gz")
+    assert "bundled demo" not in p.stderr
+    assert "nor a bundled demo" in run("report", "nodemo").stderr  # a bare name may have meant one
