@@ -65,14 +65,18 @@ class ExportState:
     def __init__(self) -> None:
         self.lock = threading.Lock()  # held by feed() and by a scrape while it builds the families
         self.header: SessionHeader | None = None
+        self.engine_info: dict[str, Any] | None = None
         self.source_labels: dict[str, str] = {}
         self.ticks_total = 0
         self.last_wall: float | None = None
         self._reset()
 
-    def start(self, header: SessionHeader, source: str, recording: str = "") -> None:
+    def start(self, header: SessionHeader, source: str, recording: str = "", events: Any = ()) -> None:
+        from pcie_tui.engines import engine_info
+
         with self.lock:
             self.header = header
+            self.engine_info = engine_info(header.engine, events)  # completed by engine_ready events
             self.source_labels = {"source": source, "recording": recording}
             self._reset()
 
@@ -88,7 +92,7 @@ class ExportState:
             from pcie_tui.analyze.verdict import DEFAULT_THRESHOLDS
             from pcie_tui.engines import facts_for
 
-            self.attribution = LiveAttribution(self.header, facts_for(self.header.engine), DEFAULT_THRESHOLDS)
+            self.attribution = LiveAttribution(self.header, facts_for(self.engine_info), DEFAULT_THRESHOLDS)
         self.sample: Sample | None = None
         self.verdicts: dict[int, str] = {}
         self.bounds: dict[int, str] = {}  # what bound each GPU this tick (the answer's per-tick word)
@@ -96,6 +100,15 @@ class ExportState:
         self.hist: dict[str, dict[str, Any]] = {}
         self.per_request: dict[str, dict[str, Any]] = {}  # name -> {"le", "cum", "count", "sum"}
         self._seen: dict[tuple[Any, ...], None] = {}
+
+    def note_events(self, events: Any) -> None:
+        """Live events: an engine that became ready brings its complete facts (the bound's floor)."""
+        from pcie_tui.engines import engine_info, facts_for
+
+        if self.attribution is not None and any(e.get("event") == "engine_ready" for e in events):
+            with self.lock:
+                self.engine_info = engine_info(self.engine_info, events)
+                self.attribution.set_facts(facts_for(self.engine_info))
 
     def feed(self, s: Sample) -> None:
         with self.lock:

@@ -155,7 +155,9 @@ def _start_http(host: str, port: int, registry: Any) -> Any:
 def _serve(args: argparse.Namespace, open_live: Callable[..., Any], state: ExportState, url: str) -> int:
     source, what, recording = _open_source(args, open_live)
     stop, outcome = threading.Event(), {}
-    state.start(source.header, "live" if source.live else "replay", recording)
+    events = getattr(getattr(source, "recording", None), "events", ()) or ()
+    state.start(source.header, "live" if source.live else "replay", recording, events)
+    drain = getattr(source, "drain_events", None)
 
     def loop() -> None:
         try:
@@ -163,6 +165,8 @@ def _serve(args: argparse.Namespace, open_live: Callable[..., Any], state: Expor
                 s = source.read()
                 if s is None:
                     break
+                if drain is not None:
+                    state.note_events(drain())
                 state.feed(s)
         except Exception as e:  # a failing collector must stop the command with a line, not hang it
             outcome["error"] = f"{type(e).__name__}: {e}"[:200]

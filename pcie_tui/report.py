@@ -66,7 +66,7 @@ def _build_report(rec: Recording, thresholds: Thresholds) -> tuple[dict[str, Any
         an = analyze(rec.header, samples, thresholds)
         engine_ticks = samples
     an.gaps = [(g["start"], g["end"]) for g in rec.gaps]
-    ans = answer(rec.header, an)
+    ans = answer(rec.header, an, rec.events)
     out: dict[str, Any] = {"schema_version": SCHEMA_VERSION, "headline": ans["headline"]}
     out.update(an.summary())
     out["file"] = str(rec.path)

@@ -119,3 +119,49 @@ def test_moe_pinned_runs_near_the_link_and_the_prediction_holds_at_the_engines_c
     assert pred["phase_s_at_best"] < min(server) and pred["phase_s_at_best"] <= real <= pred["phase_s_no_overlap"]
     # The server's slower prompt (the first, 1.87 s) is within 5 % of the no-overlap end.
     assert max(server) < 1.05 * pred["phase_s_no_overlap"]
+
+
+def test_run3_pageable_on_a_third_host_gives_the_same_answer_and_counts():
+    """Run 3 (a third H200 host, the final code of this stop): the same flags, the same answer."""
+    rep = report("pageable-run3")
+    f = finding(rep, "prefill")
+    assert f["bound"] == "transfer" and f["shares"]["transfer"] > 0.9 and f["link_of_pinned"] < 0.25
+    assert "-lm none" in advice(f) and "consider using --load-mode none" in advice(f)
+    assert (rep["headline"]["phase"], rep["headline"]["bound"]) == ("prefill", "transfer")
+    e, t = rep["engine"], truth("pageable-run3")
+    assert e["requests"] == len(t) and e["prompt_tokens"] == sum(r["prompt_n"] for r in t)
+    assert e["generation_tokens"] == sum(r["predicted_n"] for r in t)
+
+
+def test_facts_that_came_after_the_header_reach_report_replay_live_and_export():
+    """Run 3's recorder wrote its header 0.1 s into the load, before llama-server logged "consider
+    using --load-mode none"; the engine_ready event 1.5 s later carries the complete load log.
+    The report, the TUI (replay, and live through note_events) and the exporter all use it."""
+    from pcie_tui.engines import engine_info, facts_for
+    from pcie_tui.export import ExportState
+    from pcie_tui.tui.state import ViewModel
+
+    rec = read_recording(RUN / "h200-pageable-run3.jsonl.gz")
+    warn = "consider using --load-mode none"
+    assert not any(warn in x for x in facts_for(rec.header.engine).log_evidence)  # the header alone
+    assert any(warn in x for x in facts_for(engine_info(rec.header.engine, rec.events)).log_evidence)
+    assert warn in advice(finding(report("pageable-run3"), "prefill"))
+    assert any(warn in x for x in ViewModel(rec.header, events=rec.events).attribution.facts.log_evidence)
+    live = ViewModel(rec.header)
+    assert not any(warn in x for x in live.attribution.facts.log_evidence)
+    live.note_events([e for e in rec.events if e.get("event") == "engine_ready"])
+    assert any(warn in x for x in live.attribution.facts.log_evidence)
+    ex = ExportState()
+    ex.start(rec.header, "replay", "run3", rec.events)
+    assert any(warn in x for x in ex.attribution.facts.log_evidence)
+
+
+def test_engine_info_keeps_header_keys_and_ignores_another_engine():
+    from pcie_tui.engines import engine_info
+
+    head = {"kind": "llamacpp", "cmdline": ["llama-server"], "load_log": {"complete": False}}
+    ready = {"event": "engine_ready", "engine": {"kind": "llamacpp", "load_log": {"complete": True}, "model": None}}
+    other = {"event": "engine_ready", "engine": {"kind": "vllm", "cmdline": ["vllm"]}}
+    got = engine_info(head, [ready, other, {"event": "engine_gap"}])
+    assert got == {"kind": "llamacpp", "cmdline": ["llama-server"], "load_log": {"complete": True}}
+    assert engine_info(None, []) is None and engine_info(head, []) == head

@@ -13,7 +13,7 @@ from typing import Any
 from pcie_tui.analyze.attribution import BOUND_WORDS, LiveAttribution, phase_findings
 from pcie_tui.analyze.phases import fmt_rate
 from pcie_tui.analyze.session import SessionAnalyzer
-from pcie_tui.engines import EngineFacts, advise, facts_for
+from pcie_tui.engines import EngineFacts, advise, engine_info, facts_for
 from pcie_tui.model import SessionHeader
 
 # Phases that are not work: a headline about them answers nothing.
@@ -97,9 +97,10 @@ def _pick(findings: dict[int, list[dict[str, Any]]]) -> dict[str, Any] | None:
     return max(engine or work, key=lambda f: (f["duration_s"], -f["gpu"]))
 
 
-def answer(header: SessionHeader, analyzer: SessionAnalyzer) -> dict[str, Any]:
-    """``{"headline": {...}, "findings": {gpu: [finding + advice]}, "facts": {...}}``."""
-    fx: EngineFacts | None = facts_for(header.engine)
+def answer(header: SessionHeader, analyzer: SessionAnalyzer, events: Any = ()) -> dict[str, Any]:
+    """``{"headline": {...}, "findings": {gpu: [finding + advice]}, "facts": {...}}``; ``events``: the
+    recording's, whose ``engine_ready`` facts complete the header's (:func:`engine_info`)."""
+    fx: EngineFacts | None = facts_for(engine_info(header.engine, events))
     findings = phase_findings(header, analyzer, fx)
     for fs in findings.values():
         for f in fs:

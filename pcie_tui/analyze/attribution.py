@@ -268,6 +268,12 @@ class LiveAttribution:
         # (gpu, phase) -> {"secs": {bound: s}, "sums": {bound: [n, rate, sm, dram]}, "vram": max}
         self.acc: dict[tuple[int, str], dict[str, Any]] = {}
 
+    def set_facts(self, facts: EngineFacts | None) -> None:
+        """Facts that arrived later (the engine finished loading): the floors follow them from now on."""
+        self.facts = facts
+        for index, c in self._ceil.items():
+            self._floor[index] = transfer_floor_Bps(c, facts)
+
     def feed(self, t: float, index: int, sat: str, u: Any, phase: str | None, mem_used: float | None) -> str:
         if index not in self._ceil:
             self._ceil[index] = c = ceilings(self.header.gpu(index))

@@ -75,7 +75,8 @@ class PcieTuiApp(KeyActions, SourceWorker, App[None]):
         self.source = source
         self.live = bool(source.live)
         self.recorder_factory = recorder_factory
-        self.model = ViewModel(source.header, thresholds)
+        recording = getattr(source, "recording", None)
+        self.model = ViewModel(source.header, thresholds, events=getattr(recording, "events", ()) or ())
         self.title = title or "pcie-tui"
         self.frame: Frame | None = None
         self.display_paused = False

@@ -17,7 +17,7 @@ from typing import Any
 from pcie_tui.analyze.attribution import LiveAttribution
 from pcie_tui.analyze.session import SessionAnalyzer, sample_phase
 from pcie_tui.analyze.verdict import DEFAULT_THRESHOLDS, Thresholds, pcie_ceiling_Bps
-from pcie_tui.engines import facts_for
+from pcie_tui.engines import engine_info, facts_for
 from pcie_tui.model import GpuSample, Sample, SessionHeader
 from pcie_tui.tui.frame import EventView, Frame, GpuView, ReplayView
 from pcie_tui.tui.headline import headline_text
@@ -86,9 +86,16 @@ class ViewModel:
     """Analysis state for the screen; fed in time order by one thread at a time."""
 
     def __init__(
-        self, header: SessionHeader, thresholds: Thresholds | None = None, history_ticks: int = HISTORY_TICKS
+        self,
+        header: SessionHeader,
+        thresholds: Thresholds | None = None,
+        history_ticks: int = HISTORY_TICKS,
+        events: Sequence[dict[str, Any]] = (),
     ) -> None:
         self.header = header
+        # The engine's facts: the header's, completed by the recording's engine_ready events
+        # (a replay knows them all; live ones arrive through note_events).
+        self.engine_info = engine_info(header.engine, events)
         self.thresholds = thresholds or DEFAULT_THRESHOLDS
         self.history_ticks = history_ticks
         self._stats_cls = _engine_stats_class()
@@ -99,7 +106,7 @@ class ViewModel:
 
     def reset(self) -> None:
         self.analyzer = SessionAnalyzer(self.header, self.thresholds, keep_series=False)
-        self.attribution = LiveAttribution(self.header, facts_for(self.header.engine), self.thresholds)
+        self.attribution = LiveAttribution(self.header, facts_for(self.engine_info), self.thresholds)
         self.hist: dict[int, _GpuHistory] = {}
         self.engine_running: deque[float | None] = deque(maxlen=self.history_ticks)
         self.engine_phase: deque[str | None] = deque(maxlen=self.history_ticks)
@@ -308,6 +315,12 @@ class ViewModel:
             headline=headline_text(self),
             placement=self._placement(),
         )
+
+    def note_events(self, events: Sequence[dict[str, Any]]) -> None:
+        """Live events of the source: an engine that became ready brings its complete facts."""
+        if any(isinstance(e, dict) and e.get("event") == "engine_ready" for e in events):
+            self.engine_info = engine_info(self.engine_info, events)
+            self.attribution.set_facts(facts_for(self.engine_info))
 
     def _placement(self) -> str | None:
         """The engine's facts in one line: what it keeps in host memory, and in what kind of memory."""

@@ -131,6 +131,9 @@ class SourceWorker:
         # every tick so they neither pile up nor land in a recording started later.
         drain = getattr(self.source, "drain_events", None)
         events = drain() if drain is not None else []
+        if events:
+            with self._model_lock:
+                self.model.note_events(events)
         with self._rec_lock:
             rec = self.recorder
             if rec is None:
