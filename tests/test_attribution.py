@@ -91,9 +91,12 @@ def test_a_transfer_bound_load_says_it_was_loading_and_names_no_fix():
 
     hdr = header(measured=60e9, pageable=9e9)
     for phase, words in (("loading", "loading weights"), ("prefill", "nothing pcie-tui read from the engine")):
-        f = run(phase, hdr=hdr, pcie_rx_Bps=9e9) | {"advice": []}
+        f = run(phase, hdr=hdr, pcie_rx_Bps=9e9) | {"advice": [], "work_basis": "engine"}
         h = headline(f, False)
         assert h["bound"] == "transfer" and h["fix"] is None and words in h["text"], h["text"]
+    # A lab recording without an engine says so.
+    f = run("h2d", hdr=hdr, engine=False, pcie_rx_Bps=9e9) | {"advice": [], "work_basis": "label"}
+    assert "this recording has no engine facts" in headline(f, False)["text"]
 
 
 def test_host_needs_work_in_flight_else_idle():

@@ -169,9 +169,14 @@ def headline(f: dict[str, Any] | None, several_gpus: bool) -> dict[str, Any]:
             "(file reads, pageable memory); pcie-tui names no fix for a load."
         )
     elif f["bound"] == "transfer":
+        which = (
+            "nothing pcie-tui read from the engine says which"
+            if f.get("work_basis") == "engine"
+            else "this recording has no engine facts that say which"
+        )
         line2 = (
             "The GPU waited on host<->GPU copies running below the link's capacity (pageable memory, or small or "
-            "intermittent copies); nothing pcie-tui read from the engine says which."
+            f"intermittent copies); {which}."
         )
     else:
         line2 = "A faster link would not change it much (what-if below)."

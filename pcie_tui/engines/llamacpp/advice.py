@@ -129,7 +129,7 @@ def facts(engine_info: dict[str, Any]) -> EngineFacts:
         parts.append(f"MoE experts of {f['n_cpu_moe']} layers (--n-cpu-moe {f['n_cpu_moe']})")
     if f.get("cpu_moe"):
         parts.append("all MoE experts (--cpu-moe)")
-    cpu_ot = [p for p in f.get("override_tensor", []) if p.upper().endswith("=CPU") or "=CPU," in p.upper()]
+    cpu_ot = _cpu_overrides(f)
     if cpu_ot:
         parts.append("tensors matching " + ", ".join(f"-ot {p}" for p in cpu_ot))
     host_weights = "; ".join(parts) or None
@@ -261,6 +261,13 @@ def _vram_changes(fx: EngineFacts) -> str:
     if f.get("cpu_moe"):
         # --n-cpu-moe N keeps the experts of the first N layers in host memory, the rest in VRAM.
         out.append("replace --cpu-moe by --n-cpu-moe N, N below the layer count")
-    if any(str(p).upper().endswith("=CPU") or "=CPU," in str(p).upper() for p in f.get("override_tensor", [])):
+    if _cpu_overrides(f):
         out.append("narrow the -ot ...=CPU patterns")
     return ", ".join(out) or "raise -ngl, lower --n-cpu-ffn / --n-cpu-moe, narrow -ot"
+
+
+def _cpu_overrides(flags: dict[str, Any]) -> list[str]:
+    """The -ot patterns that put tensors in host memory (``...=CPU``)."""
+    return [
+        str(p) for p in flags.get("override_tensor", []) if str(p).upper().endswith("=CPU") or "=CPU," in str(p).upper()
+    ]
