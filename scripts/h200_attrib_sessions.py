@@ -86,6 +86,15 @@ def _cmdline(pid: str) -> bytes:
         return b""
 
 
+def stop(proc: subprocess.Popen[bytes], timeout_s: float) -> None:
+    """SIGTERM, then SIGKILL if it is still there after ``timeout_s``."""
+    proc.terminate()
+    try:
+        proc.wait(timeout_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+
+
 def cpu_s(pid: int) -> float | None:
     """utime + stime of a process (and its reaped children), seconds."""
     try:
@@ -254,11 +263,7 @@ def run(name: str, args: argparse.Namespace, model: str, port: int) -> dict[str,
                     p.wait(60 if p is watch else 10)
                 except subprocess.TimeoutExpired:
                     p.kill()
-        server.terminate()
-        try:
-            server.wait(20)
-        except subprocess.TimeoutExpired:
-            server.kill()
+        stop(server, 20)
         rec_log.close()
     res["truth"] = truth
     res["recording"] = rec_path.name

@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from h200_attrib_sessions import BASE, N_VOCAB, SESSIONS, cpu_s, post, wait_health  # noqa: E402
+from h200_attrib_sessions import BASE, N_VOCAB, SESSIONS, cpu_s, post, stop, wait_health  # noqa: E402
 
 STARTUP_S = 10.0
 
@@ -137,11 +137,7 @@ def main() -> int:
             p.wait(30)
         except subprocess.TimeoutExpired:
             p.kill()
-    server.terminate()
-    try:
-        server.wait(20)
-    except subprocess.TimeoutExpired:
-        server.kill()
+    stop(server, 20)
     driver.join(5)
     res["driver_done"] = not driver.is_alive()  # false: requests were still running at the end
     res["screenshot"] = (out / "ptyshot.txt").read_text(errors="replace").strip()
