@@ -218,7 +218,9 @@ def test_poller_never_blocks_the_tick_on_a_slow_endpoint(http_server):
             worst = max(worst, time.perf_counter() - t0)
             time.sleep(0.02)
         assert e is not None and e.up is False and e.error == "timed out" and e.phase == "down"
-        assert worst < 0.01
+        # A tick that waited on the endpoint would take its whole 0.3-s timeout; a descheduled thread on
+        # a loaded CI machine can take tens of milliseconds, so the line sits between the two.
+        assert worst < 0.2, worst
     finally:
         poller.stop()
 

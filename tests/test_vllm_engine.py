@@ -178,9 +178,14 @@ def test_streamed_load_matches_the_client(vllm_server, tmp_path):
     busy = sum(p in ("prefill", "decode", "mixed") for p in during)
     assert busy >= 0.75 * len(during), Counter(during)
     assert phases[0] == "idle" and phases[-1] == "idle"
-    # Ticks never waited on HTTP. (The exact check is test_discovery's 2-s-slow endpoint; here the
-    # bound only allows for GIL hand-over and a contended CPU.)
-    assert rec.max_tick_s < 0.1
+    # Ticks never waited on HTTP. (The exact check is test_discovery's 2-s-slow endpoint.) Here: the
+    # median tick is a dictionary read (tens of microseconds), far below one scrape of the loaded server;
+    # the slowest stays well below the 2-s scrape timeout. A single tick can be descheduled for ~0.1 s
+    # when vLLM's workers hold both cores of the CI machine (CI 2026-12-04: 0.106 s), so the maximum is
+    # not a measure of waiting on HTTP and is bounded only loosely.
+    ticks = sorted(rec.tick_s)
+    assert ticks[len(ticks) // 2] < 0.01, ticks[len(ticks) // 2]
+    assert ticks[-1] < 0.5, ticks[-1]
 
 
 def test_stacks_of_the_real_engine(vllm_server):

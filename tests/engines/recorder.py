@@ -33,7 +33,7 @@ class Recorder:
         )
         self.writer = RecordingWriter(path, header)
         self.ticks: list[Sample] = []
-        self.max_tick_s = 0.0  # longest time one tick took to build (must never wait on HTTP)
+        self.tick_s: list[float] = []  # how long each tick took to build (must never wait on HTTP)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -43,7 +43,7 @@ class Recorder:
             t = time.time()
             t0 = time.perf_counter()
             eng = self.poller.sample_for_tick(t, (), ())
-            self.max_tick_s = max(self.max_tick_s, time.perf_counter() - t0)
+            self.tick_s.append(time.perf_counter() - t0)
             s = Sample(t=t, gpus=(), engine=eng)
             self.writer.write(s)
             self.ticks.append(s)
