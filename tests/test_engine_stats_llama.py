@@ -62,6 +62,8 @@ def test_partial_session_report_has_per_request_latencies():
     assert "6 requests" in rep["basis"] and "lower bound" in rep["basis"]
     pr = rep["per_request"]
     assert pr["n"] == 6
+    # Per-request TTFT is the same server-side prompt eval time (it was null beside a filled ttft_s).
+    assert pr["ttft_s"] == rep["ttft_s"] and pr["ttft_s"]["p50"] == pytest.approx(0.074525)
     assert pr["prompt_tokens_per_s"]["p99"] == pytest.approx(
         _q3([32e3 / x for x in prompt_ms[1:]] + [8000e3 / 5089.63])["p99"]
     )

@@ -158,7 +158,7 @@ def headline(f: dict[str, Any] | None, several_gpus: bool) -> dict[str, Any]:
         line2 += f" ({adv.get('short') or adv['cause']})"
         if pred and pred.get("phase_s_at_best"):
             line2 += f": {f['phase']} {pred['phase_s']:.1f} s -> {predicted_range(pred)}"
-        line2 += ". Details below."
+        line2 += "."
     elif adv:
         line2 = f"Cause: {adv['cause']}."
     elif f["bound"] == "link":

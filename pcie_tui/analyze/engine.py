@@ -352,6 +352,11 @@ def engine_report(samples: Iterable[Sample], analyzer: Any = None) -> dict[str, 
     if per_req_eng is not None:
         # No histograms: exact quantiles over the requests the engine timed; queue time unknown.
         out.update(per_req_eng.request_latencies(per_request))
+        pr = out["per_request"]
+        if pr is not None and pr.get("ttft_s") is None:
+            # The engine's per-request TTFT has its own name in the requests (llama.cpp: prompt_ms, the
+            # server-side time to first token): the same exact order statistics as ``ttft_s`` above.
+            pr["ttft_s"] = out.get("ttft_s")
         out["queue_s"] = None
         out["quantile_method"] = _method(per_req_eng)
         out["basis"] = per_req_eng.timing_basis(len(per_request)) or out["basis"]
