@@ -167,6 +167,7 @@ HELP = {
     "pcie_export_last_tick_timestamp_seconds": "wall clock when the last tick was read",
     "pcie_export_sample_time_seconds": "the last tick's own time (recorded time on replay)",
     "pcie_gpu_info": "static facts of the GPU (value 1)",
+    "pcie_gpu_side_available": "1 when GPU readings are collected; 0 in engine-only mode (label reason: why not)",
     "pcie_link_ceiling_bytes_per_second": "link ceiling per direction, bytes/s (basis: measured or theoretical)",
     "pcie_link_util_ratio": "busiest link direction over its ceiling, 0..1 (what the verdict uses)",
     "pcie_memory_total_bytes": "GPU memory size",
@@ -231,6 +232,9 @@ class PrometheusCollector:
             add("pcie_export_ticks", st.source_labels, st.ticks_total)
             add("pcie_export_last_tick_timestamp_seconds", {}, st.last_wall)
             s, header = st.sample, st.header
+            if header is not None:
+                why = header.extra.get("gpu_unavailable") or ("" if header.gpus else "no GPU in the source")
+                add("pcie_gpu_side_available", {"reason": str(why)[:200]}, 0 if why else 1)
             if s is not None and header is not None:
                 add("pcie_export_sample_time_seconds", {}, s.t)
                 _gpu_metrics(add, header, s, st)

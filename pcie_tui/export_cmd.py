@@ -89,7 +89,10 @@ def run(args: argparse.Namespace, open_live: Callable[..., Any]) -> int:
     from prometheus_client.registry import CollectorRegistry
 
     state = ExportState()
-    registry = CollectorRegistry(auto_describe=False)
+    try:  # a collector whose names change with the session: ?name[]= filters need it kept as nameless
+        registry = CollectorRegistry(auto_describe=False, support_collectors_without_names=True)
+    except TypeError:  # an older prometheus-client: everything but the ?name[]= filter works
+        registry = CollectorRegistry(auto_describe=False)
     registry.register(PrometheusCollector(state))
     shown = f"[{args.host}]" if ":" in args.host else args.host
     try:

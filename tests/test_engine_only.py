@@ -11,6 +11,7 @@ import time
 import pytest
 from engines.gguf_model import write_llama_gguf
 from engines.llama_server import LlamaServer, llama_available, stream_completion
+from test_export import Exporter
 
 pytestmark = pytest.mark.engine
 
@@ -63,3 +64,13 @@ def test_record_pid_without_nvml_records_the_engine_alone(tmp_path):
     assert r["engine"]["prompt_tokens_per_s"] is None or r["engine"]["prompt_tokens_per_s"] > 0
     text = subprocess.run([sys.executable, "-m", "pcie_tui", "report", str(out)], capture_output=True, text=True)
     assert text.returncode == 0 and "GPU side unavailable: " in text.stdout and "Engine" in text.stdout
+    # The exporter says so too: a fleet's dashboard tells "no GPU side" from "GPU idle".
+    ex = Exporter("--replay", str(out), "--speed", "50")
+    try:
+        fams = ex.scrape()
+        (labels, v, _), *more = fams["pcie_gpu_side_available"]
+        assert not more and v == 0 and labels["reason"] == header["gpu_unavailable"][:200]
+        assert not any(n.startswith("pcie_link_") for n in fams)
+        assert fams["pcie_engine_up"]
+    finally:
+        assert ex.stop() == 0

@@ -74,8 +74,8 @@ class Exporter:
                 return m
         raise AssertionError(f"no line matching {pattern.pattern!r}; stderr: {''.join(self.stderr)!r}")
 
-    def scrape(self) -> dict[str, list]:
-        with urllib.request.urlopen(self.url, timeout=5) as r:
+    def scrape(self, query: str = "") -> dict[str, list]:
+        with urllib.request.urlopen(self.url + query, timeout=5) as r:
             assert r.status == 200
             text = r.read().decode()
         assert "NaN" not in text and "Inf " not in text.replace('le="+Inf"', "")
@@ -211,6 +211,10 @@ def test_replay_loop_values_verdict_histograms_and_sigterm(exporters):
         time.sleep(0.01)
     assert matched >= 20
     assert seen_link_in_prefill, "never scraped pcie_verdict link=1 during the prefill"
+    # Prometheus' own filter (?name[]=...) returns those series alone, histograms by their sample names.
+    some = ex.scrape("?name[]=pcie_link_rate_bytes_per_second&name[]=pcie_engine_ttft_seconds_bucket")
+    assert set(some) == {"pcie_link_rate_bytes_per_second", "pcie_engine_ttft_seconds_bucket"}, set(some)
+    assert value(fams, "pcie_gpu_side_available", reason="") == 1
     assert peak_rx_link > 0.7 * pcie_capacity_Bps(5, 16)  # the ~45 GB/s RX of the partial-offload prefill
     assert {"pcie_engine_ttft_seconds", "pcie_engine_prefill_seconds"} <= hists
     t0 = time.monotonic()
@@ -328,6 +332,7 @@ def test_live_collection_with_the_stand_in_nvml(exporters, tmp_path):
         assert value(fams, "pcie_gpu_info", name="NVIDIA H200", metrics_source="gpm") == 1
         assert set(one_hot(fams, "pcie_verdict", "gpu")) == {"0"}
         assert not any(n.startswith("pcie_engine_") for n in fams)  # --no-engine
+        assert value(fams, "pcie_gpu_side_available", reason="") == 1
     assert any(value(f, "pcie_dram_bandwidth_util_ratio", gpu="0") is not None for f in seen)
     assert ex.stop() == 0
     assert "Traceback" not in "".join(ex.stderr)
