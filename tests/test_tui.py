@@ -452,7 +452,7 @@ def test_layout_uses_the_room_it_gets(rec):
     run(measure((160, 50)))
     narrow, wide = sizes[(80, 24)], sizes[(160, 50)]
     assert wide[0] > narrow[0] + 60  # sparklines get the width
-    assert wide[1] == 2 and narrow[1] == 1  # and a second row when tall
+    assert 2 <= wide[1] <= 4 and narrow[1] == 1  # and more rows when tall (test_tui_habits: how many)
     assert wide[2] == narrow[2]  # the events box takes the rows it needs, not the room left
 
 

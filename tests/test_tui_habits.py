@@ -154,6 +154,9 @@ def regions(rec: Recording, position: int, size: tuple[int, int]) -> dict:
             await pilot.pause()
             for sel in ("#headline", "#panels", "#gpus", "#engine", "#events", "#position"):
                 out[sel] = app.query_one(sel).region
+            await pilot.pause()  # the sparklines' height is fitted after a refresh
+            out["spark_rows"] = app.query_one("#gpu-0").tx.spark.size.height
+            out["gpu_panel"] = app.query_one("#gpu-0").region
             out["events"] = len(app.frame.events)
             out["events_title"] = app.query_one("#events").border_title
             out["headline"] = app.query_one(HeadlineBar).text
@@ -191,6 +194,23 @@ def test_events_box_is_as_tall_as_its_rows(llama, size):
     during = regions(llama, pos, size)
     assert during["events"] == 1 and during["#events"].height == 1 + 1 + 2  # row, header, borders
     assert during["#position"].bottom == size[1] - 1  # position bar still on screen above the footer
+
+
+@pytest.mark.parametrize("size", [(80, 24), (100, 30), (120, 40), (170, 45), (200, 50)], ids=str)
+def test_sparklines_take_the_rows_a_tall_terminal_leaves(size):
+    """Below 40 rows one row per sparkline; above, as many as the room below the panels allows (up
+    to 4), so a tall terminal shows taller histories, not blank rows; the panel stays whole."""
+    rec = read_recording(LLAMA.with_name("h200-pageable.jsonl.gz"), warn=False)
+    r = regions(rec, 120, size)  # mid-prefill, headline of two or three rows, no events
+    rows = r["spark_rows"]
+    if size[1] < 40:
+        assert rows == 1
+        return
+    assert 2 <= rows <= 4
+    blank = r["#position"].y - r["#events"].bottom
+    assert rows == 4 or blank < 3 + 4, (rows, blank)  # less than one more row per sparkline, #lower's 4
+    assert r["gpu_panel"].bottom <= r["#events"].y and r["#engine"].bottom <= r["#events"].y
+    assert r["gpu_panel"].height == 2 + 3 + 3 * rows  # borders, badge/figures/legend, TX/RX/DRAM whole
 
 
 def test_position_bar_stays_on_screen_when_the_panels_overflow():

@@ -34,6 +34,7 @@ from pcie_tui.tui.worker import FrameReady, RecordingFailed, SourceFailed, Sourc
 WIDE_AT_COLUMNS = 120
 SIDE_BY_SIDE_AT_COLUMNS = 160  # GPU panels and the engine panel in two columns (with an engine)
 TALL_AT_ROWS = 40
+SPARK_ROWS_MAX = 4  # a tall terminal's room left below the panels goes to taller GPU sparklines, up to this
 
 
 class PcieTuiApp(KeyActions, SourceWorker, App[None]):
@@ -159,6 +160,33 @@ class PcieTuiApp(KeyActions, SourceWorker, App[None]):
             p.wide = wide
         if self.frame is not None:
             self._render(self.frame)
+        self.call_after_refresh(self._fit_sparks)
+
+    def _fit_sparks(self) -> None:
+        """GPU sparklines as tall as the room allows on a tall terminal (2 to SPARK_ROWS_MAX rows), so
+        the rows below the panels show history instead of staying blank; 1 row (the stylesheet) below
+        TALL_AT_ROWS. Computed from the heights of everything else, which do not depend on it, and set
+        only when it changes (a relayout)."""
+        panels = [p for p in self._panels.values() if p.is_mounted and p.display]
+        if not panels or self._stop.is_set():
+            return
+        height = self.size.height
+        rows: int | None = None
+        if height >= TALL_AT_ROWS:
+            sparks = sum(3 + bool(p.nvlink.display) for p in panels)
+            cur = max(1, panels[0].tx.spark.outer_size.height)
+            fixed = sum(p.outer_size.height for p in panels) - sparks * cur  # borders, badge, figures, legend
+            other = 1 + self._headline_w.outer_size.height + self.query_one("#bottom").outer_size.height
+            other += max(4, self._events_w.outer_size.height)  # #lower keeps 4 rows at least
+            if not self._main.has_class("-side"):
+                other += self._engine_w.outer_size.height if self._engine_w.display else 0
+            room = min(height - other, int(0.6 * height)) - fixed  # #gpus: 60vh at most
+            rows = max(2, min(SPARK_ROWS_MAX, room // sparks))
+        for p in panels:
+            for row in (p.tx, p.rx, p.nvlink, p.mem):
+                st = row.spark.styles
+                if (st.height.value if st.height is not None else None) != rows:
+                    st.height = rows  # None: back to the stylesheet's height
 
     # ---- messages from the worker ---------------------------------------------
 
@@ -203,6 +231,7 @@ class PcieTuiApp(KeyActions, SourceWorker, App[None]):
             self._events_w.show(f.events, f.events_total)
             self._render_position()
             self._show_recording_state()
+        self.call_after_refresh(self._fit_sparks)  # the headline, engine or events may have changed rows
 
     def _render_position(self) -> None:
         self._position_w.show(self.frame, self.display_paused, self.failure)
