@@ -169,8 +169,9 @@ def badge(g: GpuView, phase: str | None, wide: bool = False) -> tuple[str, str]:
     return f" no resource saturated · phase {phase or fmt.NA} ", "-none"
 
 
-def link_title(g: GpuView) -> str:
-    """The panel's header line: link state now (and max), capacity per direction."""
+def link_title(g: GpuView, room: int | None = None) -> str:
+    """The panel's header line: link state now (and max), capacity per direction; in ``room`` cells
+    where it can be, by shorter words (no vendor prefix, "= max" for a link at its maximum)."""
     info = g.info
     name = info.name if info else "?"
     s = g.sample
@@ -185,7 +186,13 @@ def link_title(g: GpuView) -> str:
     nvl = ""
     if info and info.nvlink_capacity_Bps:
         nvl = f" · NVLink x{info.nvlink_count or '?'} {fmt.gbps(info.nvlink_capacity_Bps)}/dir"
-    return f"GPU {g.index} · {name} · PCIe {cur} (max {mx}){down} · {cap}{nvl}"
+    full = f"GPU {g.index} · {name} · PCIe {cur} (max {mx}){down} · {cap}{nvl}"
+    if room is None or Text.from_markup(full).cell_len <= room:
+        return full
+    short = name.removeprefix("NVIDIA ")
+    at = "(= max)" if cur == mx else f"(max {mx})"
+    cap = cap.replace(" measured", " meas.")
+    return f"GPU {g.index} · {short} · PCIe {cur} {at}{down} · {cap}{nvl}"
 
 
 class GpuPanel(Vertical):
@@ -215,7 +222,7 @@ class GpuPanel(Vertical):
         yield self.legend
 
     def show(self, g: GpuView, frame: Frame) -> None:
-        set_border_title(self, link_title(g))
+        set_border_title(self, link_title(g, self.size.width - 4 if self.size.width else None))
         text, cls = badge(g, frame.phase, self.wide)
         set_text(self.badge, text, layout=True)  # width follows the text
         for c in ("-link", "-memory", "-compute", "-none"):
