@@ -121,8 +121,9 @@ def test_link_saturated_badge_during_h2d(rec):
             assert share == round(sample.pcie_rx_Bps / 63.015e9 * 100)
             tx_share = int(re.search(r"(\d+) % of", str(p.tx.label.render())).group(1))
             assert tx_share < 20  # H2D: little leaves the GPU
-            # 80 columns: the short title (the full one at 100+: test_link_trained_down_is_flagged)
-            assert p.border_title == "GPU 0 · H200 · PCIe Gen5 x16 (= max) · 63.0 GB/s/dir theor."
+            # 73 cells: the full title fits 80 columns whole
+            assert p.border_title == "GPU 0 · NVIDIA H200 · PCIe Gen5 x16 (max Gen5 x16) · 63.0 GB/s/dir theor."
+            assert p.border_title in screen_text(app)
             assert "LINK SATURATED" in screen_text(app)
 
     run(go())
@@ -522,7 +523,9 @@ def test_measured_ceiling_from_calibration(rec):
             label = str(p.rx.label.render())
             assert f"of {measured / 1e9:.1f} GB/s meas." in label
             assert f"{round(rx / measured * 100)} %" in label
-            assert f"{measured / 1e9:.1f} GB/s/dir meas." in p.border_title  # 80 columns: the short word
+            # 75 cells do not fit 80 columns: the short title, shown whole (not cut with an ellipsis)
+            assert p.border_title == f"GPU 0 · H200 · PCIe Gen5 x16 (= max) · {measured / 1e9:.1f} GB/s/dir meas."
+            assert p.border_title in screen_text(app)
             await pilot.press("question_mark")
             await wait_until(pilot, lambda: isinstance(app.screen, SourcesScreen))
             body = app.screen.query_one("#sources-body")

@@ -210,6 +210,7 @@ class GpuPanel(Vertical):
         self.mem = MetricRow(hot_at=0.70, classes="row-mem")
         self.misc = Static("", classes="misc")
         self.legend = Static("", classes="legend")
+        self._view: GpuView | None = None  # the last one shown (the title is refitted on a resize)
 
     def compose(self) -> ComposeResult:
         with Horizontal(classes="badge-row"):
@@ -221,8 +222,19 @@ class GpuPanel(Vertical):
         yield self.misc
         yield self.legend
 
+    def _title(self) -> None:
+        # On the border line: Textual keeps the corners, a border cell and a space each side and the
+        # ellipsis' cell free (a title of width - 7 shows whole): the short form where the full one does not fit.
+        room = self.outer_size.width - 7
+        if self._view is not None:
+            set_border_title(self, link_title(self._view, room if room > 0 else None))
+
+    def on_resize(self) -> None:
+        self._title()  # the width is known only once laid out: a title set before is refitted here
+
     def show(self, g: GpuView, frame: Frame) -> None:
-        set_border_title(self, link_title(g, self.size.width - 4 if self.size.width else None))
+        self._view = g
+        self._title()
         text, cls = badge(g, frame.phase, self.wide)
         set_text(self.badge, text, layout=True)  # width follows the text
         for c in ("-link", "-memory", "-compute", "-none"):
