@@ -103,7 +103,9 @@ class SourceWorker:
                     now = time.monotonic()
                     if jumped or now - last_post >= FRAME_MIN_INTERVAL_S:
                         self._post_frame()
-                        last_post = now
+                        # From the end of the build: a slow build (a loaded machine) never brings
+                        # the next frame closer than the interval, and the gap stays idle time.
+                        last_post = time.monotonic()
         finally:
             self._drained.set()
 
