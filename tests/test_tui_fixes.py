@@ -211,3 +211,54 @@ def test_sources_screen_lists_engine_figures_cleanly(llama):
             assert started
 
     run(go())
+
+
+def test_set_text_relayouts_only_when_the_text_changes_size():
+    """A figure ticking in a text of the same rows repaints; a text that needs another row (or, in a
+    width-auto widget, more cells) relayouts, so it is never cut."""
+    from textual.app import App
+    from textual.widgets import Static
+
+    from pcie_tui.tui.widgets import set_text
+
+    class Two(App[None]):
+        CSS = "#rows { height: auto; width: 30; } #cells { width: auto; height: 1; text-wrap: nowrap; }"
+
+        def compose(self):
+            yield Static("", id="rows")
+            yield Static("", id="cells")
+
+    app = Two()
+    layouts: list[str] = []
+
+    async def go():
+        async with app.run_test(size=(60, 10)) as pilot:
+            rows, cells = app.query_one("#rows", Static), app.query_one("#cells", Static)
+            for w in (rows, cells):
+                orig = w.refresh
+
+                def spy(*a, w=w, orig=orig, **kw):
+                    if kw.get("layout"):
+                        layouts.append(w.id)
+                    return orig(*a, **kw)
+
+                w.refresh = spy
+            set_text(rows, "rate 307 tok/s", layout=True)
+            set_text(cells, "now 87 %", layout=True)
+            await pilot.pause()
+            first = list(layouts)  # laid out at least once each
+            layouts.clear()
+            set_text(rows, "rate 1453 tok/s", layout=True)  # same one row
+            set_text(cells, "now 88 %", layout=True)  # same width
+            await pilot.pause()
+            assert layouts == [] and "1453" in screen_text(app) and "88 %" in screen_text(app)
+            set_text(rows, "rate 1453 tok/s and a second line of text", layout=True)  # wraps to 2 rows
+            set_text(cells, "now 100 %", layout=True)  # one cell wider
+            await pilot.pause()
+            assert set(layouts) == {"cells", "rows"}, layouts
+            assert rows.size.height == 2 and cells.size.width == len("now 100 %")
+            text = screen_text(app)
+            assert "now 100 %" in text and "line of text" in text, text
+            assert set(first) == {"rows", "cells"}
+
+    run(go())
