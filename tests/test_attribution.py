@@ -330,3 +330,41 @@ def test_report_engine_section_states_placement_and_keeps_one_unit_per_line():
     assert "inter-token latency   38.5 / 39.1 / 39.2 ms" in text
     assert "in host memory: FFN weights of 12 layers (--n-cpu-ffn 12) (load mode auto = mmap" in text
     assert "engine said: " in text and "consider using --load-mode none" in text
+
+
+def test_the_final_code_on_the_h200_matches_the_timed_copies():
+    """`record --no-engine` on the H200 with this session's code (scripts/device_smoke.sh,
+    2026-12-04; files in fixtures/h200-runs/smoke-20261204/): torch's pinned host->GPU copies
+    (timed 55.4 GB/s of payload) read as link-saturated, the device copy (4.29 TB/s) as
+    memory-bound, the idle tail as no verdict. Windows from the traffic log's start times."""
+    import re
+
+    from pcie_tui.analyze.session import SessionAnalyzer
+
+    d = Path(__file__).parent / "fixtures" / "h200-runs" / "smoke-20261204"
+    starts = {m[1]: float(m[2]) for m in re.finditer(r"traffic (\w+) ([\d.]+) ", (d / "smoke-log.txt").read_text())}
+    rec = read_recording(d / "smoke.jsonl.gz")
+    an = SessionAnalyzer(rec.header)
+    seen: dict[str, list[tuple[str, float]]] = {"h2d": [], "d2d": []}
+    for s in rec.samples:
+        an.feed(s)
+        g = s.gpus[0]
+        # 1 s in from the start (the verdict's enter hold over NVML's averaging window), 0.5 s before the end.
+        if starts["h2d_pinned"] + 1.0 <= s.t <= starts["h2d_pinned"] + 4.5:
+            seen["h2d"].append((an.verdict(0), g.pcie_rx_Bps or 0.0))
+        if starts["d2d_copy"] + 1.0 <= s.t <= starts["d2d_copy"] + 3.5:
+            seen["d2d"].append((an.verdict(0), g.dram_bw_util or 0.0))
+    assert len(seen["h2d"]) >= 30 and len(seen["d2d"]) >= 20
+    assert sum(v == "link" for v, _ in seen["h2d"]) >= 0.9 * len(seen["h2d"])
+    rates = sorted(r for _, r in seen["h2d"])
+    assert 55e9 <= rates[len(rates) // 2] <= 61e9  # payload 55.4 GB/s, plus the link's protocol overhead
+    assert sum(v == "memory" for v, _ in seen["d2d"]) >= 0.9 * len(seen["d2d"])
+    assert sorted(u for _, u in seen["d2d"])[len(seen["d2d"]) // 2] >= 0.8  # 4.29 TB/s of 4.8 peak
+    h = build_report_json(rec)["headline"]
+    assert h["bound"] == "link" and "link-saturated" in h["text"] and "memory-bound" in h["text"]
+
+
+def build_report_json(rec):
+    from pcie_tui.report import build_report
+
+    return build_report(rec)[0]
