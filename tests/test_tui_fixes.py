@@ -262,3 +262,28 @@ def test_set_text_relayouts_only_when_the_text_changes_size():
             assert set(first) == {"rows", "cells"}
 
     run(go())
+
+
+@pytest.mark.parametrize("size", [(80, 24), (170, 45)], ids=str)
+def test_history_legend_names_every_phase_in_view(size):
+    """The vLLM CPU session mid-decode has five phases in its history: at 80 columns the legend takes
+    its short words ("last 92.0 s:") rather than cutting the last phase off; wide, the full words."""
+    from pcie_tui.tui.widgets import HistoryLegend
+
+    rec = read_recording(Path(__file__).parent / "fixtures" / "vllm-cpu-session.jsonl", warn=False)
+    idx = [i for i, s in enumerate(rec.samples) if s.engine is not None and s.engine.phase == "decode"]
+    pos = idx[len(idx) // 2]
+    app = make_app(paused_at(rec, pos))
+
+    async def go():
+        async with app.run_test(size=size) as pilot:
+            await wait_until(pilot, lambda: frame_at(app, pos))
+            await pilot.pause()
+            legend = app.query_one("#engine").query_one(HistoryLegend)
+            shown = str(legend.render())
+            for phase in ("loading", "idle", "prefill", "mixed", "decode"):
+                assert phase in shown and phase in screen_text(app), (phase, shown)
+            assert shown.startswith("last " if size[0] < 100 else "history ")
+            assert len(shown) <= legend.size.width
+
+    run(go())

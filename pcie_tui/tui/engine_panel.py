@@ -8,9 +8,9 @@ from textual.containers import Vertical
 from textual.widgets import Static
 
 from pcie_tui.engines import registry
-from pcie_tui.tui import fmt, spark
+from pcie_tui.tui import fmt
 from pcie_tui.tui.state import Frame
-from pcie_tui.tui.widgets import MetricRow, set_text
+from pcie_tui.tui.widgets import HistoryLegend, MetricRow, set_text
 
 
 def engine_lines(frame: Frame, wide: bool, stacked: bool = False) -> Text:
@@ -78,7 +78,7 @@ class EnginePanel(Vertical):
         self.history_ticks = history_ticks
         self.text = Static(Text("no engine attached", style="dim"), classes="engine-text")
         self.running = MetricRow(classes="row-running")
-        self.legend = Static("", classes="legend")
+        self.legend = HistoryLegend()
 
     def compose(self) -> ComposeResult:
         yield self.text
@@ -104,6 +104,4 @@ class EnginePanel(Vertical):
         self.running.spark.show(
             hist, frame.engine_hist_phase, frame.engine_hist_start, max(top or 0.0, 1.0), self.history_ticks
         )
-        legend = Text(f"history {frame.engine_hist_span_s:.1f} s, newest right;", style="dim")
-        legend.append_text(spark.legend(frame.engine_hist_phase))
-        set_text(self.legend, legend)
+        self.legend.show(frame.engine_hist_span_s, frame.engine_hist_phase)

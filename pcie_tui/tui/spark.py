@@ -152,7 +152,7 @@ def render(*args: Any, **kwargs: Any) -> Text:
     return Text("\n").join(lines)
 
 
-def legend(phases: Sequence[str | None]) -> Text:
+def legend(phases: Sequence[str | None], gap: str = "  ") -> Text:
     """Swatches for the phases in view, in order of first appearance."""
     seen: list[str] = []
     for p in phases:
@@ -161,7 +161,19 @@ def legend(phases: Sequence[str | None]) -> Text:
     out = Text()
     for p in seen:
         bg = phase_bg(p)
-        out.append("  ")
+        out.append(gap)
         out.append("··" if bg is None else "  ", Style(color="grey50") if bg is None else Style(bgcolor=bg))
         out.append(f" {p}")
     return out
+
+
+def history_legend(span_s: float, phases: Sequence[str | None], room: int) -> Text:
+    """The line under sparklines: how much history they show and the phase swatches; shorter words
+    where the full line does not fit ``room`` cells (0: not laid out yet), so no phase is cut off."""
+    full = Text(f"history {span_s:.1f} s, newest right;", style="dim")
+    full.append_text(legend(phases))
+    if not room or full.cell_len <= room:
+        return full
+    short = Text(f"last {span_s:.1f} s:", style="dim")
+    short.append_text(legend(phases, gap=" "))
+    return short

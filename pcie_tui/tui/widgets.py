@@ -146,6 +146,25 @@ class MetricRow(Horizontal):
         yield self.spark
 
 
+class HistoryLegend(Static):
+    """The line under sparklines (history span, phase swatches), refitted to its width when laid out."""
+
+    def __init__(self) -> None:
+        super().__init__("", classes="legend")
+        self._args: tuple[float, Sequence[str | None]] | None = None
+
+    def show(self, span_s: float, phases: Sequence[str | None]) -> None:
+        self._args = (span_s, phases)
+        self._fit()
+
+    def _fit(self) -> None:
+        if self._args is not None:
+            set_text(self, spark.history_legend(*self._args, self.size.width))
+
+    def on_resize(self) -> None:
+        self._fit()
+
+
 # What fits on the badge row of a GPU panel at 80 columns (border and padding off).
 NARROW_BADGE_CHARS = 76
 
@@ -231,7 +250,7 @@ class GpuPanel(Vertical):
         self.nvlink = MetricRow(hot_at=0.70, classes="row-nvlink")
         self.mem = MetricRow(hot_at=0.70, classes="row-mem")
         self.misc = Static("", classes="misc")
-        self.legend = Static("", classes="legend")
+        self.legend = HistoryLegend()
         self._view: GpuView | None = None  # the last one shown (the title is refitted on a resize)
 
     def compose(self) -> ComposeResult:
@@ -300,9 +319,7 @@ class GpuPanel(Vertical):
         set_text(self.mem.label, mem_label)
         self.mem.spark.show(g.hist_mem, g.hist_phase, g.hist_start, 1.0, self.history_ticks)
         set_text(self.misc, figures_line(s, g.info))
-        legend = Text(f"history {g.hist_span_s:.1f} s, newest right;", style="dim")
-        legend.append_text(spark.legend(g.hist_phase))
-        set_text(self.legend, legend)
+        self.legend.show(g.hist_span_s, g.hist_phase)
 
 
 def _show(name: str) -> metrics.Show:
