@@ -25,10 +25,10 @@ from pcie_tui.record.replay import ReplaySource
 from pcie_tui.record.writer import RecordingWriter
 from pcie_tui.tui import fmt
 from pcie_tui.tui.app import make_app
+from pcie_tui.tui.gpu_panel import GpuPanel
 from pcie_tui.tui.headless import frame_at, run, screen_text, wait_until
 from pcie_tui.tui.screens import SourcesScreen
 from pcie_tui.tui.sources import figure_sources
-from pcie_tui.tui.widgets import GpuPanel
 
 NAME = "test_enc_util"
 ROW = metrics.Metric(

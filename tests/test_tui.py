@@ -27,9 +27,10 @@ from pcie_tui.tui.app import PcieTuiApp, make_app
 from pcie_tui.tui.engine_panel import EnginePanel
 from pcie_tui.tui.events import EventsPane
 from pcie_tui.tui.frame import Frame
+from pcie_tui.tui.gpu_panel import GpuPanel
 from pcie_tui.tui.headless import frame_at, run, saturated_moment, screen_text, wait_until
 from pcie_tui.tui.screens import SourcesScreen
-from pcie_tui.tui.widgets import GpuPanel, PositionBar, Spark
+from pcie_tui.tui.widgets import PositionBar, Spark
 from pcie_tui.tui.worker import FRAME_MIN_INTERVAL_S, FrameReady
 
 PROBE = Path(__file__).parent / "fixtures" / "h200-probe.jsonl"

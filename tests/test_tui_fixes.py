@@ -13,11 +13,11 @@ from pcie_tui.record.replay import ReplaySource
 from pcie_tui.tui.actions import SPEEDS, next_speed
 from pcie_tui.tui.app import make_app
 from pcie_tui.tui.events import EventsPane
+from pcie_tui.tui.gpu_panel import badge
 from pcie_tui.tui.headless import frame_at, run, saturated_moment, screen_text, wait_until
 from pcie_tui.tui.screens import SourcesScreen
 from pcie_tui.tui.sources import engine_sources, figure_sources
 from pcie_tui.tui.state import ViewModel
-from pcie_tui.tui.widgets import badge
 
 PROBE = Path(__file__).parent / "fixtures" / "h200-probe.jsonl"
 LLAMA = Path(__file__).parents[1] / "pcie_tui" / "data" / "h200-llama-partial.jsonl.gz"

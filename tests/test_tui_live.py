@@ -16,8 +16,8 @@ from pcie_tui.collect.nvml import NvmlCollector
 from pcie_tui.record.reader import read_recording
 from pcie_tui.record.writer import RecordingWriter
 from pcie_tui.tui.app import make_app
+from pcie_tui.tui.gpu_panel import GpuPanel
 from pcie_tui.tui.headless import run, wait_until
-from pcie_tui.tui.widgets import GpuPanel
 
 fakenvml = pytest.importorskip("fakenvml", reason="tests/fakenvml (replaying H200 stand-in) not present")
 

@@ -27,8 +27,9 @@ from pcie_tui.tui.actions import KeyActions
 from pcie_tui.tui.engine_panel import EnginePanel
 from pcie_tui.tui.events import EventsPane
 from pcie_tui.tui.frame import Frame
+from pcie_tui.tui.gpu_panel import GpuPanel
 from pcie_tui.tui.state import HISTORY_TICKS, ViewModel
-from pcie_tui.tui.widgets import GpuPanel, HeadlineBar, PositionBar, header_text, set_text
+from pcie_tui.tui.widgets import HeadlineBar, PositionBar, header_text, set_text
 from pcie_tui.tui.worker import FrameReady, RecordingFailed, SourceFailed, SourceWorker
 
 WIDE_AT_COLUMNS = 120
