@@ -176,6 +176,8 @@ def cmd_record(args: argparse.Namespace) -> int:
         raise UserError(f"--out {args.out} is a directory; give a file name such as session.jsonl.gz")
     if not out.parent.is_dir():
         raise UserError(f"--out {args.out}: folder {out.parent} does not exist")
+    if out.exists() and out.stat().st_size > 0 and not args.force:
+        raise UserError(f"--out {args.out} exists: give another name, or --force to overwrite it")
     source, status = open_live(args, interactive=not args.headless)
     try:
         writer = RecordingWriter(args.out, source.header)
@@ -297,6 +299,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--out", required=True, metavar="FILE", help="recording to write, e.g. session.jsonl.gz")
     r.add_argument("--duration", type=positive(), default=None, metavar="S", help="stop after S seconds")
     r.add_argument("--headless", action="store_true", help="no TUI: record until Ctrl-C, SIGTERM or --duration")
+    r.add_argument("--force", action="store_true", help="overwrite --out if it exists (refused otherwise)")
     _add_live_options(r)
     r.set_defaults(func=cmd_record)
 

@@ -76,6 +76,8 @@ def test_report_text_names_phases_and_events(probe_recording_path):
         (("demo", "h200-pagable"), "did you mean h200-pageable?"),
         (("record", "--out", "/"), "is a directory"),
         (("record", "--out", "/no/such/folder/x.jsonl"), "does not exist"),
+        # a recording already there is never overwritten silently
+        (("record", "--out", "pyproject.toml", "--no-engine"), "exists: give another name, or --force"),
         (("watch", "--gpus", "-1"), "expected GPU indices"),
     ],
 )

@@ -150,6 +150,7 @@ def test_snapshot_keys_and_latency_window():
     assert snap["itl_s"] is None and snap["queue_s"] is None  # not exposed -> None, never 0
     assert snap["requests_running"] == 3.0 and snap["kv_cache_util"] == 0.25 and snap["phase"] == "mixed"
     assert snap["quantile_method"] == QUANTILE_METHOD
+    assert snap["span_s"] == 10.0  # the base tick at 20 s reaches back past the window's start
     # Engine goes down: figures it cannot give become None, the reason is kept.
     st_.feed(Sample(t=26.0, gpus=(), engine=_eng(None, None, up=False)))
     snap = st_.snapshot()
@@ -245,3 +246,13 @@ def test_window_base_when_ticks_omit_unchanged_histograms():
     for i in range(1, 25):
         st_.feed(Sample(t=61.0 + i * 0.5, gpus=(), engine=_eng(0, 0)))
     assert st_.snapshot()["ttft_s"] is None
+
+
+def test_span_says_how_much_of_the_window_the_rates_cover():
+    """In its first seconds the window holds less than 10 s: the TUI says "over the last 4.8 s"."""
+    st_ = EngineStats(window_s=10.0)
+    assert st_.snapshot()["span_s"] is None
+    st_.feed(Sample(t=100.0, gpus=(), engine=_eng(0, 0)))
+    st_.feed(Sample(t=104.8, gpus=(), engine=_eng(143, 100)))
+    snap = st_.snapshot()
+    assert snap["span_s"] == pytest.approx(4.8) and snap["prompt_tokens_per_s"] == pytest.approx(143 / 4.8)

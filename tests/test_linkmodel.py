@@ -278,6 +278,11 @@ def test_llama_server_recording_counts_tokens_per_finished_request(capsys):
     rc, out, _ = _cli(["linkmodel", "--recording", str(LLAMA_PARTIAL), "--hidden", "4096", "--layers", "32"], capsys)
     assert rc == 0 and "no engine attached" not in out
     assert "recording prefill GPU0: measured" in out and "over 8160 tokens" in out and "over 81 tokens" in out
+    # A demo's name works as it does for report and replay.
+    rc, by_name, _ = _cli(
+        ["linkmodel", "--recording", "h200-llama-partial", "--hidden", "4096", "--layers", "32"], capsys
+    )
+    assert rc == 0 and by_name == out
 
 
 def test_missing_tokens_give_the_real_reason():

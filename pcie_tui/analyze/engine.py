@@ -39,6 +39,7 @@ SNAPSHOT_KEYS = (
     "phase",
     "error",
     "window_s",
+    "span_s",
     "prompt_tokens_per_s",
     "generation_tokens_per_s",
     *LATENCIES,
@@ -216,6 +217,8 @@ class EngineStats:
             "phase": last.phase if last else None,
             "error": last.error if last else None,
             "window_s": self.window_s,
+            # The time the ticks held cover: shorter than the window in its first seconds.
+            "span_s": min(self.window_s, self._ticks[-1][0] - self._ticks[0][0]) if len(self._ticks) > 1 else None,
         }
         for key, attr, what in (
             ("prompt_tokens_per_s", "prompt_tokens_total", "prompt"),

@@ -131,7 +131,9 @@ def register(subparsers: Any) -> None:
         metavar="US",
         help="fixed latency per all-reduce in us (default 25, PCIe; 0 prices bandwidth only)",
     )
-    m.add_argument("--recording", metavar="FILE", help="compare with the traffic measured in this recording")
+    m.add_argument(
+        "--recording", metavar="FILE", help="compare with the traffic measured in this recording (or a bundled demo)"
+    )
     m.add_argument("--json", action="store_true", help="print the prediction (and comparison) as JSON")
     m.set_defaults(func=linkmodel_main)
 
@@ -229,9 +231,10 @@ def linkmodel_main(args: argparse.Namespace) -> int:
     pred = lm.predict(shape, layout, ceiling, args.latency_us * 1e-6)
     pred["ceiling_label"] = label
     if args.recording:
+        from pcie_tui.demos import recording_path
         from pcie_tui.record.reader import read_recording
 
-        rec = read_recording(args.recording)
+        rec = read_recording(recording_path(args.recording)[0])  # a file or a bundled demo's name
         measured = lm.measured_bytes_per_token(rec.header, rec.samples)
         pred["measured"] = measured
         pred["comparison"] = lm.compare(pred, measured)

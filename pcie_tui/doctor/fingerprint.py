@@ -193,9 +193,10 @@ def engine_from_pid(pid: int) -> dict[str, Any] | None:
 
 
 def engine_from_recording(path: str) -> dict[str, Any] | None:
+    from pcie_tui.demos import recording_path
     from pcie_tui.record.reader import read_recording
 
-    return engine_facts(read_recording(path).header.engine)
+    return engine_facts(read_recording(recording_path(path)[0]).header.engine)
 
 
 # ---- whole fingerprints -------------------------------------------------------------

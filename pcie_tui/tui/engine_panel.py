@@ -45,7 +45,10 @@ def engine_lines(frame: Frame, wide: bool, stacked: bool = False) -> Text:
     out.append(f"\ntokens prompt {fmt.tokens_per_s(stats.get('prompt_tokens_per_s'))}")
     out.append(f" · generated {fmt.tokens_per_s(stats.get('generation_tokens_per_s'))}")
     if window:
-        out.append(f" (last {window:g} s)" if stacked else f" · over the last {window:g} s", style="dim")
+        # The rates cover what the window holds so far: less than the window in its first seconds.
+        span = stats.get("span_s")
+        shown = f"{span:.1f}" if isinstance(span, int | float) and span < window - 0.05 else f"{window:g}"
+        out.append(f" (last {shown} s)" if stacked else f" · over the last {shown} s", style="dim")
     names = {"ttft_s": "TTFT", "itl_s": "ITL", "prefill_s": "prefill", "decode_s": "decode", "queue_s": "queue"}
     groups = [("ttft_s", "itl_s")] + ([("prefill_s", "decode_s", "queue_s")] if wide else [])
     if stacked:
