@@ -247,7 +247,7 @@ def engine_only_headline(engine: dict[str, Any], why: str | None) -> dict[str, A
     )
     because = f" ({why})" if why else ""
     return {
-        "text": f"{ran}: no GPU readings in this recording{because}, so what held them back is unknown.\n"
+        "text": f"{ran}: no GPU readings in this recording{because}, so what held {'them' if len(work) > 1 else 'it'} back is unknown.\n"
         "Record on the machine with the GPUs (NVML) to see whether the link, memory or compute held each phase.",
         "phase": work[0][0],
         "bound": "unknown",
