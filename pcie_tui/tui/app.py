@@ -160,8 +160,9 @@ class PcieTuiApp(KeyActions, SourceWorker, App[None]):
         for p in self._panels.values():
             p.wide = wide
         if self.frame is not None:
-            self._render(self.frame)
-        self.call_after_refresh(self._fit_sparks)
+            self._render(self.frame)  # schedules the sparklines' fit
+        else:
+            self.call_after_refresh(self._fit_sparks)
 
     def _fit_sparks(self) -> None:
         """GPU sparklines as tall as the room allows on a tall terminal (2 to SPARK_ROWS_MAX rows), so

@@ -10,7 +10,6 @@ from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Horizontal
 from textual.strip import Strip
-from textual.visual import visualize
 from textual.widget import Widget
 from textual.widgets import Static
 
@@ -33,28 +32,28 @@ def set_text(widget: Static, content: str | Text, *, layout: bool = False) -> No
     if getattr(widget, "_shown", None) == content:
         return
     widget._shown = content  # type: ignore[attr-defined]
+    widget.update(content, layout=False)
     if layout:
         # A relayout repaints the whole screen: only when the text's size changed (its width for a
         # width-auto widget, the rows it wraps to at this width), not each time a figure ticks.
-        shape = _shape(widget, content)
-        if shape is not None and shape == getattr(widget, "_shape", None):
-            layout = False
+        shape = _shape(widget)
+        if shape is None or shape != getattr(widget, "_shape", None):
+            widget.refresh(layout=True)
         widget._shape = shape  # type: ignore[attr-defined]
-    widget.update(content, layout=layout)
 
 
-def _shape(widget: Static, content: str | Text) -> tuple[int, int] | None:
-    """(cells wide, rows tall) ``content`` takes in ``widget`` as it is laid out now; None before layout."""
+def _shape(widget: Static) -> tuple[int, int] | None:
+    """(cells wide, rows tall) the widget's text takes as it is laid out now; None before layout."""
     if not widget.is_mounted:
         return None
+    visual = widget.visual  # built by update(): measured here, not built twice
     w = widget.styles.width
     if w is not None and w.is_auto:  # its width follows the text: the rows at that width
-        visual = visualize(widget, content, markup=True)
         cells = visual.get_optimal_width(widget.styles, widget.size.width)
         return cells, visual.get_height(widget.styles, max(1, cells))
     if not widget.size.width:
         return None
-    return -1, visualize(widget, content, markup=True).get_height(widget.styles, widget.size.width)
+    return -1, visual.get_height(widget.styles, widget.size.width)
 
 
 def set_border_title(widget: Widget, title: str) -> None:
