@@ -4,6 +4,7 @@ records the engine side alone, says why the GPU side is unavailable, and `report
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import time
@@ -67,6 +68,7 @@ def test_record_pid_without_nvml_records_the_engine_alone(tmp_path):
     # The exporter says so too: a fleet's dashboard tells "no GPU side" from "GPU idle".
     ex = Exporter("--replay", str(out), "--speed", "50")
     try:
+        ex.wait_line(re.compile("the source ended"), 30)  # the first ticks may precede the first scrape
         fams = ex.scrape()
         (labels, v, _), *more = fams["pcie_gpu_side_available"]
         assert not more and v == 0 and labels["reason"] == header["gpu_unavailable"][:200]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
@@ -132,6 +133,26 @@ def test_window_rates_across_a_restart():
     snap = st_.snapshot()
     assert snap["prompt_tokens_per_s"] == pytest.approx(40.0)
     assert snap["generation_tokens_per_s"] == pytest.approx(20.0)
+
+
+def test_window_rates_use_the_time_the_counters_were_read():
+    # A steady 100 generated tokens/s, ticks every 0.5 s. Over tick times a 1.5-s-old last reading
+    # would read 85 tokens/s over a 10-s window.
+    def rate(ages: list[float], counted_at: list[float] | None = None) -> float:
+        stats = EngineStats(window_s=10.0)
+        for i, age in enumerate(ages):
+            t = i * 0.5
+            read = counted_at[i] if counted_at else t - age
+            e = dataclasses.replace(_eng(0.0, 100.0 * read), extra={"read_age_s": age})
+            stats.feed(Sample(t=t, gpus=(), engine=e))
+        return stats.snapshot()["generation_tokens_per_s"]
+
+    assert rate([0.0] * 41) == pytest.approx(100.0)
+    # The scrapes after t=18.5 answered late: the last three ticks hold that reading, 0.5-1.5 s old.
+    assert rate([0.0] * 38 + [0.5, 1.0, 1.5]) == pytest.approx(100.0)
+    # An invalid age (NaN, negative, not a number) counts as none rather than moving time.
+    for bad in (float("nan"), -1.0, "1.5"):
+        assert rate([0.0] * 40 + [bad], counted_at=[i * 0.5 for i in range(41)]) == pytest.approx(100.0)
 
 
 def test_snapshot_keys_and_latency_window():

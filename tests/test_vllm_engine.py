@@ -22,7 +22,7 @@ from engines.load import run_load_for, stream_completion, tokens_in
 from engines.recorder import Recorder
 from engines.vllm_server import SERVED_NAME
 
-from pcie_tui.analyze.engine import EngineStats, engine_report, hist_window
+from pcie_tui.analyze.engine import EngineStats, engine_report, hist_window, read_age_s
 from pcie_tui.engines.discover import attach, discover
 from pcie_tui.engines.poller import EnginePoller
 from pcie_tui.engines.vllm.client import VllmClient
@@ -123,8 +123,13 @@ def test_streamed_load_matches_the_client(vllm_server, tmp_path):
     # The engine's window runs from the last tick at or before (its last tick - window_s)
     # to its last tick; the client is counted over exactly that span. (A long gap between
     # ticks on a loaded 2-core machine moves that first tick well before ``a``.)
+    # Its rates run over the times the counters were read: each tick's time minus its reading's age
+    # (a scrape that answered late on a loaded machine leaves the last ticks' counters seconds old).
+    read_t = {s.t: s.t - read_age_s(s.engine) for s in recording.samples if s.engine is not None}
     tb = max(s.t for s in recording.samples if s.t <= b)
     ta = max(s.t for s in recording.samples if s.t <= tb - st.window_s)
+    print(f"\nreading ages at the window's ends: {tb - read_t[tb]:.3f} s, {ta - read_t[ta]:.3f} s")
+    ta, tb = read_t[ta], read_t[tb]
     cp, cg = tokens_in(results, ta, tb)
     client_p_rate, client_g_rate = cp / (tb - ta), cg / (tb - ta)
     print(

@@ -159,7 +159,10 @@ def test_poller_rides_out_a_short_stall_then_goes_down():
         assert patient.stale_grace_s >= 2 * patient.client.timeout_s
         s = patient.poll_once()
         assert s.up and s.error is None and s.prompt_tokens_total == _value("vllm:prompt_tokens_total")
-        assert patient.sample_for_tick(time.time() + 2.5, (), ()).up
+        t_answer = time.time()
+        tick = patient.sample_for_tick(t_answer + 2.5, (), ())
+        # The counters were read mid-scrape, about 0.5 s before the 1-s answer came: 3 s before the tick.
+        assert tick.up and 2.5 + 0.3 <= tick.extra["read_age_s"] <= 2.5 + 0.8
         state["slow"] = False
 
         poller = EnginePoller(VllmClient(url, timeout_s=0.3), rediscover=False, stale_grace_s=1.5)
@@ -169,6 +172,8 @@ def test_poller_rides_out_a_short_stall_then_goes_down():
         s = poller.poll_once()
         assert s.up and s.error.startswith("slow: /metrics timed out")
         assert s.prompt_tokens_total == _value("vllm:prompt_tokens_total")
+        # The tick keeps the last good reading and says how old it is: older than the failed scrape.
+        assert poller.sample_for_tick(time.time(), (), ()).extra["read_age_s"] >= time.time() - t0 - 0.05
         assert poller.drain_events() == []
         while time.time() - t0 < 1.6:
             time.sleep(0.1)

@@ -166,6 +166,12 @@ def hist_window(engines: Sequence[EngineSample], name: str, base: Hist | None = 
     return total
 
 
+def read_age_s(e: EngineSample) -> float:
+    """How old the engine's reading was at its tick (``read_age_s``; 0 when absent or invalid)."""
+    v = e.extra.get("read_age_s")
+    return float(v) if isinstance(v, int | float) and not isinstance(v, bool) and 0 <= v < 3600 else 0.0
+
+
 # ---- sliding window -------------------------------------------------------
 
 
@@ -198,7 +204,8 @@ class EngineStats:
                 self._base.update(_hists(old))
 
     def _rate(self, attr: str) -> float | None:
-        pts = [(t, getattr(e, attr)) for t, e in self._ticks if e.up and getattr(e, attr) is not None]
+        # Over the time the counters were read (tick time minus the reading's age), not tick time.
+        pts = [(t - read_age_s(e), getattr(e, attr)) for t, e in self._ticks if e.up and getattr(e, attr) is not None]
         if len(pts) < 2 or pts[-1][0] <= pts[0][0]:
             return None
         inc = counter_total(v for _, v in pts)

@@ -70,12 +70,15 @@ class EnginePoller:
         # loaded API server is never a gap.
         timeout = self._client_timeout()
         self.stale_grace_s = stale_grace_s if stale_grace_s is not None else max(1.5, 2 * timeout + interval_s)
-        self._last_good: tuple[float, EngineSample, str | None] | None = None
+        # (answer time, reading, phase, read time): the read time is the midpoint of the scrape, when
+        # the counters were taken; a tick says how old its reading is (``read_age_s``) so rates are
+        # taken over the time the counters cover, not over tick times (a slow scrape is not a dip).
+        self._last_good: tuple[float, EngineSample, str | None, float] | None = None
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._desc: dict[str, Any] | None = None
-        self._latest: tuple[float, EngineSample, str | None, bool | None] | None = None
+        self._latest: tuple[float, EngineSample, str | None, bool | None, float] | None = None
         self._events: list[dict[str, Any]] = []
         self._phases = PhaseTracker()
         self._up: bool | None = None
@@ -152,6 +155,7 @@ class EnginePoller:
 
     def poll_once(self) -> EngineSample:
         """One scrape and its bookkeeping (the thread calls this; tests may too)."""
+        t_start = time.time()
         try:
             s = self.client.read()
         except Exception as e:  # a client must not raise, but a bug must not kill the thread
@@ -167,6 +171,7 @@ class EnginePoller:
                 self._pending_requests.extend(finished)
         # When the answer (or the failure) came: events and staleness are timed from here.
         t = time.time()
+        t_data = t_start + 0.5 * max(0.0, t - t_start)
         pid = getattr(self.client, "pid", None)
         alive = pid_alive(pid)
         self.scrapes += 1
@@ -179,7 +184,7 @@ class EnginePoller:
             what = "/metrics timed out" if s.error == "timed out" else f"scrape failed ({s.error})"
             s = dataclasses.replace(good[1], error=f"slow: {what}, reading {t - good[0]:.1f} s old")
             with self._lock:
-                self._latest = (t, s, good[2], alive)
+                self._latest = (t, s, good[2], alive, good[3])
             return s
         if s.up:
             reset = self._phases.would_reset(s)
@@ -218,7 +223,7 @@ class EnginePoller:
             self._up, self._down_since, self._down_reason, self._restarted = True, None, None, False
             self._served = self._ever_up = True
             cphase = self._phases.update(s)
-            self._last_good = (t, s, cphase)
+            self._last_good = (t, s, cphase, t_data)
         else:
             if self._up is not False:
                 self._down_since, self._down_reason = t, s.error
@@ -229,7 +234,7 @@ class EnginePoller:
             if alive is False and self.rediscover and self._maybe_reattach(t, events):
                 alive = pid_alive(getattr(self.client, "pid", None))
         with self._lock:
-            self._latest = (t, s, cphase, alive)
+            self._latest = (t, s, cphase, alive, t_data)
             self._events.extend(events)
         return s
 
@@ -287,7 +292,7 @@ class EnginePoller:
             desc = self._desc
         if latest is None:
             return None
-        t_read, s, cphase, alive = latest
+        t_read, s, cphase, alive, t_data = latest
         # A scrape may take up to the client's deadline: only a reading older than that (plus a poll
         # interval) is stale.
         stale_after = max(3 * self.interval_s, 2.0, self._client_timeout() + self.interval_s + 1.0)
@@ -310,6 +315,9 @@ class EnginePoller:
                 extra = {k: v for k, v in extra.items() if k != "hist"}
             else:
                 self._hist_sent = hist
+        if s.up:
+            # How old the counters are at this tick (ms resolution): rates use tick time minus this.
+            extra = {**extra, "read_age_s": round(max(0.0, t - t_data), 3)}
         if self.stacks is not None:
             st = self.stacks.summary()
             if st is not None:
