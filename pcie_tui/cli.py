@@ -140,6 +140,23 @@ def live_warnings(source: Any) -> None:
 # ---- commands ----------------------------------------------------------------
 
 
+def _need_terminal(command: str, instead: str) -> None:
+    """The live view reads keys from stdin and draws on stderr (Textual): refuse, in one line, where
+    either is not a terminal (a pipe, a file, cron) rather than write escape codes into it."""
+    streams = {"stdin": sys.__stdin__, "stderr": sys.__stderr__}
+    missing = [name for name, f in streams.items() if f is None or not _isatty(f)]
+    if missing:
+        what = f"{missing[0]} is not a terminal" if len(missing) == 1 else "stdin and stderr are not terminals"
+        raise UserError(f"{command} draws a live view and {what}; {instead}")
+
+
+def _isatty(f: Any) -> bool:
+    try:
+        return bool(f.isatty())
+    except (OSError, ValueError):  # closed or detached
+        return False
+
+
 def _run_tui(source: Any, recorder_factory: Callable[[], Any] | None = None, status: str | None = None) -> int:
     from pcie_tui.tui.app import make_app
 
@@ -158,6 +175,7 @@ def _run_tui(source: Any, recorder_factory: Callable[[], Any] | None = None, sta
 def cmd_watch(args: argparse.Namespace) -> int:
     from pcie_tui.record.writer import RecordingWriter
 
+    _need_terminal("watch", "to record without a screen use `pcie-tui record --headless --out FILE`")
     source, status = open_live(args, interactive=True)
     out_dir = Path(args.record_dir)
 
@@ -178,6 +196,8 @@ def cmd_record(args: argparse.Namespace) -> int:
         raise UserError(f"--out {args.out}: folder {out.parent} does not exist")
     if out.exists() and out.stat().st_size > 0 and not args.force:
         raise UserError(f"--out {args.out} exists: give another name, or --force to overwrite it")
+    if not args.headless:
+        _need_terminal("record", "add --headless to record without a screen")
     source, status = open_live(args, interactive=not args.headless)
     try:
         writer = RecordingWriter(args.out, source.header)
@@ -209,13 +229,14 @@ def cmd_record(args: argparse.Namespace) -> int:
     return 0
 
 
-def _replay(path: str | Path, speed: float, loop: bool = False, label: str | None = None) -> int:
+def _replay(path: str | Path, speed: float, loop: bool, label: str, command: str, report_arg: str) -> int:
     from pcie_tui.record.reader import read_recording
     from pcie_tui.record.replay import ReplaySource
 
-    rec = read_recording(path)
+    rec = read_recording(path)  # a bad file is named before anything else
+    _need_terminal(command, f"for the text report use `pcie-tui report {report_arg}`")
     source = ReplaySource(rec, speed=speed, loop=loop)
-    return _run_tui(source, None, f"replay of {label or path}")
+    return _run_tui(source, None, f"replay of {label}")
 
 
 def _recording_arg(arg: str) -> tuple[Path, str | None]:
@@ -227,7 +248,8 @@ def _recording_arg(arg: str) -> tuple[Path, str | None]:
 
 def cmd_replay(args: argparse.Namespace) -> int:
     path, demo = _recording_arg(args.file)
-    return _replay(path, args.speed, args.loop, f"demo {demo}" if demo else None)
+    label = f"demo {demo}" if demo else str(path)
+    return _replay(path, args.speed, args.loop, label, "replay", args.file)
 
 
 def cmd_report(args: argparse.Namespace) -> int:
@@ -276,7 +298,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
             print(f"{name:20s} {demos.DESCRIPTIONS.get(name, path.name)}")
         return 0
     path = demos.resolve(args.name)
-    return _replay(path, args.speed, loop=True, label=f"demo {path.name.removesuffix('.jsonl.gz')}")
+    name = path.name.removesuffix(".jsonl.gz")
+    return _replay(path, args.speed, True, f"demo {name}", "demo", name)
 
 
 # ---- parser ------------------------------------------------------------------

@@ -79,6 +79,11 @@ def test_report_text_names_phases_and_events(probe_recording_path):
         # a recording already there is never overwritten silently
         (("record", "--out", "pyproject.toml", "--no-engine"), "exists: give another name, or --force"),
         (("watch", "--gpus", "-1"), "expected GPU indices"),
+        # the live view needs a terminal: a pipe gets a line naming what to run instead
+        (("demo", "h200-pageable"), "; for the text report use `pcie-tui report h200-pageable`"),
+        (("replay", "h200-pinned"), "replay draws a live view and "),
+        (("record", "--out", "/tmp/pcie-tui-never-written.jsonl", "--no-engine"), "add --headless"),
+        (("watch", "--no-engine"), "use `pcie-tui record --headless --out FILE`"),
     ],
 )
 def test_bad_input_is_one_line_and_nonzero(args, needle):
@@ -165,6 +170,7 @@ def test_replay_takes_a_demo_name(monkeypatch):
         return 0
 
     monkeypatch.setattr(cli, "_run_tui", fake_tui)
+    monkeypatch.setattr(cli, "_need_terminal", lambda *a: None)  # pytest's stdin is not a terminal
     assert cli.main(["replay", DEMO, "--speed", "2"]) == 0
     src = seen["source"]
     assert src.recording.path == DEMO_FILE and len(src.samples) > 0 and src.speed == 2.0
