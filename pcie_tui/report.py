@@ -12,7 +12,7 @@ from rich.table import Table
 from rich.text import Text
 
 from pcie_tui.analyze.answer import answer, engine_only_headline
-from pcie_tui.analyze.attribution import BOUND_WORDS
+from pcie_tui.analyze.attribution import BOUND_SHORT, BOUND_WORDS
 from pcie_tui.analyze.engine import engine_report
 from pcie_tui.analyze.linkmodel import report_linkmodel
 from pcie_tui.analyze.phases import phase_verdicts
@@ -100,7 +100,10 @@ def _pct(v: float | None) -> str:
 
 
 def _gbs(v: float | None) -> str:
-    return "n/a" if v is None else f"{v / 1e9:.1f} GB/s"
+    """GB/s from 1 GB/s up; below, MB/s or kB/s (a quiet link is "236 kB/s", never "0.0 GB/s")."""
+    from pcie_tui.analyze.linkmodel import fmt_gbs
+
+    return fmt_gbs(v)
 
 
 def render_text(report: dict[str, Any], rec: Recording, console: Console) -> None:
@@ -155,11 +158,23 @@ def render_text(report: dict[str, Any], rec: Recording, console: Console) -> Non
         st.add_row("SM", _pct(g["sm_util"]["peak"]), _pct(g["sm_util"]["median"]), _pct(g["sm_util"]["p95"]))
         console.print(st)
         if g["phases"]:
-            pt = Table("phase", "ticks", "saturated (share of phase)", "link median", "DRAM median", box=None)
+            # "saturated" is the link/DRAM verdict alone; "held back by" is the attribution above (a link
+            # far below capacity can still be what the phase waited on), so both stand side by side.
+            held = {
+                f["phase"]: f"{BOUND_SHORT[f['bound']]} {f['shares'][f['bound']] * 100:.0f}%"
+                for f in ((report.get("attribution") or {}).get("findings") or {}).get(str(g["index"]), ())
+            }
+            cols = ("phase", "ticks", "saturated", *(("held back by",) if held else ()))
+            pt = Table(*cols, "link median", "DRAM median", box=None)
             pt.columns[0].no_wrap = True
+            if held:
+                pt.columns[3].no_wrap = True
             for p, ph in g["phases"].items():
                 shares = ", ".join(f"{v} {sh * 100:.0f}%" for v, sh in ph["verdict_share"].items() if sh > 0)
-                pt.add_row(p, str(ph["ticks"]), shares, _gbs(ph["link_Bps"]["median"]), _pct(ph["dram_util"]["median"]))
+                why = (held.get(p, "n/a"),) if held else ()
+                pt.add_row(
+                    p, str(ph["ticks"]), shares, *why, _gbs(ph["link_Bps"]["median"]), _pct(ph["dram_util"]["median"])
+                )
             console.print(pt)
         if g["events"]:
             et = Table("saturated", "start", "dur", "peak", "mean", "dir", "phase", box=None)

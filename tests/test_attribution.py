@@ -269,10 +269,11 @@ def test_an_engine_only_recording_says_what_ran_and_that_its_bound_is_unknown():
     assert "What would another link buy" not in text
 
 
-def test_whatif_changes_that_round_to_zero_have_no_minus_sign():
+def test_whatif_small_changes_keep_their_direction_and_zero_has_no_sign():
     from pcie_tui.analyze.whatif import _signed
 
-    assert _signed(-0.01) == "+0.0%" and _signed(-0.0) == "+0.0%"
+    assert _signed(-0.01) == "-0.01%" and _signed(0.04) == "+0.04%" and _signed(-0.0) == "±0.0%"
+    assert _signed(0.004) == "±0.0%" and _signed(-0.004) == "±0.0%" and _signed(-0.051) == "-0.1%"
     assert _signed(-12.94) == "-12.9%" and _signed(2.96) == "+3.0%"
 
 

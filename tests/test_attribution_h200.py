@@ -188,3 +188,14 @@ def test_report_json_is_the_documented_schema():
     ).stdout
     first = text.splitlines()[0]
     assert first.startswith("prefill (") and "transfer-bound below link capacity" in first
+    # The per-GPU phase table puts "held back by" (the attribution) beside "saturated" (link/DRAM
+    # over their ceilings): "none 100%" alone was the answer users could not act on.
+    rows = {ln.split()[0]: ln for ln in text.splitlines() if ln.startswith((" prefill ", " idle ", " decode "))}
+    assert "held back by" in text
+    assert "none 100%" in rows["prefill"] and "transfer-bound 98%" in rows["prefill"]
+    assert "host-bound 93%" in rows["decode"]
+    # A quiet link's median keeps its unit instead of rounding to "0.0 GB/s".
+    assert "236 kB/s" in rows["idle"] and "0.0 GB/s" not in text
+    # A faster link that buys almost nothing says so with its sign, never "+0.0%".
+    gen6 = next(ln for ln in text.splitlines() if ln.lstrip().startswith("Gen6 x16"))
+    assert "time -0.02%, throughput +0.02% at most" in gen6 and "+0.0%" not in text

@@ -41,6 +41,8 @@ BOUND_WORDS = {
     "compute": "compute-bound",
     "idle": "idle",
 }
+# Short words for one screen row or table cell; the report and docs/attribution.md say them in full.
+BOUND_SHORT = {**BOUND_WORDS, "transfer": "transfer-bound"}
 # Counter reading at saturation as a share of the theoretical rate, when uncalibrated
 # (H200 Gen5 x16: 56.7-59.4 of 63.0 GB/s, docs/whatif.md).
 DEFAULT_PINNED_FRACTION = 0.90

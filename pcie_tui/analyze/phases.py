@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from pcie_tui.analyze.linkmodel import fmt_gbs
 from pcie_tui.engines.phases import PHASES
 from pcie_tui.model import GpuInfo
 
@@ -15,14 +16,9 @@ _BOUND = {"link": "link-bound", "memory": "memory-bound", "compute": "compute-bo
 
 
 def fmt_rate(v: float | None) -> str:
-    """A rate in bytes/s with a unit that keeps it readable: GB/s, MB/s or kB/s."""
-    if v is None:
-        return "n/a"
-    for scale, unit in ((1e9, "GB/s"), (1e6, "MB/s"), (1e3, "kB/s")):
-        if abs(v) >= scale or unit == "kB/s":
-            x = v / scale
-            return f"{x:.1f} {unit}" if x < 100 else f"{x:.0f} {unit}"
-    return f"{v:.0f} B/s"
+    """A rate in bytes/s, one format everywhere: GB/s with one decimal from 1 GB/s, below that
+    MB/s or kB/s with 3 significant digits (linkmodel.fmt_gbs)."""
+    return fmt_gbs(v)
 
 
 def phase_line(phase: str, entry: dict[str, Any], link_ceiling_Bps: float | None, dram_basis: str = "DRAM") -> str:

@@ -288,8 +288,13 @@ def whatif_report(
 
 
 def _signed(v: float) -> str:
-    """A percentage change with its sign; one that rounds to zero is "+0.0%", never "-0.0%"."""
-    return f"{v + 0.0 if round(v, 1) != 0 else 0.0:+.1f}%"
+    """A percentage change with its sign. A change under 0.05 % keeps its direction with two
+    decimals ("-0.04%": a faster link never reads "+0.0%"); one under 0.005 % is "±0.0%"."""
+    if round(v, 1) != 0:
+        return f"{v:+.1f}%"
+    if round(v, 2) != 0:
+        return f"{v:+.2f}%"
+    return "±0.0%"
 
 
 def render_whatif(rep: dict[str, Any]) -> str:

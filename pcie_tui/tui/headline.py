@@ -12,21 +12,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from pcie_tui.analyze.answer import evidence_text, live_headline, predicted_range
+from pcie_tui.analyze.attribution import BOUND_SHORT
 from pcie_tui.analyze.verdict import Utilisation, pcie_ceiling_Bps
 from pcie_tui.tui import fmt
 
 if TYPE_CHECKING:
     from pcie_tui.tui.state import ViewModel
-
-# Short words for one screen row; the report and docs/attribution.md say them in full.
-BOUND_SHORT = {
-    "link": "link-saturated",
-    "transfer": "transfer-bound",
-    "host": "host-bound",
-    "memory": "memory-bound",
-    "compute": "compute-bound",
-    "idle": "idle",
-}
 
 # Which verdict names the session when GPUs disagree (the verdict's own priority).
 RANK = {"link": 3, "memory": 2, "compute": 1, "none": 0}
