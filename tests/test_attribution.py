@@ -369,3 +369,16 @@ def build_report_json(rec):
     from pcie_tui.report import build_report
 
     return build_report(rec)[0]
+
+
+def test_report_headline_above_a_default_ceiling_says_to_calibrate():
+    from pcie_tui import demos
+    from pcie_tui.report import build_report
+
+    probe, _ = build_report(read_recording(demos.resolve("h200-probe")))
+    line1, line2 = probe["headline"]["text"].split("\n")
+    assert "106% of 56.7 GB/s pinned (default)" in line1
+    assert line2.endswith("it ran above the default ceiling: `pcie-tui calibrate` measures this link's own ceiling.")
+    # Against a calibrated ceiling the same words never appear (h200-pinned: 83 % of 60.2 GB/s calibrated).
+    pinned, _ = build_report(read_recording(demos.resolve("h200-pinned")))
+    assert "(calibrated)" in pinned["headline"]["text"] and "calibrate`" not in pinned["headline"]["text"]

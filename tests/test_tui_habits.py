@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import re
 from pathlib import Path
 
 import pytest
@@ -165,6 +166,16 @@ def regions(rec: Recording, position: int, size: tuple[int, int]) -> dict:
 
     run(go())
     return out
+
+
+def test_headline_above_a_default_ceiling_says_to_calibrate(rec):
+    # The H200 probe's pinned device->host copies read 106 % of the uncalibrated default (0.90 x
+    # theoretical): the default is wrong for this link, and the headline says what measures it.
+    pos = max(i for i, s in enumerate(rec.samples) if s.extra.get("label") == "d2h_pinned")
+    head, hint = regions(rec, pos, (120, 40))["headline"].split("\n")
+    assert head.startswith("d2h_pinned · link-saturated ") and "pinned (default)" in head
+    pct = int(re.search(r"= (\d+)% of ", head).group(1))
+    assert pct > 100 and hint == "above the default ceiling: `pcie-tui calibrate` measures this link's own ceiling"
 
 
 def test_wide_terminal_puts_gpus_and_engine_side_by_side(llama):

@@ -31,6 +31,15 @@ def predicted_range(pred: dict[str, Any]) -> str:
     return f"{lo:.1f} s" if hi - lo < 0.05 else f"{lo:.1f}-{hi:.1f} s"
 
 
+def over_default_ceiling(f: dict[str, Any]) -> bool:
+    """The link ran above an uncalibrated default ceiling: the default is wrong for this link
+    (calibrate measures its own), not the link over its capacity."""
+    return (f.get("link_of_pinned") or 0.0) > 1.0 and not f["ceilings"]["pinned_source"].startswith("calibrated")
+
+
+CALIBRATE_HINT = "`pcie-tui calibrate` measures this link's own ceiling"
+
+
 def evidence_text(f: dict[str, Any], short: bool = False) -> str:
     """The numbers behind one finding, with the ceiling and where it came from (``short``: for one screen row)."""
     c = f["ceilings"]
@@ -61,8 +70,7 @@ def evidence_text(f: dict[str, Any], short: bool = False) -> str:
     pinned = f"{fmt_rate(c['pinned_Bps'])} {c['pinned_source']} ceiling"
     dram_name = "DRAM busy (proxy)" if f.get("dram_basis") == "proxy" else "DRAM"
     if b == "link":
-        over = (f.get("link_of_pinned") or 0.0) > 1.0 and not c["pinned_source"].startswith("calibrated")
-        note = " (above that default: `pcie-tui calibrate` measures this link's own ceiling)" if over else ""
+        note = f" (above that default: {CALIBRATE_HINT})" if over_default_ceiling(f) else ""
         return f"link {rate} = {_pct(f.get('link_of_pinned'))} of the {pinned}{note}"
     if b == "transfer":
         pageable = (
@@ -163,6 +171,8 @@ def headline(f: dict[str, Any] | None, several_gpus: bool) -> dict[str, Any]:
         line2 = f"Cause: {adv['cause']}."
     elif f["bound"] == "link":
         line2 = "A faster link shortens it, a slower one lengthens it (what-if below)."
+        if over_default_ceiling(f):
+            line2 = f"{line2[:-1]}; it ran above the default ceiling: {CALIBRATE_HINT}."
     elif f["bound"] == "transfer" and f["phase"] == "loading":
         line2 = (
             "The engine was loading weights: copies ran below the link's capacity, at the pace the host fed them "

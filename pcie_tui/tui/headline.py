@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from pcie_tui.analyze.answer import evidence_text, live_headline, predicted_range
+from pcie_tui.analyze.answer import CALIBRATE_HINT, evidence_text, live_headline, over_default_ceiling, predicted_range
 from pcie_tui.analyze.attribution import BOUND_SHORT
 from pcie_tui.analyze.verdict import Utilisation, pcie_ceiling_Bps
 from pcie_tui.tui import fmt
@@ -57,6 +57,8 @@ def headline_text(state: ViewModel) -> str | None:
         return f"{first}\nfix: {fix}{tail}"
     if h.get("cause"):
         return f"{first}\ncause: {h['cause']}"
+    if h["bound"] == "link" and over_default_ceiling(f):
+        return f"{first}\nabove the default ceiling: {CALIBRATE_HINT}"
     return first
 
 
