@@ -76,14 +76,19 @@ def open_engine(args: argparse.Namespace, gpus: Any, interactive: bool) -> tuple
     else:
         found = process.discover()
         if not found:
-            return None, f"engine: no {registry.displays()} process found; showing GPUs only"
+            # The status line says what follows only where GPUs are shown (open_live words the other case).
+            return None, f"engine: no {registry.displays()} process found" + ("; showing GPUs only" if gpus is not None else "")
         cand = found[0] if len(found) == 1 else _pick(found, interactive)
         client = process.attach(pid=cand.pid, url=cand.url, log_path=args.log, running_pids=running)
     poller = EnginePoller(client, stacks=args.stacks)
     poller.start()
     d = poller.describe()
     name = registry.display(d.get("kind"))
-    return poller, f"engine: attached to {name} pid {d.get('pid')} at {d.get('url')}"
+    pid = d.get("pid")
+    # --url to a server in another namespace or on another host: no local process to name.
+    if pid is None:
+        return poller, f"engine: attached to {name} at {d.get('url')} (no local process found for it)"
+    return poller, f"engine: attached to {name} pid {pid} at {d.get('url')}"
 
 
 def _pick(found: Sequence[Any], interactive: bool) -> Any:

@@ -201,6 +201,7 @@ def test_record_and_report_through_the_cli(fake, tmp_path):
     cmd = [sys.executable, "-m", "pcie_tui", "record", "--url", url, "--headless", "--duration", "2", "--out", str(out)]
     rec = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
     assert rec.returncode == 0 and "attached to Ollama" in rec.stderr and "Traceback" not in rec.stderr, rec.stderr
+    assert "pid None" not in rec.stderr
     with gzip.open(out, "rt") as f:
         lines = f.read().splitlines()
     head = json.loads(lines[0])["engine"]

@@ -33,6 +33,24 @@ def _nvml_works() -> bool:
 
 
 @pytest.mark.skipif(_nvml_works(), reason="NVML works here: engine-only mode is for machines without it")
+def test_nothing_to_watch_is_one_line_that_does_not_promise_gpus(tmp_path):
+    from pcie_tui.engines.discover import discover
+
+    if discover():
+        pytest.skip("an inference engine runs on this machine: record would attach to it")
+    out = tmp_path / "never.jsonl"
+    p = subprocess.run(
+        [sys.executable, "-m", "pcie_tui", "record", "--headless", "--duration", "1", "--out", str(out)],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    lines = p.stderr.strip().splitlines()
+    assert p.returncode == 2 and len(lines) == 1, p.stderr
+    assert lines[0].startswith("pcie-tui: error: nothing to watch: GPU side unavailable (")
+    assert "process found" in lines[0] and "showing GPUs only" not in lines[0]
+    assert not out.exists()
+
+
+@pytest.mark.skipif(_nvml_works(), reason="NVML works here: engine-only mode is for machines without it")
 def test_record_pid_without_nvml_records_the_engine_alone(tmp_path):
     model = tmp_path / "tiny.gguf"
     write_llama_gguf(model, n_embd=256, n_ff=768, n_layer=4, n_head=8)
