@@ -77,7 +77,9 @@ def open_engine(args: argparse.Namespace, gpus: Any, interactive: bool) -> tuple
         found = process.discover()
         if not found:
             # The status line says what follows only where GPUs are shown (open_live words the other case).
-            return None, f"engine: no {registry.displays()} process found" + ("; showing GPUs only" if gpus is not None else "")
+            return None, f"engine: no {registry.displays()} process found" + (
+                "; showing GPUs only" if gpus is not None else ""
+            )
         cand = found[0] if len(found) == 1 else _pick(found, interactive)
         client = process.attach(pid=cand.pid, url=cand.url, log_path=args.log, running_pids=running)
     poller = EnginePoller(client, stacks=args.stacks)

@@ -200,3 +200,25 @@ def test_the_infinite_link_row_says_why_it_buys_nothing_for_staged_copies():
     assert inf["phases"]["prefill"]["time_ratio"] == pytest.approx(1.0, abs=0.01)
     assert "prefill 98%" in inf["note"] and "pinned" in inf["note"] and "loading" not in inf["note"]
     assert rows("h200-pinned")["infinite"]["note"] is None
+
+
+def test_staged_copies_keep_their_rate_and_the_formula_line_says_so():
+    """h200-pageable's prefill waited on pageable copies at 8.9 GB/s: a Gen4 x16 link (29.6 GB/s
+    reachable) leaves it as it is and only a link slower than 8.9 GB/s (chipset Gen4 x4, 7.4)
+    lengthens it; the printed formula names that rule. The pinned session's line does not."""
+    from pcie_tui.report import build_report
+
+    def report(name: str) -> dict:
+        rep, _ = build_report(read_recording(Path(__file__).parents[1] / "pcie_tui" / "data" / f"{name}.jsonl.gz"))
+        return rep["whatif"]
+
+    wi = report("h200-pageable")
+    by = {s["scenario"]: s for s in wi["gpus"][0]["scenarios"]}
+    f = wi["gpus"][0]["phases"]["prefill"]["link_busy_share"]
+    assert 0.1 < f < 0.2
+    assert by["Gen4 x16"]["phases"]["prefill"]["time_ratio"] == pytest.approx(1.0, abs=0.005)
+    assert time_ratio(f, 0.5) > 1.1  # what the plain formula would have charged
+    chipset = next(s for n, s in by.items() if "chipset x4" in n)["phases"]["prefill"]["time_ratio"]
+    assert chipset == pytest.approx(8.9 / (0.94 * pcie_capacity_Bps(4, 4) / 1e9), rel=0.05)
+    assert "staged (pageable) copies" in wi["formula"] and "max(1, rate / new link" in wi["formula"]
+    assert "staged" not in report("h200-pinned")["formula"]

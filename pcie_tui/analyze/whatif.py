@@ -199,6 +199,7 @@ def whatif_report(
     pageable" where a phase was transfer-bound on pageable memory.
     """
     gpus = []
+    any_staged = False
     for index in sorted(analyzer.series):
         info = header.gpu(index)
         gen = info.link.max_gen or info.link.gen if info else None
@@ -214,6 +215,7 @@ def whatif_report(
         rows = []
         by_phase = {f["phase"]: f for f in (findings or {}).get(index, [])}
         staged = _staged_transfers(phases, by_phase)
+        any_staged = any_staged or bool(staged)
         if staged:
             busy_basis += (
                 "; transfer-bound time on pageable (staged) memory runs at its own rate, capped by the new link"
@@ -281,10 +283,14 @@ def whatif_report(
                 "scenarios": rows,
             }
         )
-    return {
-        "formula": "T_new/T_old = (1 - f) + f / r; f = link busy share, r = new/old bandwidth; upper bound (no overlap)",
-        "gpus": gpus,
-    }
+    formula = "T_new/T_old = (1 - f) + f / r; f = link busy share, r = new/old bandwidth; upper bound (no overlap)"
+    if any_staged:
+        # The rule the rows follow where a phase waited on pageable copies (docs/whatif.md, "Staged copies").
+        formula += (
+            "; time waiting on staged (pageable) copies, s, keeps its own rate: s x max(1, rate / new link's"
+            f" reachable rate ({COUNTER_AT_SATURATION:.2f} x theoretical)) in place of its share of f / r"
+        )
+    return {"formula": formula, "gpus": gpus}
 
 
 def _signed(v: float) -> str:
