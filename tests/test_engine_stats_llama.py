@@ -129,6 +129,19 @@ def test_snapshot_rates_from_slots_while_decoding_and_prefilling():
     assert snap["generation_tokens_per_s"] == 0.0
 
 
+def test_no_timed_request_claims_no_quantile_method():
+    """llama-server without its log read (or no request in the window): the latencies are n/a and
+    nothing says they came "from llama-server's log timings"."""
+    st = EngineStats(10.0)
+    for i in range(3):
+        e = EngineSample(kind="llamacpp", up=True, prompt_tokens_total=5.0 * i, generation_tokens_total=10.0 * i)
+        st.feed(Sample(t=float(i), gpus=(), engine=e))
+    snap = st.snapshot()
+    assert snap["ttft_s"] is None and snap["requests_timed"] == 0 and snap["quantile_method"] is None
+    rep = engine_report([Sample(t=float(i), gpus=(), engine=e) for i in range(3)])
+    assert rep["quantile_method"] is None and "no per-request timings" in rep["basis"]
+
+
 def test_vllm_kind_keeps_histogram_method_and_counters():
     st = EngineStats(10.0)
     for i in range(3):

@@ -261,7 +261,8 @@ class EngineStats:
         out["requests_waiting"] = last.requests_waiting if up and last else None
         kv = last.extra.get("kv_cache_util") if up and last else None
         out["kv_cache_util"] = kv if isinstance(kv, int | float) else None
-        out["quantile_method"] = _method(per_req_eng)
+        # Per-request engines: a method only where requests were timed (no log read: no quantiles to describe).
+        out["quantile_method"] = _method(per_req_eng) if per_req_eng is None or reqs else None
         out["rate_source"] = ", ".join(sources) or None
         out["requests_timed"] = len(reqs) if per_req_eng else None
         return out
@@ -368,7 +369,7 @@ def engine_report(samples: Iterable[Sample], analyzer: Any = None) -> dict[str, 
             # server-side time to first token): the same exact order statistics as ``ttft_s`` above.
             pr["ttft_s"] = out.get("ttft_s")
         out["queue_s"] = None
-        out["quantile_method"] = _method(per_req_eng)
+        out["quantile_method"] = _method(per_req_eng) if per_request else None
         out["basis"] = per_req_eng.timing_basis(len(per_request)) or out["basis"]
     return out
 
