@@ -301,7 +301,11 @@ def cmd_demo(args: argparse.Namespace) -> int:
     from pcie_tui import demos
 
     if args.list:
+        if args.name is not None:
+            demos.resolve(args.name)  # a misspelt name still says so
         for name, path in demos.available().items():
+            if args.name is not None and name != args.name:
+                continue
             print(f"{name:20s} {demos.DESCRIPTIONS.get(name, path.name)}")
         return 0
     path = demos.resolve(args.name)
@@ -352,7 +356,9 @@ def build_parser() -> argparse.ArgumentParser:
     d = sub.add_parser("demo", help="replay a bundled real session (no GPU needed)")
     d.add_argument("name", nargs="?", default=None, help="which demo (see --list)")
     d.add_argument("--list", action="store_true", help="list the bundled sessions")
-    d.add_argument("--speed", type=positive(float, hi=SPEED_MAX), default=1.0, metavar="X")
+    d.add_argument(
+        "--speed", type=positive(float, hi=SPEED_MAX), default=1.0, metavar="X", help="playback speed (default 1)"
+    )
     d.set_defaults(func=cmd_demo)
 
     from pcie_tui.export_cmd import register as register_export

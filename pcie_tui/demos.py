@@ -12,7 +12,7 @@ DEFAULT_DEMO = "h200-pageable"
 # name -> one-line description; files live in pcie_tui/data/<name>.jsonl.gz
 DESCRIPTIONS = {
     "h200-pageable": "H200, llama-server --n-cpu-ffn 12, default mmap loading: prefill transfer-bound at 9 GB/s from pageable memory; fix -lm none",
-    "h200-pinned": "H200, the same with -lm none: host weights pinned, prefill link-saturated (47-50 GB/s RX, median 50.1), 3.3-3.5 s per 6000-token prompt (2 prompts, 7.0 s in all) vs 19.2 s",
+    "h200-pinned": "H200, the same with -lm none: host weights pinned, prefill link-saturated (47-50 GB/s RX, median 50.1), 3.3-3.5 s per 6000-token prompt (2 prompts, 7.0 s in all) vs 19.2 s for the same prompt pageable (h200-pageable)",
     "h200-hostdecode": "H200, llama-server -ngl 4 of 16: decode host-bound (CPU layers), GPU idle, bus quiet",
     "h200-moe-pageable": "H200, MoE with --cpu-moe, mmap: expert uploads transfer-bound at 9 GB/s; fix -lm none",
     "h200-moe-pinned": "H200, MoE with --cpu-moe -lm none: expert uploads at 40-47 GB/s, near the link",

@@ -9,7 +9,6 @@ import signal
 import sys
 import threading
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from pcie_tui.errors import UserError
@@ -68,12 +67,7 @@ def _open_source(args: argparse.Namespace, open_live: Callable[..., Any]) -> tup
     from pcie_tui.record.reader import read_recording
     from pcie_tui.record.replay import ReplaySource
 
-    path = Path(args.replay)
-    if not path.is_file():
-        found = demos.available().get(args.replay)
-        if found is None:
-            raise UserError(f"--replay {args.replay}: no such file, nor a bundled demo (see pcie-tui demo --list)")
-        path = found
+    path, _ = demos.recording_path(args.replay)  # as replay and report read it: a file wins over a demo's name
     speed = args.speed or 1.0
     source = ReplaySource(read_recording(path), speed=speed, loop=args.loop)
     return source, f"replay of {args.replay} at {speed:g}x{', looping' if args.loop else ''}", args.replay

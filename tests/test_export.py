@@ -379,7 +379,11 @@ def test_bad_host_or_port_is_one_line_and_exit_2(args, words):
 
 def test_bad_use_is_one_line_and_exit_2():
     one_line_exit_2(run_cli("--replay", "h200-llama-partial"), "--prometheus")
-    one_line_exit_2(run_cli("--prometheus", "--replay", "no-such-demo"), "no such file")
+    one_line_exit_2(
+        run_cli("--prometheus", "--replay", "no-such-demo"), "no such recording: no-such-demo (nor a bundled"
+    )
+    one_line_exit_2(run_cli("--prometheus", "--replay", "h200-pinnd"), "did you mean h200-pinned?")
+    one_line_exit_2(run_cli("--prometheus", "--replay", str(REPO / "docs")), "is a directory, not a recording")
     one_line_exit_2(run_cli("--prometheus", "--loop"), "--replay only")
 
 
