@@ -14,6 +14,7 @@ from typing import Any, NoReturn
 
 from pcie_tui import __version__
 from pcie_tui.cli_args import INTERVAL_MAX_S, INTERVAL_MIN_S, SPEED_MAX, gpu_list, piped_width, positive
+from pcie_tui.cli_args import need_terminal as _need_terminal
 from pcie_tui.errors import UserError
 
 
@@ -145,23 +146,6 @@ def live_warnings(source: Any) -> None:
 
 
 # ---- commands ----------------------------------------------------------------
-
-
-def _need_terminal(command: str, instead: str) -> None:
-    """The live view reads keys from stdin and draws on stderr (Textual): refuse, in one line, where
-    either is not a terminal (a pipe, a file, cron) rather than write escape codes into it."""
-    streams = {"stdin": sys.__stdin__, "stderr": sys.__stderr__}
-    missing = [name for name, f in streams.items() if f is None or not _isatty(f)]
-    if missing:
-        what = f"{missing[0]} is not a terminal" if len(missing) == 1 else "stdin and stderr are not terminals"
-        raise UserError(f"{command} draws a live view and {what}; {instead}")
-
-
-def _isatty(f: Any) -> bool:
-    try:
-        return bool(f.isatty())
-    except (OSError, ValueError):  # closed or detached
-        return False
 
 
 def _run_tui(source: Any, recorder_factory: Callable[[], Any] | None = None, status: str | None = None) -> int:

@@ -5,8 +5,11 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import sys
 from collections.abc import Callable
 from typing import Any
+
+from pcie_tui.errors import UserError
 
 
 def positive(kind: type = float, hi: float | None = None, lo: float | None = None) -> Callable[[str], Any]:
@@ -52,3 +55,20 @@ def piped_width() -> int:
     except ValueError:
         return 160
     return cols if 40 <= cols <= 1000 else 160
+
+
+def need_terminal(command: str, instead: str) -> None:
+    """The live view reads keys from stdin and draws on stderr (Textual): refuse, in one line, where
+    either is not a terminal (a pipe, a file, cron) rather than write escape codes into it."""
+    streams = {"stdin": sys.__stdin__, "stderr": sys.__stderr__}
+    missing = [name for name, f in streams.items() if f is None or not isatty(f)]
+    if missing:
+        what = f"{missing[0]} is not a terminal" if len(missing) == 1 else "stdin and stderr are not terminals"
+        raise UserError(f"{command} draws a live view and {what}; {instead}")
+
+
+def isatty(f: Any) -> bool:
+    try:
+        return bool(f.isatty())
+    except (OSError, ValueError):  # closed or detached
+        return False

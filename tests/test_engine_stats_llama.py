@@ -129,16 +129,28 @@ def test_snapshot_rates_from_slots_while_decoding_and_prefilling():
     assert snap["generation_tokens_per_s"] == 0.0
 
 
-def test_no_timed_request_claims_no_quantile_method():
-    """llama-server without its log read (or no request in the window): the latencies are n/a and
-    nothing says they came "from llama-server's log timings"."""
-    st = EngineStats(10.0)
-    for i in range(3):
-        e = EngineSample(kind="llamacpp", up=True, prompt_tokens_total=5.0 * i, generation_tokens_total=10.0 * i)
-        st.feed(Sample(t=float(i), gpus=(), engine=e))
-    snap = st.snapshot()
-    assert snap["ttft_s"] is None and snap["requests_timed"] == 0 and snap["quantile_method"] is None
-    rep = engine_report([Sample(t=float(i), gpus=(), engine=e) for i in range(3)])
+def test_no_log_read_claims_no_log_timings():
+    """llama-server attached with no log file found (header ``log_paths`` []): the TUI's quantile
+    line says so instead of "from llama-server's log timings", and a session with no timed request
+    reports no quantile method. An older header without the key keeps the engine's own words."""
+    from pcie_tui.model import SessionHeader
+    from pcie_tui.tui.state import ViewModel
+
+    samples = [
+        Sample(t=float(i), gpus=(), engine=EngineSample(kind="llamacpp", up=True, prompt_tokens_total=5.0 * i))
+        for i in range(3)
+    ]
+
+    def method(engine: dict) -> str | None:
+        vm = ViewModel(SessionHeader(created="x", host="h", tool_version="0", gpus=(), engine=engine, interval_s=1.0))
+        for s in samples:
+            vm.feed(s)
+        return vm.frame().engine_stats["quantile_method"]
+
+    assert method({"kind": "llamacpp", "log_paths": []}).startswith("none: no llama-server log was found")
+    assert method({"kind": "llamacpp", "log_paths": ["/tmp/server.log"]}) == QUANTILE_METHOD_LLAMA
+    assert method({"kind": "llamacpp"}) == QUANTILE_METHOD_LLAMA
+    rep = engine_report(samples)
     assert rep["quantile_method"] is None and "no per-request timings" in rep["basis"]
 
 

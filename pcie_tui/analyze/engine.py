@@ -261,8 +261,7 @@ class EngineStats:
         out["requests_waiting"] = last.requests_waiting if up and last else None
         kv = last.extra.get("kv_cache_util") if up and last else None
         out["kv_cache_util"] = kv if isinstance(kv, int | float) else None
-        # Per-request engines: a method only where requests were timed (no log read: no quantiles to describe).
-        out["quantile_method"] = _method(per_req_eng) if per_req_eng is None or reqs else None
+        out["quantile_method"] = _method(per_req_eng)
         out["rate_source"] = ", ".join(sources) or None
         out["requests_timed"] = len(reqs) if per_req_eng else None
         return out

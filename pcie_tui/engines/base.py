@@ -170,6 +170,11 @@ class Engine(ABC):
         """p50/p95/p99 per latency key (ttft_s, itl_s, ...) over per-request timings (``per_request_timing``)."""
         return {}
 
+    def timings_unavailable(self, engine_info: dict[str, Any]) -> str | None:
+        """Why this attached engine's per-request timings cannot come (from the recording header's
+        ``engine`` object), or None when they can or it is not known."""
+        return None
+
     def timing_basis(self, n_requests: int) -> str | None:
         """The report's ``basis`` sentence for per-request timings, or None for histogram engines."""
         return None

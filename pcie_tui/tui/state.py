@@ -17,7 +17,7 @@ from typing import Any
 from pcie_tui.analyze.attribution import LiveAttribution
 from pcie_tui.analyze.session import SessionAnalyzer, sample_phase
 from pcie_tui.analyze.verdict import DEFAULT_THRESHOLDS, Thresholds, pcie_ceiling_Bps
-from pcie_tui.engines import engine_info, facts_for
+from pcie_tui.engines import engine_info, facts_for, registry
 from pcie_tui.model import GpuSample, Sample, SessionHeader
 from pcie_tui.tui.frame import EventView, Frame, GpuView, ReplayView
 from pcie_tui.tui.headline import headline_text
@@ -293,6 +293,10 @@ class ViewModel:
         stats = None
         if self.engine_stats is not None and engine is not None:
             stats = self.engine_stats.snapshot()
+            eng = registry.get(engine.kind)
+            why = eng.timings_unavailable(self.header.engine or {}) if eng is not None else None
+            if why is not None:  # not "from llama-server's log timings" when no log is read
+                stats["quantile_method"] = why
         return Frame(
             seq=self.seq,
             ticks=self.n,
