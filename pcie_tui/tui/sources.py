@@ -53,7 +53,11 @@ def figure_sources(header: SessionHeader, info: GpuInfo) -> list[FigureSource]:
         )
     ceiling, kind = pcie_ceiling_Bps(info)
     if kind == "measured":
-        ceil_src = "measured by `pcie-tui calibrate` (timed pinned copies, payload per direction)"
+        ceil_src = (
+            "measured by `pcie-tui calibrate`: the GPU's own PCIe counter read during timed pinned copies, "
+            "the larger direction (the timed payload only where no counter answered), so it includes the "
+            "protocol overhead the readings carry, ~5-9 % above the payload rate"
+        )
     else:
         ceil_src = f"theoretical: {fmt.link(info.link.gen, info.link.width)} x per-lane rate after line coding"
     share = FigureSource("% of link", f"reading / ceiling {fmt.gbps(ceiling)}; ceiling {ceil_src}", "%", "per tick")
@@ -70,10 +74,13 @@ def figure_sources(header: SessionHeader, info: GpuInfo) -> list[FigureSource]:
             "headline",
             "pcie_tui.analyze.attribution: each tick link-saturated, transfer-bound (GPU idle, host<->GPU traffic "
             "above the transfer floor), host-bound (GPU idle, bus quiet, work in flight), memory, compute or idle; "
-            f"the current phase's most common bound, with running means (docs/attribution.md). {_ceilings_text(info)}. "
-            "The fix comes from the engine's command line, environment and load-time log (pcie_tui/engines)",
+            "the headline names the current phase's most common bound with running means over its ticks "
+            "(a phase that is not work, such as idle: the longest phase of work so far) (docs/attribution.md). "
+            f"{_ceilings_text(info)}. The fix comes from the engine's command line, environment and load-time log "
+            "(pcie_tui/engines). With no phases (GPU only) or before the first phase of work it shows the hottest "
+            "GPU's verdict instead (e.g. GPU0 LINK SATURATED, or nothing saturated)",
             "bound, % of the phase's time",
-            "since the phase began",
+            "every tick of that phase so far (all its stretches)",
         ),
     ]
     return rows
