@@ -20,7 +20,7 @@ DESCRIPTIONS = {
     "h200-ngl8": "H200, llama-server -ngl 8 of 16, pinned: prefill host-bound though weights stream at 7 GB/s",
     "h200-reference": "H200, real collector at 10 Hz: idle, pinned H2D/D2H, D2D, bf16 matmul, half-duty link, pageable copies",
     "h200-llama-full": "H200, llama-server fully offloaded: load, long-prompt prefill, decode",
-    "h200-llama-partial": "H200, llama-server with FFN weights of 12/16 layers in host memory: prefill link-bound (45 GB/s RX)",
+    "h200-llama-partial": "H200, llama-server with FFN weights of 12/16 layers in host memory: prefill link-saturated (45 GB/s RX)",
     "h200-llama-ngl4": "H200, llama-server -ngl 4/16: prefill uploads at 7 GB/s, held back by CPU attention, not the link",
     "h200-probe": "H200 NVML probe before the collector existed: ~7 Hz, GPM windows under 100 ms (half void: shown n/a)",
 }

@@ -1,7 +1,7 @@
 """``pcie-tui report REC --plot FILE``: the session timeline as an SVG, PNG or PDF figure.
 
 Per GPU: PCIe RX/TX (and NVLink where present) against the link's ceiling, DRAM and SM use,
-engine phases as background bands, the saturation verdict as a thin strip, and first-token
+engine phases as background bands, what bound each tick (attribution) as a thin strip, and first-token
 marks where the recording knows them. matplotlib (Agg, no display) is imported only by
 :func:`render_plot`, so a report without ``--plot`` never loads it.
 """

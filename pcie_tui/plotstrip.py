@@ -6,7 +6,8 @@ import numpy as np
 
 from pcie_tui.analyze.session import SessionAnalyzer
 
-# Strip colours by label: the verdicts, and the labels of a finer per-tick attribution.
+# Strip colours by label: the attribution's bounds (what the plot draws), and the saturation verdict's
+# "none" for verdict_strip.
 STRIP_COLOURS = {
     "link": "#c0392b",
     "transfer": "#e67e22",

@@ -132,7 +132,12 @@ def render_text(report: dict[str, Any], rec: Recording, console: Console) -> Non
         info = h.gpu(g["index"])
         link = ""
         if info is not None and info.link.capacity_Bps:
-            link = f"PCIe Gen{info.link.gen} x{info.link.width} ({_gbs(info.link.capacity_Bps)} per direction, theoretical)"
+            link = (
+                f"PCIe Gen{info.link.gen} x{info.link.width} ({_gbs(info.link.capacity_Bps)} per direction, theoretical"
+            )
+            if info.link.measured_Bps:  # the ceiling the verdicts used (pcie-tui calibrate)
+                link += f"; {_gbs(info.link.measured_Bps)} calibrated ceiling"
+            link += ")"
         console.print(f"\n[bold]GPU {g['index']}[/] {g['name'] or ''}  {link}")
         t = Table("saturated", "time", "share", box=None)
         total = sum(g["time_in_verdict_s"].values()) or 1.0
