@@ -8,11 +8,12 @@ or a missing GPU; the main CLI prints that as one line.
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import Any
 
 from pcie_tui.doctor.calibrate import add_calibration_items, calibrate_main
 from pcie_tui.doctor.render import print_json
-from pcie_tui.errors import UserError
+from pcie_tui.errors import NoGpuError, UserError
 from pcie_tui.model import pcie_capacity_Bps
 
 
@@ -155,9 +156,18 @@ def doctor_main(args: argparse.Namespace, nvml: Any = None) -> int:
         from pcie_tui.doctor.retest import since_main
 
         return since_main(args, nvml)
-    report = run_doctor(
-        nvml=nvml, sysfs_root=args.sysfs_root, proc_root=args.proc_root, pid=args.pid, load_s=args.load_s
-    )
+    try:
+        report = run_doctor(
+            nvml=nvml, sysfs_root=args.sysfs_root, proc_root=args.proc_root, pid=args.pid, load_s=args.load_s
+        )
+    except NoGpuError as e:
+        if save is not None:  # the baseline still records the host, and why there are no GPU facts
+            from pcie_tui.doctor import fingerprint as fpm
+
+            fp = fpm.no_gpu(str(e), fpm.host_facts(args.proc_root), _baseline_engine(args), "doctor")
+            path = fpm.write(fp, save or None)
+            print(f"baseline saved to {path} (host facts, and gpu_error saying why there are no GPU facts)", file=sys.stderr)
+        raise
     add_calibration_items(report)
     if args.proc_root == "/proc":  # a captured /proc (tests, a copied host) holds no live engines to list
         from pcie_tui.doctor.untested import add_untested_engine_items
@@ -177,11 +187,18 @@ def doctor_main(args: argparse.Namespace, nvml: Any = None) -> int:
 def _save_doctor_baseline(args: argparse.Namespace, report: dict[str, Any], directory: str | None) -> Any:
     from pcie_tui.doctor import fingerprint as fpm
 
+    host = fpm.host_facts(args.proc_root, report.get("driver_version"))
+    return fpm.write(fpm.from_report(report, host, _baseline_engine(args), "doctor"), directory)
+
+
+def _baseline_engine(args: argparse.Namespace) -> dict[str, Any] | None:
+    """The engine facts a baseline records: from ``--recording``'s header, else the ``--pid`` process."""
+    from pcie_tui.doctor import fingerprint as fpm
+
     engine = fpm.engine_from_recording(args.recording) if getattr(args, "recording", None) else None
     if engine is None and args.pid is not None:
         engine = fpm.engine_from_pid(args.pid)
-    host = fpm.host_facts(args.proc_root, report.get("driver_version"))
-    return fpm.write(fpm.from_report(report, host, engine, "doctor"), directory)
+    return engine
 
 
 def parse_link(text: str) -> tuple[int, int]:
