@@ -161,7 +161,7 @@ def test_cli(capsys):
     for bad, msg in (
         (_args(), "give --model"),
         (_args(hidden=1, layers=1, tp=0), "--tp must be"),
-        (_args(hidden=1, layers=1, link="7x16"), "unknown PCIe link"),
+        (_args(hidden=1, layers=1, link="7x16"), "--link '7x16': there is no PCIe Gen7"),
         (_args(hidden=1, layers=1, link="x16"), "GENxWIDTH"),
     ):
         with pytest.raises(UserError, match=msg):

@@ -14,7 +14,7 @@ from typing import Any
 from pcie_tui.doctor.calibrate import add_calibration_items, calibrate_main
 from pcie_tui.doctor.render import print_json
 from pcie_tui.errors import NoGpuError, UserError
-from pcie_tui.model import pcie_capacity_Bps
+from pcie_tui.model import PCIE_LANE_Bps, pcie_capacity_Bps
 
 
 def _number(kind: type, minimum: float, inclusive: bool) -> Any:
@@ -118,7 +118,13 @@ def register(subparsers: Any) -> None:
     m.add_argument(
         "--prompt-tokens", type=positive_int, default=2048, metavar="N", help="tokens per prefill step (default 2048)"
     )
-    m.add_argument("--link", default="4x16", metavar="GENxWIDTH", help="link to price, e.g. 4x16, 5x8 (default 4x16)")
+    m.add_argument(
+        "--link",
+        type=_link_arg,
+        default="4x16",
+        metavar="GENxWIDTH",
+        help="link to price, e.g. 4x16, 5x8: Gen 1-6, width x1/2/4/8/12/16/32 (default 4x16)",
+    )
     m.add_argument(
         "--ceiling-gbps",
         type=positive_float,
@@ -201,15 +207,38 @@ def _baseline_engine(args: argparse.Namespace) -> dict[str, Any] | None:
     return engine
 
 
-def parse_link(text: str) -> tuple[int, int]:
+PCIE_WIDTHS = (1, 2, 4, 8, 12, 16, 32)  # the link widths the PCIe specification defines
+
+
+def _link_problem(text: str) -> tuple[int, int] | str:
+    """(gen, width) of ``GENxWIDTH`` (``4x16``, ``gen5x8``), or what is wrong with it."""
     try:
         gen_s, width_s = text.lower().replace("gen", "").split("x")
         gen, width = int(gen_s), int(width_s)
-    except ValueError as e:
-        raise UserError(f"--link wants GENxWIDTH like 4x16, not {text!r}") from e
-    if pcie_capacity_Bps(gen, width) is None:
-        raise UserError(f"unknown PCIe link Gen{gen} x{width}")
+    except ValueError:
+        return f"wants GENxWIDTH like 4x16 or 5x8, not {text!r}"
+    gens = sorted(PCIE_LANE_Bps)
+    if gen not in PCIE_LANE_Bps:
+        return f"{text!r}: there is no PCIe Gen{gen} (generations {gens[0]} to {gens[-1]})"
+    if width not in PCIE_WIDTHS:
+        return f"{text!r}: x{width} is not a PCIe link width ({', '.join(f'x{w}' for w in PCIE_WIDTHS)})"
     return gen, width
+
+
+def parse_link(text: str) -> tuple[int, int]:
+    """``--link`` as (gen, width); UserError naming the flag otherwise (direct calls skip argparse's type)."""
+    got = _link_problem(text)
+    if isinstance(got, str):
+        raise UserError(f"--link {got}")
+    return got
+
+
+def _link_arg(text: str) -> str:
+    """argparse type for ``--link``: checked at parse time (argparse names the flag), kept as text."""
+    got = _link_problem(text)
+    if isinstance(got, str):
+        raise argparse.ArgumentTypeError(got)
+    return text
 
 
 def linkmodel_main(args: argparse.Namespace) -> int:
