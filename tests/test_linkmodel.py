@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from pcie_tui.analyze import linkmodel as lm
+from pcie_tui.analyze import linkmodel_report as lmr
 from pcie_tui.doctor.cli import linkmodel_main
 from pcie_tui.errors import UserError
 from pcie_tui.model import EngineSample, GpuSample, Sample, SessionHeader, pcie_capacity_Bps
@@ -178,14 +179,14 @@ def test_report_linkmodel_reads_the_engine_facts(tmp_path):
     header = dataclasses.replace(
         header, engine={"kind": "vllm", "layout": {"model": str(d), "tensor_parallel_size": 2}}
     )
-    rep = lm.report_linkmodel(header, samples)
+    rep = lmr.report_linkmodel(header, samples)
     assert rep["available"] and rep["layout"]["tp"] == 2 and rep["tp_bytes_per_token"] == 2 * 2 * 1 * 256 * 4
     assert rep["comparison"]["decode"][0]["ratio"] == pytest.approx(1.0)
     assert rep["ceiling_label"] == "theoretical"
     missing = dataclasses.replace(header, engine={"kind": "vllm", "layout": {"model": "org/name-on-a-hub"}})
-    got = lm.report_linkmodel(missing, samples)
+    got = lmr.report_linkmodel(missing, samples)
     assert got == {"available": False, "reason": got["reason"]} and "cannot read model config" in got["reason"]
-    assert lm.report_linkmodel(dataclasses.replace(header, engine=None), samples)["available"] is False
+    assert lmr.report_linkmodel(dataclasses.replace(header, engine=None), samples)["available"] is False
 
 
 LLAMA_PARTIAL = Path(__file__).parent.parent / "pcie_tui" / "data" / "h200-llama-partial.jsonl.gz"
