@@ -8,10 +8,9 @@ from typing import Any
 from pcie_tui.analyze.linkmodel import (
     Layout,
     ModelShape,
-    compare,
+    compare_with_recording,
     from_gguf,
     from_hf_config,
-    measured_bytes_per_token,
     predict,
 )
 from pcie_tui.engines import registry
@@ -54,9 +53,7 @@ def report_linkmodel(header: SessionHeader, samples: Iterable[Sample]) -> dict[s
         return {"available": False, "reason": "the link's ceiling is unknown"}
     pred = predict(shape, layout, ceiling)
     pred["ceiling_label"] = "calibrated" if g and g.link.measured_Bps else "theoretical"
-    measured = measured_bytes_per_token(header, samples)
-    pred["measured"] = measured
-    pred["comparison"] = compare(pred, measured)
+    compare_with_recording(pred, layout, header, samples)
     pred["available"] = True
     pred["source"] = why
     return pred

@@ -281,9 +281,7 @@ def linkmodel_main(args: argparse.Namespace) -> int:
         from pcie_tui.record.reader import read_recording
 
         rec = read_recording(recording_path(args.recording)[0])  # a file or a bundled demo's name
-        measured = lm.measured_bytes_per_token(rec.header, rec.samples)
-        pred["measured"] = measured
-        pred["comparison"] = lm.compare(pred, measured)
+        lm.compare_with_recording(pred, layout, rec.header, rec.samples)
     if args.json:
         print_json(pred)
     else:
@@ -322,7 +320,14 @@ def render_linkmodel(p: dict[str, Any]) -> str:
                 f" = {_ms(r['link_time_s'])} ({'latency' if r['latency_bound'] else 'bandwidth'}-bound)"
             )
     measured = p.get("measured") or {}
-    for ph, rows in (p.get("comparison") or {}).items():
+    comparison = p.get("comparison") or {}
+    if "measured" in p and p.get("comparison_reason"):
+        lines.append(f"recording: no comparison: {p['comparison_reason']}")
+    elif "measured" in p:
+        for ph in ("prefill", "decode"):
+            if ph not in comparison:
+                lines.append(f"recording {ph}: no comparison: the recording has no {ph} ticks")
+    for ph, rows in comparison.items():
         mph = measured.get(ph) or {}
         for idx, r in rows.items():
             mb = r["measured_bytes_per_token"]
