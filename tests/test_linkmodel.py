@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import socket
 from pathlib import Path
 
 import pytest
@@ -176,8 +178,12 @@ def test_report_linkmodel_reads_the_engine_facts(tmp_path):
     header, samples = _two_gpu_session(2 * 2 * 1 * 256 * 4, tokens_per_s=100.0)
     import dataclasses
 
+    # Recorded on this host, before the config was last written: the config here is the one that ran.
+    os.utime(d / "config.json", (1e9, 1e9))
     header = dataclasses.replace(
-        header, engine={"kind": "vllm", "layout": {"model": str(d), "tensor_parallel_size": 2}}
+        header,
+        host=socket.gethostname(),
+        engine={"kind": "vllm", "layout": {"model": str(d), "tensor_parallel_size": 2}},
     )
     rep = lmr.report_linkmodel(header, samples)
     assert rep["available"] and rep["layout"]["tp"] == 2 and rep["tp_bytes_per_token"] == 2 * 2 * 1 * 256 * 4
@@ -185,7 +191,9 @@ def test_report_linkmodel_reads_the_engine_facts(tmp_path):
     assert rep["ceiling_label"] == "theoretical"
     missing = dataclasses.replace(header, engine={"kind": "vllm", "layout": {"model": "org/name-on-a-hub"}})
     got = lmr.report_linkmodel(missing, samples)
-    assert got == {"available": False, "reason": got["reason"]} and "cannot read model config" in got["reason"]
+    assert got == {"available": False, "reason": got["reason"]} and "not an absolute path" in got["reason"]
+    gone = dataclasses.replace(header, engine={"kind": "vllm", "layout": {"model": str(tmp_path / "gone")}})
+    assert "cannot read model config" in lmr.report_linkmodel(gone, samples)["reason"]
     assert lmr.report_linkmodel(dataclasses.replace(header, engine=None), samples)["available"] is False
 
 

@@ -172,7 +172,10 @@ def doctor_main(args: argparse.Namespace, nvml: Any = None) -> int:
 
             fp = fpm.no_gpu(str(e), fpm.host_facts(args.proc_root), _baseline_engine(args), "doctor")
             path = fpm.write(fp, save or None)
-            print(f"baseline saved to {path} (host facts, and gpu_error saying why there are no GPU facts)", file=sys.stderr)
+            print(
+                f"baseline saved to {path} (host facts, and gpu_error saying why there are no GPU facts)",
+                file=sys.stderr,
+            )
         raise
     add_calibration_items(report)
     if args.proc_root == "/proc":  # a captured /proc (tests, a copied host) holds no live engines to list
