@@ -14,7 +14,7 @@ from rich.text import Text
 from pcie_tui.analyze.answer import answer, engine_only_headline
 from pcie_tui.analyze.attribution import BOUND_SHORT, BOUND_WORDS
 from pcie_tui.analyze.engine import engine_report
-from pcie_tui.analyze.linkmodel import report_linkmodel
+from pcie_tui.analyze.linkmodel_report import report_linkmodel
 from pcie_tui.analyze.phases import phase_verdicts
 from pcie_tui.analyze.session import SessionAnalyzer, analyze, analyze_rows
 from pcie_tui.analyze.verdict import DEFAULT_THRESHOLDS, Thresholds

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import socket
 from pathlib import Path
 
 import pytest
 
 from pcie_tui.analyze import linkmodel as lm
+from pcie_tui.analyze import linkmodel_report as lmr
 from pcie_tui.doctor.cli import linkmodel_main
 from pcie_tui.errors import UserError
 from pcie_tui.model import EngineSample, GpuSample, Sample, SessionHeader, pcie_capacity_Bps
@@ -161,7 +164,7 @@ def test_cli(capsys):
     for bad, msg in (
         (_args(), "give --model"),
         (_args(hidden=1, layers=1, tp=0), "--tp must be"),
-        (_args(hidden=1, layers=1, link="7x16"), "unknown PCIe link"),
+        (_args(hidden=1, layers=1, link="7x16"), "--link '7x16': there is no PCIe Gen7"),
         (_args(hidden=1, layers=1, link="x16"), "GENxWIDTH"),
     ):
         with pytest.raises(UserError, match=msg):
@@ -175,17 +178,23 @@ def test_report_linkmodel_reads_the_engine_facts(tmp_path):
     header, samples = _two_gpu_session(2 * 2 * 1 * 256 * 4, tokens_per_s=100.0)
     import dataclasses
 
+    # Recorded on this host, before the config was last written: the config here is the one that ran.
+    os.utime(d / "config.json", (1e9, 1e9))
     header = dataclasses.replace(
-        header, engine={"kind": "vllm", "layout": {"model": str(d), "tensor_parallel_size": 2}}
+        header,
+        host=socket.gethostname(),
+        engine={"kind": "vllm", "layout": {"model": str(d), "tensor_parallel_size": 2}},
     )
-    rep = lm.report_linkmodel(header, samples)
+    rep = lmr.report_linkmodel(header, samples)
     assert rep["available"] and rep["layout"]["tp"] == 2 and rep["tp_bytes_per_token"] == 2 * 2 * 1 * 256 * 4
     assert rep["comparison"]["decode"][0]["ratio"] == pytest.approx(1.0)
     assert rep["ceiling_label"] == "theoretical"
     missing = dataclasses.replace(header, engine={"kind": "vllm", "layout": {"model": "org/name-on-a-hub"}})
-    got = lm.report_linkmodel(missing, samples)
-    assert got == {"available": False, "reason": got["reason"]} and "cannot read model config" in got["reason"]
-    assert lm.report_linkmodel(dataclasses.replace(header, engine=None), samples)["available"] is False
+    got = lmr.report_linkmodel(missing, samples)
+    assert got == {"available": False, "reason": got["reason"]} and "not an absolute path" in got["reason"]
+    gone = dataclasses.replace(header, engine={"kind": "vllm", "layout": {"model": str(tmp_path / "gone")}})
+    assert "cannot read model config" in lmr.report_linkmodel(gone, samples)["reason"]
+    assert lmr.report_linkmodel(dataclasses.replace(header, engine=None), samples)["available"] is False
 
 
 LLAMA_PARTIAL = Path(__file__).parent.parent / "pcie_tui" / "data" / "h200-llama-partial.jsonl.gz"

@@ -282,6 +282,69 @@ def compare(prediction: dict[str, Any], measured: dict[str, Any]) -> dict[str, A
     return out
 
 
+def recorded_parallelism(header: SessionHeader) -> tuple[int, int] | None:
+    """(tp, pp) the recording's engine ran with (its layout over the recorded GPUs), or None without an engine."""
+    eng: dict[str, Any] = header.engine if isinstance(header.engine, dict) else {}
+    lay = eng.get("layout")
+    if not isinstance(lay, dict):  # no engine, or one whose flags were not read: its layout is unknown
+        return None
+    kind = eng.get("kind")
+    engine = registry.get(kind) if isinstance(kind, str) else None
+    n_gpus = max(1, len(header.gpus))
+    return engine.parallelism(lay, n_gpus) if engine is not None else default_parallelism(lay)
+
+
+def layout_mismatch(header: SessionHeader, layout: Layout) -> str | None:
+    """Why the recording's GPU layout is not the modelled one (None when it may be).
+
+    The engine's own layout (tp/pp from its flags, ``Engine.parallelism``) decides where the
+    header has one; without an engine only the GPU count can rule a layout out.
+    """
+    n = len(header.gpus)
+    gpus = count(n, "GPU")
+    rec = recorded_parallelism(header)
+    if rec is not None:
+        tp, pp = rec
+        if (tp, pp) != (layout.tp, layout.pp):
+            kind = (header.engine or {}).get("kind") or "engine"
+            return (
+                f"the recording's {kind} ran TP={tp} PP={pp} on {gpus}, the model is TP={layout.tp} PP={layout.pp}: "
+                f"its link bytes are not this layout's (model --tp {tp} --pp {pp}, or record the layout you model)"
+            )
+        return None
+    need = layout.tp * layout.pp
+    if n < need:
+        return (
+            f"the recording watched {gpus}, TP={layout.tp} PP={layout.pp} needs {count(need, 'GPU')}: "
+            "its link bytes are not this layout's"
+        )
+    return None
+
+
+def no_comparison_reason(measured: dict[str, Any]) -> str | None:
+    """Why no phase of the recording can be compared (None when prefill or decode ticks exist)."""
+    if any(ph in measured for ph in ("prefill", "decode")):
+        return None
+    if not measured:
+        return "the recording has no labelled ticks (no engine phase or label): nothing to count bytes per token over"
+    return (
+        "the recording has no prefill or decode ticks (its phases: "
+        + ", ".join(measured)
+        + "): bytes per token are counted over an engine's prefill and decode only"
+    )
+
+
+def compare_with_recording(
+    prediction: dict[str, Any], layout: Layout, header: SessionHeader, samples: Iterable[Sample]
+) -> None:
+    """Add ``measured``, ``comparison`` and ``comparison_reason`` (why there is none, else None) to ``prediction``."""
+    measured = measured_bytes_per_token(header, samples)
+    prediction["measured"] = measured
+    why = layout_mismatch(header, layout) or no_comparison_reason(measured)
+    prediction["comparison"] = {} if why else compare(prediction, measured)
+    prediction["comparison_reason"] = why
+
+
 def _plural(n: float, word: str) -> str:
     return word if n == 1 else word + "s"
 
@@ -333,48 +396,3 @@ def _delta(a: float | None, b: float | None) -> float:
     if a is None or b is None or b < a:  # missing or the engine restarted
         return 0.0
     return b - a
-
-
-# ---- for `report`: everything from a recording's header ---------------------------
-
-
-def from_engine(header: SessionHeader) -> tuple[ModelShape | None, Layout | None, str]:
-    """Model shape and layout from the attached engine's facts in the header (reason when unknown).
-
-    The engine says what ``layout.model`` is (``Engine.model_format``: a model directory with
-    config.json, or a GGUF file) and which tp/pp its layout implies (``Engine.parallelism``).
-    """
-    eng: dict[str, Any] = header.engine if isinstance(header.engine, dict) else {}
-    lay: dict[str, Any] = eng["layout"] if isinstance(eng.get("layout"), dict) else {}
-    path = lay.get("model") or eng.get("model")
-    if not isinstance(path, str) or not path:
-        return None, None, "the engine's model path is unknown"
-    n_gpus = max(1, len(header.gpus))
-    try:
-        engine = registry.get(eng.get("kind")) if isinstance(eng.get("kind"), str) else None
-        fmt = engine.model_format if engine is not None else "hf"
-        shape = from_gguf(path) if fmt == "gguf" else from_hf_config(path)
-        tp, pp = engine.parallelism(lay, n_gpus) if engine is not None else default_parallelism(lay)
-        layout = Layout(tp=tp, pp=pp)
-    except UserError as e:
-        return None, None, str(e)
-    return shape, layout, f"from the {eng.get('kind') or 'engine'}'s model {path}"
-
-
-def report_linkmodel(header: SessionHeader, samples: Iterable[Sample]) -> dict[str, Any] | None:
-    """Predicted vs measured link bytes per token for a recording, or None when the model is unknown."""
-    shape, layout, why = from_engine(header)
-    if shape is None or layout is None:
-        return {"available": False, "reason": why}
-    g = header.gpus[0] if header.gpus else None
-    ceiling = (g.link.measured_Bps or g.link.capacity_Bps) if g else None
-    if not ceiling:
-        return {"available": False, "reason": "the link's ceiling is unknown"}
-    pred = predict(shape, layout, ceiling)
-    pred["ceiling_label"] = "calibrated" if g and g.link.measured_Bps else "theoretical"
-    measured = measured_bytes_per_token(header, samples)
-    pred["measured"] = measured
-    pred["comparison"] = compare(pred, measured)
-    pred["available"] = True
-    pred["source"] = why
-    return pred

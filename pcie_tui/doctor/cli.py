@@ -8,12 +8,13 @@ or a missing GPU; the main CLI prints that as one line.
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import Any
 
 from pcie_tui.doctor.calibrate import add_calibration_items, calibrate_main
 from pcie_tui.doctor.render import print_json
-from pcie_tui.errors import UserError
-from pcie_tui.model import pcie_capacity_Bps
+from pcie_tui.errors import NoGpuError, UserError
+from pcie_tui.model import PCIE_LANE_Bps, pcie_capacity_Bps
 
 
 def _number(kind: type, minimum: float, inclusive: bool) -> Any:
@@ -117,7 +118,13 @@ def register(subparsers: Any) -> None:
     m.add_argument(
         "--prompt-tokens", type=positive_int, default=2048, metavar="N", help="tokens per prefill step (default 2048)"
     )
-    m.add_argument("--link", default="4x16", metavar="GENxWIDTH", help="link to price, e.g. 4x16, 5x8 (default 4x16)")
+    m.add_argument(
+        "--link",
+        type=_link_arg,
+        default="4x16",
+        metavar="GENxWIDTH",
+        help="link to price, e.g. 4x16, 5x8: Gen 1-6, width x1/2/4/8/12/16/32 (default 4x16)",
+    )
     m.add_argument(
         "--ceiling-gbps",
         type=positive_float,
@@ -155,9 +162,21 @@ def doctor_main(args: argparse.Namespace, nvml: Any = None) -> int:
         from pcie_tui.doctor.retest import since_main
 
         return since_main(args, nvml)
-    report = run_doctor(
-        nvml=nvml, sysfs_root=args.sysfs_root, proc_root=args.proc_root, pid=args.pid, load_s=args.load_s
-    )
+    try:
+        report = run_doctor(
+            nvml=nvml, sysfs_root=args.sysfs_root, proc_root=args.proc_root, pid=args.pid, load_s=args.load_s
+        )
+    except NoGpuError as e:
+        if save is not None:  # the baseline still records the host, and why there are no GPU facts
+            from pcie_tui.doctor import fingerprint as fpm
+
+            fp = fpm.no_gpu(str(e), fpm.host_facts(args.proc_root), _baseline_engine(args), "doctor")
+            path = fpm.write(fp, save or None)
+            print(
+                f"baseline saved to {path} (host facts, and gpu_error saying why there are no GPU facts)",
+                file=sys.stderr,
+            )
+        raise
     add_calibration_items(report)
     if args.proc_root == "/proc":  # a captured /proc (tests, a copied host) holds no live engines to list
         from pcie_tui.doctor.untested import add_untested_engine_items
@@ -177,22 +196,52 @@ def doctor_main(args: argparse.Namespace, nvml: Any = None) -> int:
 def _save_doctor_baseline(args: argparse.Namespace, report: dict[str, Any], directory: str | None) -> Any:
     from pcie_tui.doctor import fingerprint as fpm
 
+    host = fpm.host_facts(args.proc_root, report.get("driver_version"))
+    return fpm.write(fpm.from_report(report, host, _baseline_engine(args), "doctor"), directory)
+
+
+def _baseline_engine(args: argparse.Namespace) -> dict[str, Any] | None:
+    """The engine facts a baseline records: from ``--recording``'s header, else the ``--pid`` process."""
+    from pcie_tui.doctor import fingerprint as fpm
+
     engine = fpm.engine_from_recording(args.recording) if getattr(args, "recording", None) else None
     if engine is None and args.pid is not None:
         engine = fpm.engine_from_pid(args.pid)
-    host = fpm.host_facts(args.proc_root, report.get("driver_version"))
-    return fpm.write(fpm.from_report(report, host, engine, "doctor"), directory)
+    return engine
 
 
-def parse_link(text: str) -> tuple[int, int]:
+PCIE_WIDTHS = (1, 2, 4, 8, 12, 16, 32)  # the link widths the PCIe specification defines
+
+
+def _link_problem(text: str) -> tuple[int, int] | str:
+    """(gen, width) of ``GENxWIDTH`` (``4x16``, ``gen5x8``), or what is wrong with it."""
     try:
         gen_s, width_s = text.lower().replace("gen", "").split("x")
         gen, width = int(gen_s), int(width_s)
-    except ValueError as e:
-        raise UserError(f"--link wants GENxWIDTH like 4x16, not {text!r}") from e
-    if pcie_capacity_Bps(gen, width) is None:
-        raise UserError(f"unknown PCIe link Gen{gen} x{width}")
+    except ValueError:
+        return f"wants GENxWIDTH like 4x16 or 5x8, not {text!r}"
+    gens = sorted(PCIE_LANE_Bps)
+    if gen not in PCIE_LANE_Bps:
+        return f"{text!r}: there is no PCIe Gen{gen} (generations {gens[0]} to {gens[-1]})"
+    if width not in PCIE_WIDTHS:
+        return f"{text!r}: x{width} is not a PCIe link width ({', '.join(f'x{w}' for w in PCIE_WIDTHS)})"
     return gen, width
+
+
+def parse_link(text: str) -> tuple[int, int]:
+    """``--link`` as (gen, width); UserError naming the flag otherwise (direct calls skip argparse's type)."""
+    got = _link_problem(text)
+    if isinstance(got, str):
+        raise UserError(f"--link {got}")
+    return got
+
+
+def _link_arg(text: str) -> str:
+    """argparse type for ``--link``: checked at parse time (argparse names the flag), kept as text."""
+    got = _link_problem(text)
+    if isinstance(got, str):
+        raise argparse.ArgumentTypeError(got)
+    return text
 
 
 def linkmodel_main(args: argparse.Namespace) -> int:
@@ -235,9 +284,7 @@ def linkmodel_main(args: argparse.Namespace) -> int:
         from pcie_tui.record.reader import read_recording
 
         rec = read_recording(recording_path(args.recording)[0])  # a file or a bundled demo's name
-        measured = lm.measured_bytes_per_token(rec.header, rec.samples)
-        pred["measured"] = measured
-        pred["comparison"] = lm.compare(pred, measured)
+        lm.compare_with_recording(pred, layout, rec.header, rec.samples)
     if args.json:
         print_json(pred)
     else:
@@ -276,7 +323,14 @@ def render_linkmodel(p: dict[str, Any]) -> str:
                 f" = {_ms(r['link_time_s'])} ({'latency' if r['latency_bound'] else 'bandwidth'}-bound)"
             )
     measured = p.get("measured") or {}
-    for ph, rows in (p.get("comparison") or {}).items():
+    comparison = p.get("comparison") or {}
+    if "measured" in p and p.get("comparison_reason"):
+        lines.append(f"recording: no comparison: {p['comparison_reason']}")
+    elif "measured" in p:
+        for ph in ("prefill", "decode"):
+            if ph not in comparison:
+                lines.append(f"recording {ph}: no comparison: the recording has no {ph} ticks")
+    for ph, rows in comparison.items():
         mph = measured.get(ph) or {}
         for idx, r in rows.items():
             mb = r["measured_bytes_per_token"]
