@@ -201,4 +201,6 @@ def test_report_json_is_the_documented_schema():
     assert "time -0.02%, throughput +0.02% at most" in gen6 and "+0.0%" not in text
     # The GPU line names the calibrated ceiling the verdicts used beside the theoretical rate.
     flat = " ".join(text.split())  # the line may wrap at the report's width
-    assert "GPU 0 NVIDIA H200 PCIe Gen5 x16 (63.0 GB/s per direction, theoretical; 60.2 GB/s calibrated ceiling)" in flat
+    assert (
+        "GPU 0 NVIDIA H200 PCIe Gen5 x16 (63.0 GB/s per direction, theoretical; 60.2 GB/s calibrated ceiling)" in flat
+    )
