@@ -365,6 +365,10 @@ def _extra_commands() -> list[Callable[[Any], None]]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    # numpy's bundled OpenBLAS starts one thread per core at import, and they spin: 2.3 s of CPU at
+    # start-up on a 16-core H200 host (0.35 s with one thread; bench/results.md). pcie-tui does no
+    # BLAS work, so one thread, unless the user set it. Before anything imports numpy.
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):

@@ -231,3 +231,22 @@ def test_a_missing_path_is_not_answered_with_the_demo_list():
     assert_one_line_error(p, "no such recording: /no/such/dir/run.jsonl.gz")
     assert "bundled demo" not in p.stderr
     assert "nor a bundled demo" in run("report", "nodemo").stderr  # a bare name may have meant one
+
+
+def test_the_cli_keeps_numpys_blas_to_one_thread_unless_told():
+    """numpy's bundled OpenBLAS starts a spinning thread per core at import: 2.3 s of CPU at start-up
+    on the H200's 16-core host. pcie-tui does no BLAS work: the CLI asks for one thread, and a
+    user's own OPENBLAS_NUM_THREADS wins."""
+    tasks = "import os, numpy; print(len(os.listdir('/proc/self/task')), os.environ.get('OPENBLAS_NUM_THREADS'))"
+    via_cli = f"from pcie_tui import cli; cli.main(['demo', '--list']); {tasks}"
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
+
+    def run_py(code: str, **extra: str) -> list[str]:
+        p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env={**env, **extra}, cwd=REPO)
+        assert p.returncode == 0, p.stderr
+        return p.stdout.split("\n")[-2].split()
+
+    assert run_py(via_cli) == ["1", "1"]  # the main thread alone
+    if (os.cpu_count() or 1) >= 2:
+        assert int(run_py(tasks)[0]) > 1  # what numpy does without it: the test can fail
+    assert run_py(via_cli, OPENBLAS_NUM_THREADS="2")[1] == "2"
