@@ -244,13 +244,13 @@ def _render_attribution(report: dict[str, Any], console: Console) -> None:
 
     att = report.get("attribution") or {}
     findings = att.get("findings") or {}
-    if not any(findings.values()):
+    # Only phases of work are listed: a session with none (GPU-only, unlabelled) gets no empty section.
+    shown = {gpu: [f for f in fs if f["phase"] not in NOT_WORK] for gpu, fs in findings.items()}
+    if not any(shown.values()):
         return
     console.print("\n[bold]What held each phase back[/]")
-    for gpu, fs in findings.items():
+    for gpu, fs in shown.items():
         for f in fs:
-            if f["phase"] in NOT_WORK:
-                continue
             others = ", ".join(
                 f"{BOUND_WORDS[b]} {v * 100:.0f} %" for b, v in f["shares"].items() if b != f["bound"] and v >= 0.05
             )

@@ -382,3 +382,26 @@ def test_report_headline_above_a_default_ceiling_says_to_calibrate():
     # Against a calibrated ceiling the same words never appear (h200-pinned: 83 % of 60.2 GB/s calibrated).
     pinned, _ = build_report(read_recording(demos.resolve("h200-pinned")))
     assert "(calibrated)" in pinned["headline"]["text"] and "calibrate`" not in pinned["headline"]["text"]
+
+
+def test_a_session_without_phases_gets_no_empty_what_held_section():
+    """GPU-only (record --no-engine on the H200): the headline says there are no phases to tie a
+    bound to; the report then lists no "What held each phase back" header with nothing under it."""
+    import io
+
+    from rich.console import Console
+
+    from pcie_tui.report import build_report, render_text
+
+    rec = read_recording(Path(__file__).parent / "fixtures" / "h200-runs" / "smoke-gpu-only.jsonl.gz")
+    rep, _ = build_report(rec)
+    buf = io.StringIO()
+    render_text(rep, rec, Console(file=buf, width=160, color_system=None))
+    text = buf.getvalue()
+    assert text.startswith("No phases to tie it to") and "What held each phase back" not in text
+    # A session with phases keeps the section.
+    pageable = read_recording(Path(__file__).parents[1] / "pcie_tui" / "data" / "h200-pageable.jsonl.gz")
+    rep, _ = build_report(pageable)
+    buf = io.StringIO()
+    render_text(rep, pageable, Console(file=buf, width=160, color_system=None))
+    assert "What held each phase back" in buf.getvalue()
