@@ -313,3 +313,22 @@ def test_missing_tokens_give_the_real_reason():
 
     text = render_linkmodel(pred)
     assert "bytes per token n/a (the engine reported no token counters)" in text and "no engine attached" not in text
+
+
+def test_a_corrupt_gguf_is_refused_from_its_header_alone(tmp_path):
+    """A file with GGUF's magic and garbage after it, sparse at a model's size (6.5 GB): one line,
+    at once, without indexing tensors (the gguf package's reader took a pytest run to 13 GB on such
+    a file). A real header still reads (test above)."""
+    import struct
+
+    from pcie_tui.errors import UserError
+
+    p = tmp_path / "model.gguf"
+    with open(p, "wb") as f:
+        f.write(b"GGUF" + struct.pack("<IQQ", 3, 2**60, 2**60) + struct.pack("<Q", 2**62) + b"\xff" * 64)
+        f.truncate(6_480_804_800)
+    with pytest.raises(UserError, match=r"cannot read GGUF .*not a readable GGUF header"):
+        lm.from_gguf(p)  # the bounded header reader's words: no tensor was indexed
+    (tmp_path / "text.gguf").write_text("not a model")
+    with pytest.raises(UserError, match="not a readable GGUF header"):
+        lm.from_gguf(tmp_path / "text.gguf")

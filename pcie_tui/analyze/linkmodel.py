@@ -138,32 +138,23 @@ def from_gguf(path: str | Path, dtype_bytes: int = 4) -> ModelShape:
 
     llama.cpp keeps activations in f32 between layers, hence 4 bytes by default.
     """
-    try:
-        from gguf import GGUFReader  # type: ignore[import-untyped]
-    except ImportError as e:
-        raise UserError("reading GGUF metadata needs the gguf package: pip install gguf") from e
-    try:
-        r = GGUFReader(str(path))
-    except (OSError, ValueError) as e:
-        raise UserError(f"cannot read GGUF {path}: {e}") from e
+    # The header's key/values only, bounded (engines/llamacpp/gguf.py): the gguf package's reader maps
+    # and indexes every tensor, and a corrupt file of a model's size once took it to 13 GB of memory.
+    from pcie_tui.engines.llamacpp.gguf import gguf_meta
 
-    def field(name: str) -> Any:
-        f = r.fields.get(name)
-        if f is None:
-            return None
-        part = f.parts[f.data[0]]
-        if hasattr(part, "tobytes") and f.types and f.types[0].name == "STRING":
-            return bytes(part).decode()
-        return part[0] if len(part) else None
-
-    arch = field("general.architecture")
+    if not Path(path).is_file():
+        raise UserError(f"cannot read GGUF {path}: no such file")
+    meta = gguf_meta(str(path), name=True)
+    if meta is None:
+        raise UserError(f"cannot read GGUF {path}: not a readable GGUF header")
+    arch = meta.get("arch")
     if not arch:
         raise UserError(f"{path} has no general.architecture")
-    hidden = field(f"{arch}.embedding_length")
-    layers = field(f"{arch}.block_count")
+    hidden = meta.get("embedding_length")
+    layers = meta.get("block_count")
     if hidden is None or layers is None:
         raise UserError(f"{path} lacks {arch}.embedding_length / {arch}.block_count")
-    name = field("general.name") or Path(path).stem
+    name = meta.get("name") or Path(path).stem
     return ModelShape(int(hidden), int(layers), dtype_bytes, name=str(name), source=str(path))
 
 

@@ -44,9 +44,11 @@ def _skip(f: BinaryIO, vtype: int) -> Any:
     raise _Bad(f"type {vtype}")
 
 
-def gguf_meta(path: str, max_keys: int = 256) -> dict[str, Any] | None:
+def gguf_meta(path: str, max_keys: int = 256, name: bool = False) -> dict[str, Any] | None:
     """``{"arch", "block_count", "embedding_length", "expert_count", "expert_used_count", "file_bytes"}``
-    (keys the file does not have are left out), or None when the file is not a readable GGUF."""
+    (keys the file does not have are left out; ``name``: also ``general.name``), or None when the
+    file is not a readable GGUF. Bounded: at most ``max_keys`` keys, strings of 1 MiB, no arrays, no
+    tensor info, so a corrupt or hostile file costs microseconds, never memory."""
     try:
         size = os.path.getsize(path)
         with open(path, "rb") as f:
@@ -65,6 +67,8 @@ def gguf_meta(path: str, max_keys: int = 256) -> dict[str, Any] | None:
                     break
                 if key == "general.architecture":
                     out["arch"] = val
+                elif name and key == "general.name" and isinstance(val, str):
+                    out["name"] = val
                 elif key.rpartition(".")[2] in _WANTED and isinstance(val, int | float):
                     out[key.rpartition(".")[2]] = int(val)
                 if all(k in out for k in ("arch", *_WANTED)):
