@@ -13,7 +13,16 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from pcie_tui import __version__
-from pcie_tui.cli_args import INTERVAL_MAX_S, INTERVAL_MIN_S, SPEED_MAX, gpu_list, piped_width, positive
+from pcie_tui.cli_args import (
+    INTERVAL_MAX_S,
+    INTERVAL_MIN_S,
+    SPEED_MAX,
+    gpu_list,
+    one_blas_thread,
+    pick_engine,
+    piped_width,
+    positive,
+)
 from pcie_tui.cli_args import need_terminal as _need_terminal
 from pcie_tui.errors import UserError
 
@@ -81,7 +90,7 @@ def open_engine(args: argparse.Namespace, gpus: Any, interactive: bool) -> tuple
             return None, f"engine: no {registry.displays()} process found" + (
                 "; showing GPUs only" if gpus is not None else ""
             )
-        cand = found[0] if len(found) == 1 else _pick(found, interactive)
+        cand = found[0] if len(found) == 1 else pick_engine(found, interactive)
         client = process.attach(pid=cand.pid, url=cand.url, log_path=args.log, running_pids=running)
     poller = EnginePoller(client, stacks=args.stacks)
     poller.start()
@@ -92,21 +101,6 @@ def open_engine(args: argparse.Namespace, gpus: Any, interactive: bool) -> tuple
     if pid is None:
         return poller, f"engine: attached to {name} at {d.get('url')} (no local process found for it)"
     return poller, f"engine: attached to {name} pid {pid} at {d.get('url')}"
-
-
-def _pick(found: Sequence[Any], interactive: bool) -> Any:
-    lines = [f"  [{i}] {c.kind} pid {c.pid} {c.url or '(no port yet)'}" for i, c in enumerate(found)]
-    if not interactive or not sys.stdin.isatty():
-        raise UserError(
-            "several engines are running; pick one with --pid or --url: " + "; ".join(x.strip() for x in lines)
-        )
-    print("Several inference engines are running:", file=sys.stderr)
-    print("\n".join(lines), file=sys.stderr)
-    while True:
-        ans = input(f"attach to which [0-{len(found) - 1}]? ").strip()
-        if ans.isdigit() and int(ans) < len(found):
-            return found[int(ans)]
-        print("  type one of the numbers in brackets", file=sys.stderr)
 
 
 def open_live(args: argparse.Namespace, interactive: bool) -> tuple[Any, str]:
@@ -365,10 +359,11 @@ def _extra_commands() -> list[Callable[[Any], None]]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    # numpy's bundled OpenBLAS starts one thread per core at import, and they spin: 2.3 s of CPU at
-    # start-up on a 16-core H200 host (0.35 s with one thread; bench/results.md). pcie-tui does no
-    # BLAS work, so one thread, unless the user set it. Before anything imports numpy.
-    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+    with one_blas_thread():  # before anything imports numpy (cli_args says why)
+        return _main(argv)
+
+
+def _main(argv: Sequence[str] | None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from pcie_tui.errors import UserError
@@ -60,6 +61,8 @@ def piped_width() -> int:
 def need_terminal(command: str, instead: str) -> None:
     """The live view reads keys from stdin and draws on stderr (Textual): refuse, in one line, where
     either is not a terminal (a pipe, a file, cron) rather than write escape codes into it."""
+    if os.environ.get("TEXTUAL_DRIVER"):  # `textual serve` and other drivers that are not a terminal's
+        return
     streams = {"stdin": sys.__stdin__, "stderr": sys.__stderr__}
     missing = [name for name, f in streams.items() if f is None or not isatty(f)]
     if missing:
@@ -72,3 +75,35 @@ def isatty(f: Any) -> bool:
         return bool(f.isatty())
     except (OSError, ValueError):  # closed or detached
         return False
+
+
+@contextlib.contextmanager
+def one_blas_thread() -> Iterator[None]:
+    """numpy's bundled OpenBLAS starts one thread per core at import, and they spin: 2.3 s of CPU at
+    start-up on a 16-core H200 host (0.35 s with one thread; bench/results.md). pcie-tui does no BLAS
+    work: one thread, unless the user set it. OpenBLAS reads it once, at load, so the caller's
+    environment is given back on the way out."""
+    if "OPENBLAS_NUM_THREADS" in os.environ:
+        yield
+        return
+    os.environ["OPENBLAS_NUM_THREADS"] = "1"
+    try:
+        yield
+    finally:
+        os.environ.pop("OPENBLAS_NUM_THREADS", None)
+
+
+def pick_engine(found: Sequence[Any], interactive: bool) -> Any:
+    """Several engines found: ask on a terminal, else one line naming them."""
+    lines = [f"  [{i}] {c.kind} pid {c.pid} {c.url or '(no port yet)'}" for i, c in enumerate(found)]
+    if not interactive or not sys.stdin.isatty():
+        raise UserError(
+            "several engines are running; pick one with --pid or --url: " + "; ".join(x.strip() for x in lines)
+        )
+    print("Several inference engines are running:", file=sys.stderr)
+    print("\n".join(lines), file=sys.stderr)
+    while True:
+        ans = input(f"attach to which [0-{len(found) - 1}]? ").strip()
+        if ans.isdigit() and int(ans) < len(found):
+            return found[int(ans)]
+        print("  type one of the numbers in brackets", file=sys.stderr)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import subprocess
@@ -238,15 +239,34 @@ def test_the_cli_keeps_numpys_blas_to_one_thread_unless_told():
     on the H200's 16-core host. pcie-tui does no BLAS work: the CLI asks for one thread, and a
     user's own OPENBLAS_NUM_THREADS wins."""
     tasks = "import os, numpy; print(len(os.listdir('/proc/self/task')), os.environ.get('OPENBLAS_NUM_THREADS'))"
-    via_cli = f"from pcie_tui import cli; cli.main(['demo', '--list']); {tasks}"
-    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
+    via_cli = f"from pcie_tui import cli; cli.main(['report', 'h200-pinned', '--json']); {tasks}"  # report loads numpy
+    blas_env = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "GOTO_NUM_THREADS")
+    env = {k: v for k, v in os.environ.items() if k not in blas_env}
 
     def run_py(code: str, **extra: str) -> list[str]:
         p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env={**env, **extra}, cwd=REPO)
         assert p.returncode == 0, p.stderr
         return p.stdout.split("\n")[-2].split()
 
-    assert run_py(via_cli) == ["1", "1"]  # the main thread alone
-    if (os.cpu_count() or 1) >= 2:
+    # The main thread alone; and main() gives the caller's environment back (None after it).
+    assert run_py(via_cli) == ["1", "None"]
+    openblas = (
+        "openblas"
+        in run_py("import numpy; print(numpy.show_config(mode='dicts')['Build Dependencies']['blas']['name'])")[0]
+    )
+    if openblas and len(os.sched_getaffinity(0)) >= 2:
         assert int(run_py(tasks)[0]) > 1  # what numpy does without it: the test can fail
     assert run_py(via_cli, OPENBLAS_NUM_THREADS="2")[1] == "2"
+
+
+def test_the_terminal_check_steps_aside_for_textual_drivers(monkeypatch):
+    """`textual serve "pcie-tui demo"` runs the app over pipes with TEXTUAL_DRIVER set: not refused."""
+    from pcie_tui.cli_args import need_terminal
+    from pcie_tui.errors import UserError
+
+    monkeypatch.delenv("TEXTUAL_DRIVER", raising=False)
+    monkeypatch.setattr(sys, "__stdin__", io.StringIO())  # a pipe: no terminal
+    with pytest.raises(UserError, match="stdin"):
+        need_terminal("demo", "x")
+    monkeypatch.setenv("TEXTUAL_DRIVER", "textual.drivers.web_driver:WebDriver")
+    need_terminal("demo", "x")

@@ -150,6 +150,12 @@ def test_window_rates_use_the_time_the_counters_were_read():
     assert rate([0.0] * 41) == pytest.approx(100.0)
     # The scrapes after t=18.5 answered late: the last three ticks hold that reading, 0.5-1.5 s old.
     assert rate([0.0] * 38 + [0.5, 1.0, 1.5]) == pytest.approx(100.0)
+    # Every tick holding one reading (the first second after attaching): no rate yet, not 0.
+    stats = EngineStats(window_s=10.0)
+    for i, age in enumerate((0.0, 0.499, 0.999)):  # ms rounding: read at 100.000, 100.001, 100.001
+        e = dataclasses.replace(_eng(0.0, 500.0), extra={"read_age_s": age})
+        stats.feed(Sample(t=100.0 + 0.5 * i, gpus=(), engine=e))
+    assert stats.snapshot()["generation_tokens_per_s"] is None
     # An invalid age (NaN, negative, not a number) counts as none rather than moving time.
     for bad in (float("nan"), -1.0, "1.5"):
         assert rate([0.0] * 40 + [bad], counted_at=[i * 0.5 for i in range(41)]) == pytest.approx(100.0)

@@ -150,6 +150,11 @@ def test_no_log_read_claims_no_log_timings():
     assert method({"kind": "llamacpp", "log_paths": []}).startswith("none: no llama-server log was found")
     assert method({"kind": "llamacpp", "log_paths": ["/tmp/server.log"]}) == QUANTILE_METHOD_LLAMA
     assert method({"kind": "llamacpp"}) == QUANTILE_METHOD_LLAMA
+    # A restarted engine the poller reattached to, whose log was found this time: its facts win.
+    from pcie_tui.engines import engine_info
+
+    ev = {"event": "engine_reattach", "engine": {"kind": "llamacpp", "log_paths": ["/tmp/new.log"]}}
+    assert engine_info({"kind": "llamacpp", "log_paths": []}, [ev])["log_paths"] == ["/tmp/new.log"]
     rep = engine_report(samples)
     assert rep["quantile_method"] is None and "no per-request timings" in rep["basis"]
 

@@ -205,8 +205,16 @@ class EngineStats:
 
     def _rate(self, attr: str) -> float | None:
         # Over the time the counters were read (tick time minus the reading's age), not tick time.
-        pts = [(t - read_age_s(e), getattr(e, attr)) for t, e in self._ticks if e.up and getattr(e, attr) is not None]
-        if len(pts) < 2 or pts[-1][0] <= pts[0][0]:
+        pts: list[tuple[float, Any]] = []
+        for t, e in self._ticks:
+            v = getattr(e, attr)
+            if not e.up or v is None:
+                continue
+            read_t = t - read_age_s(e)
+            if pts and read_t - pts[-1][0] < 0.005:
+                continue  # the same reading again (its age is rounded to ms): one point per reading
+            pts.append((read_t, v))
+        if len(pts) < 2:
             return None
         inc = counter_total(v for _, v in pts)
         return None if inc is None else inc / (pts[-1][0] - pts[0][0])

@@ -138,9 +138,9 @@ def from_gguf(path: str | Path, dtype_bytes: int = 4) -> ModelShape:
 
     llama.cpp keeps activations in f32 between layers, hence 4 bytes by default.
     """
-    # The header's key/values only, bounded (engines/llamacpp/gguf.py): the gguf package's reader maps
+    # The header's key/values only, bounded (pcie_tui/gguf.py): the gguf package's reader maps
     # and indexes every tensor, and a corrupt file of a model's size once took it to 13 GB of memory.
-    from pcie_tui.engines.llamacpp.gguf import gguf_meta
+    from pcie_tui.gguf import gguf_meta
 
     if not Path(path).is_file():
         raise UserError(f"cannot read GGUF {path}: no such file")

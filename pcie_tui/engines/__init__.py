@@ -17,15 +17,18 @@ __all__ = ["Advice", "EngineFacts", "advise", "engine_info", "facts_for", "typed
 
 
 def engine_info(header_engine: Any, events: Any = ()) -> dict[str, Any] | None:
-    """The engine's recorded facts: the header's, updated by each ``engine_ready`` event's.
+    """The engine's recorded facts: the header's, updated by each ``engine_ready`` or
+    ``engine_reattach`` event's.
 
     A recorder that attaches while the engine loads writes the header before the load is done;
     when the engine answers, the ``engine_ready`` event carries its facts again, complete (the
-    load-time log lines up to "listening", say). Those win; keys only the header has are kept.
+    load-time log lines up to "listening", say). A restarted engine the poller reattached to
+    carries its own (its flags, the log found for it). Those win; keys only the header has are kept.
     """
     info = dict(header_engine) if isinstance(header_engine, dict) else None
     for ev in events or ():
-        later = ev.get("engine") if isinstance(ev, dict) and ev.get("event") == "engine_ready" else None
+        kind = ev.get("event") if isinstance(ev, dict) else None
+        later = ev.get("engine") if kind in ("engine_ready", "engine_reattach") else None
         if isinstance(later, dict) and (info is None or later.get("kind") in (None, info.get("kind"))):
             info = {**(info or {}), **{k: v for k, v in later.items() if v is not None}}
     return info

@@ -294,7 +294,7 @@ class ViewModel:
         if self.engine_stats is not None and engine is not None:
             stats = self.engine_stats.snapshot()
             eng = registry.get(engine.kind)
-            why = eng.timings_unavailable(self.header.engine or {}) if eng is not None else None
+            why = eng.timings_unavailable(self.engine_info or {}) if eng is not None else None
             if why is not None:  # not "from llama-server's log timings" when no log is read
                 stats["quantile_method"] = why
         return Frame(

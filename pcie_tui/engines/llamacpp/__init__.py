@@ -106,7 +106,7 @@ class LlamaCppEngine(Engine):
     def timings_unavailable(self, engine_info: dict[str, Any]) -> str | None:
         # An empty list: attached, and no log file was found to read (older recordings lack the key).
         if engine_info.get("log_paths") == []:
-            return "none: no llama-server log was found to read (name it with --log FILE)"
+            return "none: no llama-server log was found to read; name it with --log FILE"
         return None
 
     def timing_basis(self, n_requests: int) -> str | None:
