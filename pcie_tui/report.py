@@ -214,6 +214,9 @@ def render_text(report: dict[str, Any], rec: Recording, console: Console) -> Non
     if lm and lm.get("available"):
         console.print("\n[bold]Link budget model[/]")
         _wrapped(console, render_linkmodel(lm))
+    elif lm and eng and lm.get("reason"):  # an engine ran, but its model could not be priced: say why
+        console.print("\n[bold]Link budget model[/]: not computed", highlight=False)
+        _wrapped(console, f"  {lm['reason']} (pcie-tui linkmodel prices a model given its file or shape)")
     whatif = render_whatif(report["whatif"])
     if whatif:
         console.print()

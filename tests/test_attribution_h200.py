@@ -204,3 +204,8 @@ def test_report_json_is_the_documented_schema():
     assert (
         "GPU 0 NVIDIA H200 PCIe Gen5 x16 (63.0 GB/s per direction, theoretical; 60.2 GB/s calibrated ceiling)" in flat
     )
+    # An engine ran but its model could not be priced here: the text says so and why, as the JSON does.
+    if rep["linkmodel"]["available"]:
+        assert "Link budget model" in text
+    else:
+        assert "Link budget model: not computed" in text and rep["linkmodel"]["reason"][:40] in flat
