@@ -290,6 +290,9 @@ def _wrapped(console: Console, text: str) -> None:
             console.print(Text(pad) + part, markup=False, highlight=False, crop=False, soft_wrap=True)
 
 
+TAIL_MIN_REQUESTS = 20  # fewer timed requests than this: p95/p99 fall between requests, and the report says so
+
+
 def _q(d: dict[str, Any] | None, unit: str = "auto", scale: float = 1e3) -> str:
     """p50/p95/p99 of a quantile dict in seconds; ``unit="auto"``: ms, or s once a quantile reaches 1 s."""
     if not d or d.get("p50") is None:
@@ -338,6 +341,10 @@ def _render_engine(eng: dict[str, Any], console: Console) -> None:
     basis = eng.get("basis") or eng.get("quantile_method")
     if basis:
         _wrapped(console, f"  latency basis: {basis}")
+    n = pr.get("n")
+    if isinstance(n, int) and 1 < n < TAIL_MIN_REQUESTS and "per request" in str(eng.get("quantile_method")):
+        # Linear interpolation: with 3 requests p99 sits between the two slowest, on no request.
+        _wrapped(console, f"  tail: over {n} requests, p95 and p99 are interpolated between the slowest two")
     phases = sorted((eng.get("phases") or {}).items(), key=lambda kv: -kv[1].get("time_s", 0.0))
     shown = [f"{p} {v['time_s']:.1f} s ({_pct(v.get('share'))})" for p, v in phases if v.get("time_s", 0.0) > 0]
     if shown:

@@ -209,3 +209,5 @@ def test_report_json_is_the_documented_schema():
         assert "Link budget model" in text
     else:
         assert "Link budget model: not computed" in text and rep["linkmodel"]["reason"][:40] in flat
+    # Three timed requests: p95/p99 are interpolated between the two slowest, and the text says so.
+    assert "tail: over 3 requests, p95 and p99 are interpolated between the slowest two" in flat
