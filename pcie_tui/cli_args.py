@@ -96,7 +96,7 @@ def one_blas_thread() -> Iterator[None]:
 def pick_engine(found: Sequence[Any], interactive: bool) -> Any:
     """Several engines found: ask on a terminal, else one line naming them."""
     lines = [f"  [{i}] {c.kind} pid {c.pid} {c.url or '(no port yet)'}" for i, c in enumerate(found)]
-    if not interactive or not sys.stdin.isatty():
+    if not interactive or not isatty(sys.stdin):
         raise UserError(
             "several engines are running; pick one with --pid or --url: " + "; ".join(x.strip() for x in lines)
         )

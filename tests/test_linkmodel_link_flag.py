@@ -3,20 +3,10 @@
 from __future__ import annotations
 
 import pytest
+from test_linkmodel_checks import _cli
 
 from pcie_tui.doctor.cli import parse_link
 from pcie_tui.errors import UserError
-
-
-def _cli(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    from pcie_tui.cli import main
-
-    try:
-        rc = main(argv)
-    except SystemExit as e:
-        rc = int(e.code or 0)
-    cap = capsys.readouterr()
-    return rc, cap.out, cap.err
 
 
 @pytest.mark.parametrize(
