@@ -260,9 +260,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     if args.json:
         from pcie_tui.record.validate import finite_json
 
-        # Data only: the per-phase sentences are the text report's (the shares are in gpus[].phases).
-        data = {k: v for k, v in report.items() if k != "phase_verdicts"}
-        json.dump(finite_json(data), sys.stdout, indent=1, allow_nan=False)
+        json.dump(finite_json(report), sys.stdout, indent=1, allow_nan=False)
         sys.stdout.write("\n")
     else:
         console = Console() if sys.stdout.isatty() else Console(width=piped_width())

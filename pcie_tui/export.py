@@ -17,14 +17,7 @@ from pcie_tui.model import Sample, SessionHeader
 
 DEFAULT_PORT = 9842
 VERDICT_NAMES = ("link", "memory", "compute", "none")
-BOUND_NAMES = (
-    "link",
-    "transfer",
-    "host",
-    "memory",
-    "compute",
-    "idle",
-)  # = analyze.attribution.BOUNDS  # = analyze.verdict.VERDICTS (kept light to import)
+BOUND_NAMES = ("link", "transfer", "host", "memory", "compute", "idle")  # = analyze.attribution.BOUNDS
 PHASES = ("loading", "prefill", "decode", "mixed", "idle", "down")
 # Engine histograms (engine.extra["hist"]), re-exposed with the engine's own buckets: key -> metric stem.
 HIST_STEMS = {f"{k}_s": k for k in ("ttft", "itl", "prefill", "decode", "queue", "e2e")}
@@ -65,66 +58,57 @@ class ExportState:
     def __init__(self) -> None:
         self.lock = threading.Lock()  # held by feed() and by a scrape while it builds the families
         self.header: SessionHeader | None = None
-        self.engine_info: dict[str, Any] | None = None
+        self._events: list[dict[str, Any]] = []
         self.source_labels: dict[str, str] = {}
         self.ticks_total = 0
         self.last_wall: float | None = None
         self._reset()
 
     def start(self, header: SessionHeader, source: str, recording: str = "", events: Any = ()) -> None:
-        from pcie_tui.engines import engine_info
-
         with self.lock:
             self.header = header
-            self.engine_info = engine_info(header.engine, events)  # completed by engine_ready events
+            self._events = [e for e in events if isinstance(e, dict)]  # engine_ready completes the facts
             self.source_labels = {"source": source, "recording": recording}
             self._reset()
 
     def _reset(self) -> None:
-        from pcie_tui.analyze.session import SessionAnalyzer, sample_phase
+        from pcie_tui.analyze.analysis import Analysis
 
-        self._phase_of = sample_phase
-
-        self.analyzer = SessionAnalyzer(self.header, keep_series=False) if self.header is not None else None
-        self.attribution: Any = None  # the analyzer's default thresholds, as it was built with
-        if self.header is not None:
-            from pcie_tui.analyze.attribution import LiveAttribution
-            from pcie_tui.analyze.verdict import DEFAULT_THRESHOLDS
-            from pcie_tui.engines import facts_for
-
-            self.attribution = LiveAttribution(self.header, facts_for(self.engine_info), DEFAULT_THRESHOLDS)
+        # The one analysis (the TUI's and report's): the answer gauges are its findings.
+        self.analysis = Analysis(self.header, self._events) if self.header is not None else None
         self.sample: Sample | None = None
         self.verdicts: dict[int, str] = {}
-        self.bounds: dict[int, str] = {}  # what bound each GPU this tick (the answer's per-tick word)
         self.link_util: dict[int, float | None] = {}
         self.hist: dict[str, dict[str, Any]] = {}
         self.per_request: dict[str, dict[str, Any]] = {}  # name -> {"le", "cum", "count", "sum"}
         self._seen: dict[tuple[Any, ...], None] = {}
 
     def note_events(self, events: Any) -> None:
-        """Live events: an engine that became ready brings its complete facts (the bound's floor)."""
-        from pcie_tui.engines import engine_info, facts_for
+        """Live events: an engine that became ready brings its complete facts (the bounds and fixes)."""
+        with self.lock:
+            if self.analysis is not None and self.analysis.note_events(events):
+                self._events += [e for e in events if isinstance(e, dict)]
 
-        if self.attribution is not None and any(e.get("event") == "engine_ready" for e in events):
-            with self.lock:
-                self.engine_info = engine_info(self.engine_info, events)
-                self.attribution.set_facts(facts_for(self.engine_info))
+    def finish(self) -> None:
+        """The source ended: the answer gauges are final (what ``report`` says of the same recording)."""
+        with self.lock:
+            if self.analysis is not None:
+                self.analysis.finish()
 
     def feed(self, s: Sample) -> None:
         with self.lock:
-            if self.analyzer is None:
+            if self.analysis is None:
                 return
             if self.sample is not None and s.t < self.sample.t:
                 self._reset()  # a replay started over: counters restart, as after an engine restart
-            assert self.analyzer is not None
-            self.analyzer.feed(s)
-            phase = self._phase_of(s)
+            assert self.analysis is not None
+            self.analysis.feed(s)
+            trackers = self.analysis.session.trackers
             for g in s.gpus:
-                self.verdicts[g.index] = verdict = self.analyzer.verdict(g.index)
-                u = self.analyzer.trackers[g.index].last_util
+                tr = trackers.get(g.index)
+                self.verdicts[g.index] = tr.verdict if tr is not None else "none"
+                u = tr.last_util if tr is not None else None
                 self.link_util[g.index] = u.link if u is not None else None
-                if u is not None:
-                    self.bounds[g.index] = self.attribution.feed(s.t, g.index, verdict, u, phase, g.mem_used_bytes)
             if s.engine is not None:
                 self._engine(s.engine.extra)
             self.sample = s
@@ -168,11 +152,18 @@ HELP = {
     "pcie_export_sample_time_seconds": "the last tick's own time (recorded time on replay)",
     "pcie_gpu_info": "static facts of the GPU (value 1)",
     "pcie_gpu_side_available": "1 when GPU readings are collected; 0 in engine-only mode (label reason: why not)",
-    "pcie_link_ceiling_bytes_per_second": "link ceiling per direction, bytes/s (basis: measured or theoretical)",
+    "pcie_link_ceiling_bytes_per_second": "link ceiling per direction, bytes/s (basis: calibrated, default or observed; NVLink theoretical)",
     "pcie_link_util_ratio": "busiest link direction over its ceiling, 0..1 (what the verdict uses)",
     "pcie_memory_total_bytes": "GPU memory size",
     "pcie_verdict": "saturated resource now (1 for the verdict, 0 for the others)",
     "pcie_bound": "what bound the GPU this tick (1 for the bound, 0 for the others): docs/attribution.md",
+    "pcie_phase_duration_seconds": "time in the phase so far (the answer's finding, as report --json's)",
+    "pcie_phase_bound": "what held the phase back most (1 for the bound, 0 for the others), as report --json's",
+    "pcie_phase_bound_share_ratio": "share of the phase each bound held, 0..1, as report --json's",
+    "pcie_phase_link_bytes_per_second": "link rate of the phase's bound ticks (label stat: median), as report --json's",
+    "pcie_phase_link_of_ceiling_ratio": "that rate over the pinned ceiling (label ceiling: its source), as report --json's",
+    "pcie_headline_info": "the headline's phase, bound and GPU (value 1; final=1 once the source ended)",
+    "pcie_headline_share_ratio": "the share of its phase the headline's bound held, 0..1",
     "pcie_engine_up": "1 when the engine answered its last scrape",
     "pcie_engine_phase": "engine phase now (1 for the phase, 0 for the others)",
     "pcie_engine_prompt_tokens": "prompt tokens processed (the engine's counter)",
@@ -238,6 +229,7 @@ class PrometheusCollector:
             if s is not None and header is not None:
                 add("pcie_export_sample_time_seconds", {}, s.t)
                 _gpu_metrics(add, header, s, st)
+                _answer_metrics(add, st)
             hists = list(_histograms(s.engine.kind, st)) if s is not None and s.engine is not None else []
             _engine_metrics(add, s)
         yield from fams.values()
@@ -245,7 +237,7 @@ class PrometheusCollector:
 
 
 def _gpu_metrics(add: Add, header: SessionHeader, s: Sample, st: ExportState) -> None:
-    from pcie_tui.analyze.verdict import pcie_ceiling_Bps
+    from pcie_tui.analyze.verdict import tick_ceiling
 
     for g in s.gpus:
         gpu = {"gpu": str(g.index)}
@@ -256,8 +248,9 @@ def _gpu_metrics(add: Add, header: SessionHeader, s: Sample, st: ExportState) ->
         for m in metrics.table():  # the per-GPU readings
             if m.prom is not None:
                 add(m.prom.name, {**gpu, **dict(m.prom.labels)}, g.get(m.name))
-        ceiling, basis = pcie_ceiling_Bps(info, g)
-        add("pcie_link_ceiling_bytes_per_second", {**gpu, "bus": "pcie", "basis": basis}, ceiling)
+        tr = st.analysis.session.trackers.get(g.index) if st.analysis is not None else None
+        c = tick_ceiling(info, g, tr.observed if tr is not None else {})
+        add("pcie_link_ceiling_bytes_per_second", {**gpu, "bus": "pcie", "basis": c.source}, c.Bps)
         if info is not None:
             nvl = {**gpu, "bus": "nvlink", "basis": "theoretical"}
             add("pcie_link_ceiling_bytes_per_second", nvl, info.nvlink_capacity_Bps)
@@ -267,10 +260,32 @@ def _gpu_metrics(add: Add, header: SessionHeader, s: Sample, st: ExportState) ->
         if verdict is not None:
             for name in VERDICT_NAMES:
                 add("pcie_verdict", {**gpu, "verdict": name}, 1 if name == verdict else 0)
-        bound = st.bounds.get(g.index)
+        bound = st.analysis.bound_now(g.index) if st.analysis is not None else None
         if bound is not None:
             for name in BOUND_NAMES:
                 add("pcie_bound", {**gpu, "bound": name}, 1 if name == bound else 0)
+
+
+def _answer_metrics(add: Add, st: ExportState) -> None:
+    """The one analysis' answer: per GPU and phase the bound, its shares and evidence; the headline."""
+    if st.analysis is None or st.analysis.session.n == 0:
+        return
+    ans = st.analysis.answer()
+    final = {"final": "1" if st.analysis.ended else "0"}
+    for index, fs in ans.findings.items():
+        for f in fs:
+            lab = {"gpu": str(index), "phase": f.phase}
+            add("pcie_phase_duration_seconds", lab, f.duration_s)
+            for name in BOUND_NAMES:
+                add("pcie_phase_bound", {**lab, "bound": name}, 1 if name == f.bound else 0)
+                add("pcie_phase_bound_share_ratio", {**lab, "bound": name}, f.shares.get(name))
+            add("pcie_phase_link_bytes_per_second", {**lab, "stat": f.stat}, f.link_Bps)
+            add("pcie_phase_link_of_ceiling_ratio", {**lab, "ceiling": f.ceilings.pinned_source}, f.link_of_pinned)
+    h = ans.headline
+    if h.phase is not None:
+        lab = {"phase": h.phase, "bound": h.bound, "gpu": "" if h.gpu is None else str(h.gpu), **final}
+        add("pcie_headline_info", lab, 1)
+        add("pcie_headline_share_ratio", lab, h.share)
 
 
 def _engine_metrics(add: Add, s: Sample | None) -> None:

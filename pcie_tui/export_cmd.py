@@ -161,6 +161,7 @@ def _serve(args: argparse.Namespace, open_live: Callable[..., Any], state: Expor
             while not stop.is_set():
                 s = source.read()
                 if s is None:
+                    state.finish()  # the answer gauges are now final: what report says
                     break
                 if drain is not None:
                     state.note_events(drain())

@@ -19,11 +19,11 @@ from pcie_tui.analyze.columns import tick_phase
 from pcie_tui.analyze.engine import hist_delta
 from pcie_tui.analyze.phases import PHASES
 from pcie_tui.analyze.session import SessionAnalyzer
-from pcie_tui.analyze.verdict import pcie_ceiling_Bps
+from pcie_tui.ceiling import pinned_ceiling
 from pcie_tui.engines import registry
 from pcie_tui.engines.stats import unique_requests
 from pcie_tui.errors import UserError
-from pcie_tui.model import EngineSample, GpuInfo, GpuSample
+from pcie_tui.model import EngineSample, GpuInfo
 from pcie_tui.plotstrip import STRIP, STRIP_COLOURS, attribution_strip, strip_colour, verdict_strip  # noqa: F401
 from pcie_tui.record.reader import Recording
 
@@ -74,21 +74,20 @@ def gpu_tracks(rows: Sequence[dict[str, Any]], index: int, info: GpuInfo | None)
             cols["tx"].append(g.get("pcie_tx_Bps"))
             cols["nv_rx"].append(g.get("nvlink_rx_Bps"))
             cols["nv_tx"].append(g.get("nvlink_tx_Bps"))
-            tick = GpuSample(index, link_gen=g.get("link_gen"), link_width=g.get("link_width"))
-            cols["ceiling"].append(pcie_ceiling_Bps(info, tick)[0])
+            gen, width = g.get("link_gen"), g.get("link_width")
+            ok = isinstance(gen, int) and isinstance(width, int)
+            cols["ceiling"].append(pinned_ceiling(info, gen if ok else None, width if ok else None).Bps)
             break
     return {k: _floats(v) for k, v in cols.items()}
 
 
-def ceiling_label(info: GpuInfo | None) -> tuple[float | None, str]:
-    """The recording's PCIe ceiling and its label, e.g. ``PCIe ceiling 63.0 GB/s (theoretical: Gen5 x16)``."""
-    value, kind = pcie_ceiling_Bps(info)
-    if value is None:
+def ceiling_label(info: GpuInfo | None, observed_Bps: float | None = None) -> tuple[float | None, str]:
+    """The recording's PCIe ceiling (:mod:`pcie_tui.ceiling`) and its label, e.g.
+    ``PCIe ceiling 56.7 GB/s per direction (default: 0.90 x theoretical Gen5 x16)``."""
+    c = pinned_ceiling(info, observed_Bps=observed_Bps)
+    if c.Bps is None:
         return None, "PCIe ceiling unknown (no link gen/width)"
-    basis = "measured: pcie-tui calibrate" if kind == "measured" else "theoretical"
-    if kind == "theoretical" and info is not None:
-        basis += f": Gen{info.link.gen} x{info.link.width}"
-    return value, f"PCIe ceiling {value / 1e9:.1f} GB/s per direction ({basis})"
+    return c.Bps, f"PCIe ceiling {c.Bps / 1e9:.1f} GB/s per direction ({c.detail})"
 
 
 def phase_runs(times: Sequence[float], phases: Sequence[str | None]) -> list[tuple[float, float, str]]:
@@ -214,7 +213,7 @@ def _pageable_line(ax: Any, info: GpuInfo | None) -> None:
 
     c = ceilings(info)
     if c.pageable_Bps:
-        src = "calibrated" if c.pageable_source.startswith("calibrated") else "default"
+        src = c.pageable.source
         ax.axhline(c.pageable_Bps / 1e9, color="#e67e22", ls=":", lw=1,
                    label=f"pageable-copy ceiling {c.pageable_Bps / 1e9:.1f} GB/s ({src})")  # fmt: skip
 
@@ -252,7 +251,10 @@ def render_plot(rec: Recording, an: SessionAnalyzer, path: Path, fmt: str) -> No
     t0 = an.t0 if an.t0 is not None else float(rows[0]["t"])
     t_end = an.t_last if an.t_last is not None else float(rows[-1]["t"])
     marks, marks_label = first_token_marks(rows)
-    phase_names = list(dict.fromkeys(p for d in rows if (p := tick_phase(d)) is not None))
+    # The phases the one analysis saw (the engine's in an engine session, else the labels).
+    phase_names = list(dict.fromkeys(p for i in an.series for p in an.series[i].phase if p is not None))
+    if not an.series:  # no GPU readings (the engine alone): the ticks' own phases
+        phase_names = list(dict.fromkeys(p for d in rows if (p := tick_phase(d)) is not None))
     phase_names = [p for p in PHASES if p in phase_names] + [p for p in phase_names if p not in PHASES]
     extra = iter(_EXTRA_PHASE_COLOURS * 4)
     colours = {p: PHASE_COLOURS.get(p) or next(extra, "#dddddd") for p in phase_names}
@@ -293,7 +295,7 @@ def render_plot(rec: Recording, an: SessionAnalyzer, path: Path, fmt: str) -> No
                 info = rec.header.gpu(i)
                 tr, x = tracks[i], tracks[i]["t"] - t0
                 if kind == "pcie":
-                    value, text = ceiling_label(info)
+                    value, text = ceiling_label(info, an.trackers[i].observed_Bps if i in an.trackers else None)
                     ceiling = {"value": value, "text": text, "per_tick": tr["ceiling"], "unit": "PCIe (GB/s)"}
                     pairs = [("PCIe RX (into GPU)", tr["rx"], "#1f77b4"), ("PCIe TX (out of GPU)", tr["tx"], "#ff7f0e")]
                     ax.set_title(_gpu_title(i, info), loc="left", fontsize=10, fontweight="bold")

@@ -11,12 +11,12 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from pcie_tui.analyze.answer import answer, engine_only_headline
-from pcie_tui.analyze.attribution import BOUND_SHORT, BOUND_WORDS
+from pcie_tui.analyze.analysis import Analysis
+from pcie_tui.analyze.answer import engine_only_headline
+from pcie_tui.analyze.attribution import BOUND_SHORT, BOUND_WORDS, gpu_ceilings
 from pcie_tui.analyze.engine import engine_report
 from pcie_tui.analyze.linkmodel_report import report_linkmodel
-from pcie_tui.analyze.phases import phase_verdicts
-from pcie_tui.analyze.session import SessionAnalyzer, analyze, analyze_rows
+from pcie_tui.analyze.session import SessionAnalyzer
 from pcie_tui.analyze.verdict import DEFAULT_THRESHOLDS, Thresholds
 from pcie_tui.analyze.whatif import render_whatif, whatif_report
 from pcie_tui.doctor.cli import render_linkmodel
@@ -24,7 +24,7 @@ from pcie_tui.model import EngineSample, Sample
 from pcie_tui.record.reader import Recording, SampleList, gc_paused
 
 # report --json: bump when a field changes meaning or goes away (docs/report-json.md).
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 
 def build_report(rec: Recording, thresholds: Thresholds = DEFAULT_THRESHOLDS) -> tuple[dict[str, Any], SessionAnalyzer]:
@@ -55,20 +55,26 @@ def _build_report(rec: Recording, thresholds: Thresholds) -> tuple[dict[str, Any
     # built: a replay without a screen);
     # the engine report only needs each tick's time and engine, so it gets just those.
     samples = rec.samples
+    analysis = Analysis(rec.header, rec.events, thresholds)
+    an = analysis.session
+    an.gaps = [(g["start"], g["end"]) for g in rec.gaps]
     if rec.rows is not None and isinstance(samples, SampleList) and not samples.built:
-        an = analyze_rows(rec.header, rec.rows, thresholds)
+        analysis.feed_rows(rec.rows)
         engine_ticks: Any = [
             Sample(float(d["t"]), (), EngineSample.from_json(e))
             for d in rec.rows
             if isinstance(e := d.get("engine"), dict)
         ]
     else:
-        an = analyze(rec.header, samples, thresholds)
+        analysis.feed_all(samples)
         engine_ticks = samples
-    an.gaps = [(g["start"], g["end"]) for g in rec.gaps]
-    ans = answer(rec.header, an, rec.events)
-    out: dict[str, Any] = {"schema_version": SCHEMA_VERSION, "headline": ans["headline"]}
+    analysis.finish()
+    ans = analysis.answer()
+    out: dict[str, Any] = {"schema_version": SCHEMA_VERSION, "headline": ans.headline.to_json()}
     out.update(an.summary())
+    for g in out["gpus"]:  # the one ceiling every "% of" in this report is taken against
+        c = gpu_ceilings(an, g["index"]).pinned
+        g["ceiling"] = {"Bps": c.Bps, "source": c.source, "detail": c.detail, "theoretical_Bps": c.theoretical_Bps}
     out["file"] = str(rec.path)
     out["host"] = rec.header.host
     out["created"] = rec.header.created
@@ -82,11 +88,11 @@ def _build_report(rec: Recording, thresholds: Thresholds) -> tuple[dict[str, Any
     out["engine"] = engine_report(engine_ticks, an)
     if out["headline"]["phase"] is None and not rec.header.gpus and out["engine"]:
         # No GPU readings at all (engine alone): say what ran, and that what held it is unknown.
-        out["headline"] = engine_only_headline(out["engine"], out["gpu_unavailable"])
-    out["attribution"] = {"findings": ans["findings"], "engine_facts": ans["facts"]}
-    out["whatif"] = whatif_report(rec.header, an, {int(k): v for k, v in ans["findings"].items()})
+        out["headline"] = engine_only_headline(out["engine"], out["gpu_unavailable"]).to_json()
+    findings = {g: [f.to_json() for f in fs] for g, fs in ans.findings.items()}
+    out["attribution"] = {"findings": {str(g): fs for g, fs in findings.items()}, "engine_facts": ans.facts}
+    out["whatif"] = whatif_report(rec.header, an, findings)
     out["linkmodel"] = report_linkmodel(rec.header, _lazy(rec))
-    out["phase_verdicts"] = {str(k): v for k, v in phase_verdicts(an).items()}
     return out, an
 
 
@@ -132,12 +138,12 @@ def render_text(report: dict[str, Any], rec: Recording, console: Console) -> Non
         info = h.gpu(g["index"])
         link = ""
         if info is not None and info.link.capacity_Bps:
+            # The theoretical rate is a spec fact; every share below is of the one ceiling.
+            c = g["ceiling"]
             link = (
-                f"PCIe Gen{info.link.gen} x{info.link.width} ({_gbs(info.link.capacity_Bps)} per direction, theoretical"
+                f"PCIe Gen{info.link.gen} x{info.link.width} (spec {_gbs(info.link.capacity_Bps)} per direction; "
+                f"ceiling {_gbs(c['Bps'])}, {c['detail']})"
             )
-            if info.link.measured_Bps:  # the ceiling the verdicts used (pcie-tui calibrate)
-                link += f"; {_gbs(info.link.measured_Bps)} calibrated ceiling"
-            link += ")"
         console.print(f"\n[bold]GPU {g['index']}[/] {g['name'] or ''}  {link}")
         t = Table("saturated", "time", "share", box=None)
         total = sum(g["time_in_verdict_s"].values()) or 1.0
@@ -200,12 +206,6 @@ def render_text(report: dict[str, Any], rec: Recording, console: Console) -> Non
                     e["phase"] or "",
                 )
             console.print(et)
-    pv = report.get("phase_verdicts") or {}
-    if any(pv.values()):
-        console.print("\n[bold]By phase[/]")
-        for idx, lines in pv.items():
-            for line in lines.values():
-                _wrapped(console, f"  GPU {idx} {line}" if len(pv) > 1 else f"  {line}")
     eng = report.get("engine")
     if eng:
         _render_engine(eng, console)
@@ -243,7 +243,7 @@ HANG = 4  # a wrapped line's continuation sits this much further in than its fir
 
 def _render_attribution(report: dict[str, Any], console: Console) -> None:
     """What held each phase back, per GPU: bound, shares, evidence, cause and fix."""
-    from pcie_tui.analyze.answer import NOT_WORK, evidence_text
+    from pcie_tui.analyze.answer import NOT_WORK
 
     att = report.get("attribution") or {}
     findings = att.get("findings") or {}
@@ -261,7 +261,7 @@ def _render_attribution(report: dict[str, Any], console: Console) -> None:
             _wrapped(
                 console,
                 f"  {who}{f['phase']} {f['duration_s']:.1f} s: {BOUND_WORDS[f['bound']]} "
-                f"{f['shares'][f['bound']] * 100:.0f} %" + (f" ({others})" if others else "") + f"; {evidence_text(f)}",
+                f"{f['shares'][f['bound']] * 100:.0f} %" + (f" ({others})" if others else "") + f"; {f['evidence']}",
             )
             for a in f.get("advice") or ():
                 _wrapped(console, f"      cause: {a['cause']}")

@@ -15,20 +15,28 @@ from pcie_tui.analyze.verdict import (
     Event,
     Thresholds,
     Utilisation,
-    pcie_ceiling_Bps,
 )
+from pcie_tui.ceiling import pinned_ceiling
 from pcie_tui.model import GpuInfo, GpuSample, Sample, SessionHeader
 
 
-def ref_utilisation(info: GpuInfo | None, s: GpuSample) -> Utilisation:
-    """Fractions of each resource's ceiling used in this tick."""
+def ref_utilisation(info: GpuInfo | None, s: GpuSample, observed: dict | None = None) -> Utilisation:
+    """Fractions of each resource's ceiling used in this tick. ``observed``: the highest PCIe reading so
+    far by gen x width (updated here), which raises the ceiling once a reading goes above it."""
     link = link_Bps = ceiling = None
     bus = direction = None
-    pc, _ = pcie_ceiling_Bps(info, s)
+    c = pinned_ceiling(info, s.link_gen, s.link_width)
+    pc, theo = c.Bps, c.theoretical_Bps
+    if pc and observed is not None:
+        key = (s.link_gen, s.link_width)
+        seen = [v for v in (observed.get(key), s.pcie_rx_Bps, s.pcie_tx_Bps) if v is not None]
+        if seen:
+            observed[key] = min(max(seen), theo) if theo else max(seen)  # a glitch above theoretical is not a ceiling
+            pc = max(pc, observed[key])
     if pc:
         for d, v in (("rx", s.pcie_rx_Bps), ("tx", s.pcie_tx_Bps)):
-            if v is not None and (link is None or v / pc > link):
-                link, link_Bps, ceiling, bus, direction = v / pc, v, pc, "pcie", d
+            if v is not None and (link is None or min(v / pc, 1.0) > link):
+                link, link_Bps, ceiling, bus, direction = min(v / pc, 1.0), v, pc, "pcie", d
     nc = info.nvlink_capacity_Bps if info is not None else None
     if nc:
         for d, v in (("rx", s.nvlink_rx_Bps), ("tx", s.nvlink_tx_Bps)):
@@ -65,10 +73,11 @@ class RefTracker:
         self._trackers = {r: _ResourceTracker(r) for r in RESOURCES}
         self.verdict = "none"
         self.last_util: Utilisation | None = None
+        self.observed: dict = {}
 
     def update(self, t: float, s: GpuSample, phase: str | None = None) -> tuple[str, list[Event], list[Event]]:
         """Feed one tick. Returns (verdict, events opened, events closed)."""
-        u = ref_utilisation(self.info, s)
+        u = ref_utilisation(self.info, s, self.observed)
         self.last_util = u
         opened: list[Event] = []
         closed: list[Event] = []
@@ -144,8 +153,12 @@ def ref_run(header: SessionHeader, samples: list[Sample], th: Thresholds = DEFAU
     series: dict[int, dict[str, list[Any]]] = {}
     events: list[Event] = []
     per_tick: list[list[Event]] = []
+    # The session's phase rule (changed since this copy was taken, on purpose): once an engine is in
+    # the session, a tick's phase is the engine's alone (None without one); before, the label.
+    engine_session = header.engine is not None
     for s in samples:
-        phase = sample_phase(s)
+        engine_session = engine_session or s.engine is not None
+        phase = (s.engine.phase or None if s.engine is not None else None) if engine_session else sample_phase(s)
         opened_all: list[Event] = []
         for g in s.gpus:
             tr = trackers.get(g.index)

@@ -199,10 +199,11 @@ def test_report_json_is_the_documented_schema():
     # A faster link that buys almost nothing says so with its sign, never "+0.0%".
     gen6 = next(ln for ln in text.splitlines() if ln.lstrip().startswith("Gen6 x16"))
     assert "time -0.02%, throughput +0.02% at most" in gen6 and "+0.0%" not in text
-    # The GPU line names the calibrated ceiling the verdicts used beside the theoretical rate.
+    # The GPU line names the one ceiling every share is of (and where it came from); the theoretical
+    # rate is a spec fact beside it.
     flat = " ".join(text.split())  # the line may wrap at the report's width
     assert (
-        "GPU 0 NVIDIA H200 PCIe Gen5 x16 (63.0 GB/s per direction, theoretical; 60.2 GB/s calibrated ceiling)" in flat
+        "GPU 0 NVIDIA H200 PCIe Gen5 x16 (spec 63.0 GB/s per direction; ceiling 60.2 GB/s, calibrated pinned)" in flat
     )
     # An engine ran but its model could not be priced here: the text says so and why, as the JSON does.
     if rep["linkmodel"]["available"]:

@@ -146,14 +146,14 @@ def test_facts_that_came_after_the_header_reach_report_replay_live_and_export():
     assert not any(warn in x for x in facts_for(rec.header.engine).log_evidence)  # the header alone
     assert any(warn in x for x in facts_for(engine_info(rec.header.engine, rec.events)).log_evidence)
     assert warn in advice(finding(report("pageable-run3"), "prefill"))
-    assert any(warn in x for x in ViewModel(rec.header, events=rec.events).attribution.facts.log_evidence)
+    assert any(warn in x for x in ViewModel(rec.header, events=rec.events).analysis.facts.log_evidence)
     live = ViewModel(rec.header)
-    assert not any(warn in x for x in live.attribution.facts.log_evidence)
+    assert not any(warn in x for x in live.analysis.facts.log_evidence)
     live.note_events([e for e in rec.events if e.get("event") == "engine_ready"])
-    assert any(warn in x for x in live.attribution.facts.log_evidence)
+    assert any(warn in x for x in live.analysis.facts.log_evidence)
     ex = ExportState()
     ex.start(rec.header, "replay", "run3", rec.events)
-    assert any(warn in x for x in ex.attribution.facts.log_evidence)
+    assert any(warn in x for x in ex.analysis.facts.log_evidence)
 
 
 def test_engine_info_keeps_header_keys_and_ignores_another_engine():

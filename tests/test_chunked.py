@@ -493,38 +493,6 @@ def test_synthetic_recording_with_gaps_restarts_and_missing_readings(
     assert report["gaps_s"] > 50 and report["ticks"] == len(ticks) * 2
 
 
-@pytest.mark.parametrize("path", REAL, ids=lambda p: p.name)
-def test_each_tick_hook_tells_what_feed_leaves_in_the_trackers(path: Path) -> None:
-    """feed_all(each=...) reports per GPU-tick the verdict and utilisation feed() leaves behind, so a
-    replay seek can attribute every tick (LiveAttribution) at the cost of chunks."""
-    from pcie_tui.analyze.attribution import LiveAttribution
-
-    rec = read_recording(path, warn=False)
-    samples = list(rec.samples)
-    ticked = LiveAttribution(rec.header, None, DEFAULT)
-    one = SessionAnalyzer(rec.header, keep_series=False)
-    want = []
-    for i, s in enumerate(samples):
-        one.feed(s)
-        for g in s.gpus:
-            tr = one.trackers[g.index]
-            assert tr.last_util is not None
-            want.append((g.index, i, tr.verdict, tr.last_util))
-            ticked.feed(s.t, g.index, tr.verdict, tr.last_util, session.sample_phase(s), g.mem_used_bytes)
-    for k in (3, 1000):
-        got: list[Any] = []
-        an = SessionAnalyzer(rec.header, keep_series=False)
-        an.feed_all(samples, chunk=k, each=lambda i, gi, v, u, got=got: got.append((gi, i, v, u)))
-        assert sorted(got, key=lambda x: x[:2]) == sorted(want, key=lambda x: x[:2])  # per GPU, in tick order
-        chunked = LiveAttribution(rec.header, None, DEFAULT)
-        for gi, i, v, u in sorted(got, key=lambda x: x[:2]):
-            s = samples[i]
-            g = next(g for g in s.gpus if g.index == gi)
-            chunked.feed(s.t, gi, v, u, session.sample_phase(s), g.mem_used_bytes)
-        assert chunked.findings() == ticked.findings()
-        assert [_event_state(e) for e in an.events] == [_event_state(e) for e in one.events]
-
-
 # ---- reader ---------------------------------------------------------------------------
 
 

@@ -51,7 +51,7 @@ def test_quoted_headlines_are_what_the_tui_shows(path, tick, docs):
 
 def test_old_saturation_form_only_without_a_phase_of_work():
     pinned = _headline_at(demos.resolve("h200-pinned"), 100) or ""
-    assert pinned.startswith("prefill · link-saturated") and "LINK SATURATED" not in pinned
+    assert pinned.startswith("prefill so far (") and "LINK SATURATED" not in pinned
     assert (_headline_at(GPU_ONLY, 100) or "").startswith("GPU0 LINK SATURATED: PCIe RX")
 
 

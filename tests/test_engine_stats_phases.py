@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import pytest
 
-from pcie_tui.analyze.phases import phase_line, phase_verdicts
-from pcie_tui.analyze.session import analyze
 from pcie_tui.engines.phases import PhaseTracker, counter_phase, engine_rx_Bps, tick_phase
 from pcie_tui.model import EngineSample, GpuSample, Sample
 from pcie_tui.record.reader import read_recording
@@ -80,41 +78,20 @@ def test_engine_rx_uses_only_the_engines_gpus():
     assert engine_rx_Bps(gs, [2]) is None
 
 
-def test_phase_verdicts_on_real_h200_readings(probe_recording_path):
-    """The probe recording's phases are labels (h2d_pinned, d2d_copy...): the H2D copy must read link-bound."""
+def test_phase_findings_on_real_h200_readings(probe_recording_path):
+    """The probe recording's phases are labels (h2d_pinned, d2d_copy...): the H2D copy must read
+    link-saturated, the device copy memory-bound, each with its median rate."""
+    from pcie_tui.analyze.analysis import Analysis
+
     rec = read_recording(probe_recording_path, warn=False)
-    an = analyze(rec.header, rec.samples)
-    lines = phase_verdicts(an)[0]
-    assert lines["h2d_pinned"].startswith("h2d_pinned: link-bound")
-    assert "GB/s of 63.0 GB/s median" in lines["h2d_pinned"]
-    assert lines["d2d_copy"].startswith("d2d_copy: memory-bound")
-    assert lines["idle"].startswith("idle: nothing saturated")
-
-
-def test_phase_line_format():
-    entry = {
-        "ticks": 40,
-        "verdict_share": {"link": 0.62, "memory": 0.0, "compute": 0.0, "none": 0.38},
-        "dominant": "link",
-        "link_Bps": {"median": 14.1e9},
-        "link_util": {"median": 0.895},
-        "dram_util": {"median": 0.31},
-    }
-    assert phase_line("prefill", entry, 15.75e9) == (
-        "prefill: link-bound 62 % of the time; link 14.1 GB/s of 15.8 GB/s median, DRAM 31 % median, 40 ticks"
-    )
-    # A minority verdict never leads the line; small rates keep a readable unit; one tick is singular.
-    entry = {
-        "ticks": 1,
-        "verdict_share": {"link": 0.03, "memory": 0.0, "compute": 0.0, "none": 0.97},
-        "dominant": "none",
-        "link_Bps": {"median": 249e3},
-        "link_util": {"median": 0.0},
-        "dram_util": {"median": 0.0},
-    }
-    assert phase_line("idle", entry, 63.0e9) == (
-        "idle: nothing saturated most of the time (link-bound 3 %); link 249 kB/s of 63.0 GB/s median, DRAM 0 % median, 1 tick"
-    )
+    a = Analysis(rec.header, rec.events)
+    a.feed_all(rec.samples)
+    a.finish()
+    found = {f.phase: f for f in a.answer().findings[0]}
+    assert found["h2d_pinned"].bound == "link" and found["h2d_pinned"].stat == "median"
+    assert found["h2d_pinned"].link_Bps > 40e9
+    assert found["d2d_copy"].bound == "memory"
+    assert found["idle"].bound == "idle"
 
 
 def test_sample_phase_feeds_the_analyzer():

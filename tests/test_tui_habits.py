@@ -170,12 +170,15 @@ def regions(rec: Recording, position: int, size: tuple[int, int]) -> dict:
 
 def test_headline_above_a_default_ceiling_says_to_calibrate(rec):
     # The H200 probe's pinned device->host copies read 106 % of the uncalibrated default (0.90 x
-    # theoretical): the default is wrong for this link, and the headline says what measures it.
+    # theoretical): the default is wrong for this link, so the highest reading is the ceiling (nothing
+    # reads above 100 %), and the headline says so and what measures the link's own.
     pos = max(i for i, s in enumerate(rec.samples) if s.extra.get("label") == "d2h_pinned")
     head, hint = regions(rec, pos, (120, 40))["headline"].split("\n")
-    assert head.startswith("d2h_pinned · link-saturated ") and "pinned (default)" in head
+    assert head.startswith("d2h_pinned so far (") and "link-saturated" in head and "pinned (observed)" in head
     pct = int(re.search(r"= (\d+)% of ", head).group(1))
-    assert pct > 100 and hint == "above the default ceiling: `pcie-tui calibrate` measures this link's own ceiling"
+    assert pct == 100 and hint.endswith(
+        "so its highest reading is the ceiling: `pcie-tui calibrate` measures this link's own ceiling."
+    )
 
 
 def test_wide_terminal_puts_gpus_and_engine_side_by_side(llama):
@@ -256,10 +259,10 @@ def test_headline_says_what_holds_the_phase_back(llama):
     r = regions(llama, pos, (100, 40))
     head, fix = r["headline"].split("\n")
     # The phase, what bound it so far, and the numbers against the ceiling it was compared with.
-    assert head.startswith("prefill · link-saturated ") and "GB/s mean" in head  # live: means so far
+    assert head.startswith("prefill so far (") and ": link-saturated " in head  # live: the figures so far
     assert " of 56.7 GB/s pinned (default)" in head  # this older recording has no calibration
     # Then the change the engine's own flags point to (llama-server --n-cpu-ffn 12 -ub 128).
-    assert fix.startswith("fix: keep more of those weights in VRAM") and "--n-cpu-ffn" in fix
+    assert fix.startswith("Fix: keep more of those weights in VRAM") and "--n-cpu-ffn" in fix
     assert r["headline_display"] and head[:40] in r["headline_shown"]
     # 100 columns (98 inside the padding): one row per line that fits, two where it wraps.
     assert r["#headline"].height == -(-len(head) // 98) + -(-len(fix) // 98)
@@ -280,13 +283,13 @@ def test_headline_text_follows_the_verdict(rec):
         vm.feed(s)
         seen[vm.phase] = headline_text(vm)  # as the phase ends
     # Each labelled phase of the H200 probe, named by what bound it.
-    assert seen["h2d_pinned"].startswith("h2d_pinned · link-saturated")
-    assert seen["d2d_copy"].startswith("d2d_copy · memory-bound")
-    assert seen["matmul"].startswith("matmul · compute-bound")
+    assert seen["h2d_pinned"].startswith("h2d_pinned so far (") and ": link-saturated" in seen["h2d_pinned"]
+    assert seen["d2d_copy"].startswith("d2d_copy so far (") and ": memory-bound" in seen["d2d_copy"]
+    assert seen["matmul"].startswith("matmul so far (") and ": compute-bound" in seen["matmul"]
     # 1.3 GB/s trickle copies with the GPU idle: below the pageable floor, and no engine says work was in flight.
-    assert seen["h2d_trickle"].startswith("h2d_trickle · host-bound")
+    assert seen["h2d_trickle"].startswith("h2d_trickle so far (") and ": host-bound" in seen["h2d_trickle"]
     # Between phases of work (the probe's "gap"): the longest phase of work so far stays the answer.
-    assert seen["gap"].startswith("d2h_pinned · link-saturated")
+    assert seen["gap"].startswith("d2h_pinned so far (") and ": link-saturated" in seen["gap"]
 
 
 def test_headline_takes_the_rows_its_lines_need_four_at_most(llama):

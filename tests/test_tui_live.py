@@ -36,7 +36,9 @@ def test_live_nvml_panel_and_recording(tmp_path):
             panel = app.query_one("#gpu-0", GpuPanel)
             assert "GPU 0 · NVIDIA H200 · PCIe Gen5 x16 (max Gen5 x16)" in panel.border_title
             tx = str(panel.tx.label.render())
-            assert re.search(r"PCIe TX\s+[\d.]+ [kMGT]?B/s\s+\d+ % of 63\.0 GB/s theor\.", tx), tx
+            assert re.search(r"PCIe TX\s+[\d.]+ [kMGT]?B/s\s+\d+ % of (56\.7 GB/s default|[\d.]+ GB/s observed)", tx), (
+                tx
+            )
             misc = str(panel.misc.render())
             # The capture holds memory and power answers: real figures with units, not n/a.
             assert re.search(r"mem used [\d.]+ GiB of 140\.4 GiB · power \d+ W", misc), misc

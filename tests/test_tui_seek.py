@@ -21,7 +21,7 @@ def _state(vm: ViewModel):
         vm.n,
         {i: (tr.verdict, tr.last_util) for i, tr in an.trackers.items()},
         [vars(e) for e in an.events],
-        vm.attribution.acc,
+        vm.answer().to_json(),
         _frame(vm),
     )
 

@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 
 from pcie_tui.analyze.session import analyze
 from pcie_tui.analyze.tracker import GpuVerdictTracker
-from pcie_tui.analyze.verdict import Thresholds, pcie_ceiling_Bps, utilisation
+from pcie_tui.analyze.verdict import Thresholds, tick_ceiling, utilisation
 from pcie_tui.model import GpuInfo, GpuSample, LinkInfo, pcie_capacity_Bps
 from pcie_tui.record.reader import read_recording
 
@@ -113,10 +113,34 @@ def test_proxy_memory_only_without_gpm_and_stricter():
 
 def test_measured_ceiling_is_the_denominator_unless_link_trained_down():
     info = _info(measured=58e9)
-    assert pcie_ceiling_Bps(info) == (58e9, "measured")
-    # The tick reports Gen5 x8: the theoretical 31.5 GB/s of the narrower link wins.
-    c, basis = pcie_ceiling_Bps(info, GpuSample(0, link_gen=5, link_width=8))
-    assert basis == "theoretical" and abs(c - pcie_capacity_Bps(5, 8)) < 1
+    c = tick_ceiling(info, None, {})
+    assert (c.Bps, c.source) == (58e9, "calibrated")
+    # The tick reports Gen5 x8: the default of the narrower link (0.90 x its 31.5 GB/s) wins.
+    c = tick_ceiling(info, GpuSample(0, link_gen=5, link_width=8), {})
+    assert c.source == "default" and abs(c.Bps - 0.90 * pcie_capacity_Bps(5, 8)) < 1
+    assert c.theoretical_Bps == pcie_capacity_Bps(5, 8)
+
+
+def test_one_ceiling_nothing_reads_above_it():
+    """Uncalibrated: 0.90 x theoretical; a reading above it becomes the ceiling from that tick on."""
+    tr = GpuVerdictTracker(_info(), 0)
+    below = 0.85 * GEN5X16
+    tr.update(0.0, GpuSample(0, pcie_rx_Bps=below, link_gen=5, link_width=16))
+    assert (
+        abs(tr.last_util.link_ceiling_Bps - 0.90 * GEN5X16) < 1
+        and abs(tr.last_util.link - below / (0.9 * GEN5X16)) < 1e-9
+    )
+    above = 0.95 * GEN5X16
+    tr.update(0.1, GpuSample(0, pcie_rx_Bps=above, link_gen=5, link_width=16))
+    assert tr.last_util.link == 1.0 and tr.last_util.link_ceiling_Bps == above
+    tr.update(0.2, GpuSample(0, pcie_rx_Bps=below, link_gen=5, link_width=16))
+    assert abs(tr.last_util.link - below / above) < 1e-9  # the observed ceiling holds
+    c = tick_ceiling(_info(), GpuSample(0, link_gen=5, link_width=16), tr.observed)
+    assert c.source == "observed" and c.Bps == above and "above the default 56.7 GB/s" in c.detail
+    # An unknown link stays unknown: no share from the GPU's own highest reading.
+    blind = GpuVerdictTracker(GpuInfo(0, "GPU-x", "t", "0", LinkInfo(None, None, None, None, None), None), 0)
+    blind.update(0.0, GpuSample(0, pcie_rx_Bps=5e9))
+    assert blind.last_util.link is None
 
 
 def test_nvlink_counts_as_link():
@@ -128,14 +152,18 @@ def test_nvlink_counts_as_link():
 @settings(max_examples=200, deadline=None)
 @given(st.lists(st.floats(min_value=0, max_value=70e9), min_size=1, max_size=120))
 def test_link_verdict_needs_sustained_reading(rates):
-    """Property: 'link' is reported only after >= hold_s of consecutive readings above enter."""
+    """Property: 'link' is reported only after >= hold_s of consecutive readings above enter (of the
+    one ceiling: 0.90 x theoretical, raised to the highest reading so far up to the theoretical rate)."""
     th = Thresholds()
     tr = GpuVerdictTracker(_info(), 0, th)
     run_start = None
+    top = 0.0
     for i, r in enumerate(rates):
         t = i * 0.1
         v, opened, _ = tr.update(t, GpuSample(0, pcie_rx_Bps=r, pcie_tx_Bps=0.0))
-        run_start = (t if run_start is None else run_start) if r / GEN5X16 >= th.link_enter else None
+        top = max(top, min(r, GEN5X16))
+        ceiling = max(0.90 * GEN5X16, top)
+        run_start = (t if run_start is None else run_start) if min(r / ceiling, 1.0) >= th.link_enter else None
         if opened:
             assert run_start is not None and t - run_start >= th.hold_s - 1e-9
             assert opened[0].start == run_start

@@ -26,9 +26,11 @@ from typing import Any
 
 import numpy as np
 
+from pcie_tui.analyze.result import Finding
 from pcie_tui.analyze.series import _series_array, tick_weights
 from pcie_tui.analyze.session import SessionAnalyzer
 from pcie_tui.analyze.verdict import VERDICTS
+from pcie_tui.ceiling import Ceiling, DEFAULT_PAGEABLE_Bps, pageable_ceiling, pinned_ceiling
 from pcie_tui.engines import EngineFacts
 from pcie_tui.model import GpuInfo, SessionHeader
 
@@ -43,13 +45,6 @@ BOUND_WORDS = {
 }
 # Short words for one screen row or table cell; the report and docs/attribution.md say them in full.
 BOUND_SHORT = {**BOUND_WORDS, "transfer": "transfer-bound"}
-# Counter reading at saturation as a share of the theoretical rate, when uncalibrated
-# (H200 Gen5 x16: 56.7-59.4 of 63.0 GB/s, docs/whatif.md).
-DEFAULT_PINNED_FRACTION = 0.90
-# Pageable host->device copies on the project's H200 (pcie-tui calibrate, 2026-12-03: counter
-# 6.8 GB/s, payload 6.1 GB/s). Staged copies are held by host memcpy more than by the link, so
-# this is a fair guess on other machines too; calibrate to know.
-DEFAULT_PAGEABLE_Bps = 6.8e9
 # The GPU counts as busy at these (GPM SM_UTIL / DRAM_BW_UTIL); batch-1 decode of a fully
 # offloaded model reads SM ~0.8, DRAM ~0.5 on the H200, a CPU-bound phase SM < 0.05.
 GPU_BUSY_SM = 0.50
@@ -64,39 +59,48 @@ QUIET_PHASES = (None, "idle", "down")
 
 @dataclass(frozen=True)
 class Ceilings:
-    theoretical_Bps: float | None
-    pinned_Bps: float | None
-    pinned_source: str
-    pageable_Bps: float | None
-    pageable_source: str
+    """A GPU's link ceilings for pinned and pageable copies (:mod:`pcie_tui.ceiling`), as a finding names them."""
+
+    pinned: Ceiling
+    pageable: Ceiling
+
+    @property
+    def theoretical_Bps(self) -> float | None:
+        return self.pinned.theoretical_Bps
+
+    @property
+    def pinned_Bps(self) -> float | None:
+        return self.pinned.Bps
+
+    @property
+    def pinned_source(self) -> str:
+        return self.pinned.detail
+
+    @property
+    def pageable_Bps(self) -> float | None:
+        return self.pageable.Bps
+
+    @property
+    def pageable_source(self) -> str:
+        return self.pageable.detail
 
     def to_json(self) -> dict[str, Any]:
         return {
             "theoretical_Bps": self.theoretical_Bps,
             "pinned_Bps": self.pinned_Bps,
             "pinned_source": self.pinned_source,
+            "pinned_basis": self.pinned.source,
             "pageable_Bps": self.pageable_Bps,
             "pageable_source": self.pageable_source,
+            "pageable_basis": self.pageable.source,
         }
 
 
-def ceilings(info: GpuInfo | None) -> Ceilings:
-    """The link's pinned and pageable ceilings (counter readings, per direction) and where they came from."""
-    link = info.link if info is not None else None
-    theo = (link.capacity_Bps or link.max_capacity_Bps) if link is not None else None
-    gen_w = f"Gen{link.gen} x{link.width}" if link is not None and link.gen else "the link"
-    if link is not None and link.measured_Bps:
-        pinned, psrc = link.measured_Bps, "calibrated pinned"
-    elif theo:
-        pinned, psrc = theo * DEFAULT_PINNED_FRACTION, f"default: {DEFAULT_PINNED_FRACTION:.2f} x theoretical {gen_w}"
-    else:
-        pinned, psrc = None, "unknown link"
-    if link is not None and link.measured_pageable_Bps:
-        pageable, gsrc = link.measured_pageable_Bps, "calibrated pageable"
-    else:
-        pageable = min(DEFAULT_PAGEABLE_Bps, pinned) if pinned else DEFAULT_PAGEABLE_Bps
-        gsrc = "default: pageable copies on the project's H200 (run pcie-tui calibrate)"
-    return Ceilings(theo, pinned, psrc, pageable, gsrc)
+def ceilings(info: GpuInfo | None, observed_Bps: float | None = None) -> Ceilings:
+    """The link's pinned and pageable ceilings (counter readings, per direction) and where they came
+    from; ``observed_Bps``: the GPU's highest PCIe reading, which takes over above the pinned one."""
+    pinned = pinned_ceiling(info, observed_Bps=observed_Bps)
+    return Ceilings(pinned, pageable_ceiling(info, pinned))
 
 
 def transfer_floor_Bps(c: Ceilings, facts: EngineFacts | None) -> float:
@@ -104,6 +108,12 @@ def transfer_floor_Bps(c: Ceilings, facts: EngineFacts | None) -> float:
     if facts is not None and facts.host_pinned is True and c.pinned_Bps:
         return max(TRANSFER_MIN_Bps, TRANSFER_OF_PINNED * c.pinned_Bps)
     return max(TRANSFER_MIN_Bps, TRANSFER_OF_PAGEABLE * (c.pageable_Bps or DEFAULT_PAGEABLE_Bps))
+
+
+def gpu_ceilings(analyzer: SessionAnalyzer, index: int) -> Ceilings:
+    """GPU ``index``'s ceilings with the highest PCIe reading the analyzer has seen so far."""
+    tr = analyzer.trackers.get(index)
+    return ceilings(analyzer.header.gpu(index), tr.observed_Bps if tr is not None else None)
 
 
 def tick_bounds(analyzer: SessionAnalyzer, index: int, facts: EngineFacts | None = None) -> np.ndarray:
@@ -118,7 +128,7 @@ def tick_bounds(analyzer: SessionAnalyzer, index: int, facts: EngineFacts | None
     dram = np.where(np.isnan(dram), 0.0, dram) if not ser.memory_proxy else np.zeros(dram.size)
     busy = {p: p not in QUIET_PHASES for p in dict.fromkeys(ser.phase)}
     busy_phase = np.fromiter(map(busy.__getitem__, ser.phase), dtype=bool, count=len(ser.phase))
-    floor = transfer_floor_Bps(ceilings(analyzer.header.gpu(index)), facts)
+    floor = transfer_floor_Bps(gpu_ceilings(analyzer, index), facts)
     return bound_codes(sat, rate, sm, dram, busy_phase, floor)
 
 
@@ -185,161 +195,87 @@ def _median(a: np.ndarray) -> float | None:
 
 def phase_findings(
     header: SessionHeader, analyzer: SessionAnalyzer, facts: EngineFacts | None = None
-) -> dict[int, list[dict[str, Any]]]:
-    """Per GPU, one finding per phase: the bound that held most of it, shares, evidence and ceilings."""
-    out: dict[int, list[dict[str, Any]]] = {}
+) -> dict[int, list[Finding]]:
+    """Per GPU, one finding per phase: the bound that held most of it, shares, evidence and ceilings.
+
+    The rates and use are the median of the bound's ticks. Phases in order of first appearance
+    (ticks without a phase are "unlabelled").
+    """
+    out: dict[int, list[Finding]] = {}
     for index in sorted(analyzer.series):
         ser = analyzer.series[index]
-        if not ser.t:
-            continue
-        info = header.gpu(index)
-        c = ceilings(info)
-        codes = tick_bounds(analyzer, index, facts)
-        t = np.asarray(ser.t, dtype=np.float64)
-        w = tick_weights(t)
-        rate = _series_array(ser, "link_Bps")
-        sm, dram = _series_array(ser, "compute"), _series_array(ser, "memory")
-        used = _series_array(ser, "mem_used")
-        # Phases as codes in order of first appearance (None counts as "unlabelled").
-        names = list(dict.fromkeys(p if p is not None else "unlabelled" for p in dict.fromkeys(ser.phase)))
-        code = {p: names.index(p if p is not None else "unlabelled") for p in dict.fromkeys(ser.phase)}
-        pcode = np.fromiter(map(code.__getitem__, ser.phase), dtype=np.int64, count=len(ser.phase))
-        found = []
-        for k, phase in enumerate(names):
-            m = pcode == k
-            dur = float(w[m].sum())
-            secs = {b: float(w[m & (codes == i)].sum()) for i, b in enumerate(BOUNDS)}
-            bound = max(secs, key=secs.__getitem__)
-            bm = m & (codes == BOUNDS.index(bound))
-            link_Bps = _median(rate[bm])
-            f: dict[str, Any] = {
-                "gpu": index,
-                "phase": phase,
-                "duration_s": dur,
-                "bound": bound,
-                "bound_s": secs[bound],
-                "shares": {b: (s / dur if dur > 0 else 0.0) for b, s in secs.items()},
-                "link_Bps": link_Bps,
-                "link_of_pinned": (link_Bps / c.pinned_Bps) if link_Bps is not None and c.pinned_Bps else None,
-                "sm_util": _median(sm[bm]),
-                "dram_util": _median(dram[bm]),
-                "dram_basis": "proxy" if ser.memory_proxy else "gpm",
-                "work_basis": "engine" if header.engine else "label",
-                "ceilings": c.to_json(),
-                "vram_used_bytes": float(np.nanmax(used[m])) if np.any(~np.isnan(used[m])) else None,
-                "vram_total_bytes": float(info.memory_total_bytes) if info and info.memory_total_bytes else None,
-            }
-            tm = m & (codes == BOUNDS.index("transfer"))
-            f["transfer_s"] = secs["transfer"]
-            f["transfer_Bps"] = _median(rate[tm])
-            # Staged (pageable or unknown) copies are held by the host, not by the link's speed.
-            f["transfer_staged"] = facts is None or facts.host_pinned is not True
-            if bound == "transfer" and c.pinned_Bps and f["transfer_staged"] and phase not in UNPRICED_PINNED:
-                moved = float(np.nansum(rate[bm] * w[bm]))  # bytes the transfer-bound ticks moved (counter)
-                f["whatif_pinned"] = pinned_whatif(dur, dur - secs[bound], moved, c)
-            found.append(f)
-        out[index] = found
+        if ser.t:
+            out[index] = _gpu_findings(header, analyzer, index, facts)
     return out
 
 
-def classify(sat: str, u: Any, busy_phase: bool, floor_Bps: float, th: Any) -> str:
-    """One tick's bound from its saturation verdict and utilisation (:func:`bound_codes` on one tick)."""
-    code = bound_codes(
-        np.array([_SAT.get(sat, _SAT["none"])]),
-        np.array([u.link_Bps or 0.0]),
-        np.array([u.compute or 0.0]),
-        np.array([0.0 if u.memory_proxy or u.memory is None else u.memory]),
-        np.array([busy_phase]),
-        floor_Bps,
+def _gpu_findings(
+    header: SessionHeader, analyzer: SessionAnalyzer, index: int, facts: EngineFacts | None
+) -> list[Finding]:
+    ser = analyzer.series[index]
+    info = header.gpu(index)
+    c = gpu_ceilings(analyzer, index)
+    codes = tick_bounds(analyzer, index, facts)
+    w = tick_weights(np.asarray(ser.t, dtype=np.float64))
+    cols = {k: _series_array(ser, k) for k in ("link_Bps", "compute", "memory", "mem_used")}
+    names = list(dict.fromkeys(p if p is not None else "unlabelled" for p in dict.fromkeys(ser.phase)))
+    code = {p: names.index(p if p is not None else "unlabelled") for p in dict.fromkeys(ser.phase)}
+    pcode = np.fromiter(map(code.__getitem__, ser.phase), dtype=np.int64, count=len(ser.phase))
+    vram_total = float(info.memory_total_bytes) if info and info.memory_total_bytes else None
+    staged = facts is None or facts.host_pinned is not True  # pageable or unknown: held by the host
+    work = "engine" if header.engine else "label"
+    found = []
+    for k, phase in enumerate(names):
+        m = pcode == k
+        f = _finding(index, phase, m, codes, w, cols, c, staged)
+        f.dram_basis = "proxy" if ser.memory_proxy else "gpm"
+        f.work_basis = work
+        f.vram_total_bytes = vram_total
+        found.append(f)
+    return found
+
+
+def _finding(
+    index: int,
+    phase: str,
+    m: np.ndarray,
+    codes: np.ndarray,
+    w: np.ndarray,
+    cols: dict[str, np.ndarray],
+    c: Ceilings,
+    staged: bool,
+) -> Finding:
+    """One phase's finding (``m``: its ticks) from the per-tick bound codes and readings."""
+    dur = float(w[m].sum())
+    secs = {b: float(w[m & (codes == i)].sum()) for i, b in enumerate(BOUNDS)}
+    bound = max(secs, key=secs.__getitem__)
+    bm = m & (codes == BOUNDS.index(bound))
+    rate = cols["link_Bps"]
+    link_Bps = _median(rate[bm])
+    used = cols["mem_used"][m]
+    tm = m & (codes == BOUNDS.index("transfer"))
+    f = Finding(
+        gpu=index,
+        phase=phase,
+        duration_s=dur,
+        ticks=int(m.sum()),
+        bound=bound,
+        bound_s=secs[bound],
+        shares={b: (s / dur if dur > 0 else 0.0) for b, s in secs.items()},
+        link_Bps=link_Bps,
+        link_of_pinned=(link_Bps / c.pinned_Bps) if link_Bps is not None and c.pinned_Bps else None,
+        sm_util=_median(cols["compute"][bm]),
+        dram_util=_median(cols["memory"][bm]),
+        dram_basis="gpm",
+        work_basis="engine",
+        ceilings=c,
+        vram_used_bytes=float(np.nanmax(used)) if np.any(~np.isnan(used)) else None,
+        vram_total_bytes=None,
+        transfer_s=secs["transfer"],
+        transfer_Bps=_median(rate[tm]),
+        transfer_staged=staged,
     )
-    return BOUNDS[int(code[0])]
-
-
-class LiveAttribution:
-    """:func:`phase_findings` kept tick by tick, for the live and replay headline (no series kept).
-
-    Per GPU and phase: seconds in each bound and running sums of the evidence of each bound
-    (rates and use are means here, medians in the report).
-    """
-
-    def __init__(self, header: SessionHeader, facts: EngineFacts | None, thresholds: Any) -> None:
-        self.header, self.facts, self.th = header, facts, thresholds
-        self._ceil: dict[int, Ceilings] = {}
-        self._floor: dict[int, float] = {}
-        self._last_t: dict[int, float] = {}
-        # (gpu, phase) -> {"secs": {bound: s}, "sums": {bound: [n, rate, sm, dram]}, "vram": max}
-        self.acc: dict[tuple[int, str], dict[str, Any]] = {}
-
-    def set_facts(self, facts: EngineFacts | None) -> None:
-        """Facts that arrived later (the engine finished loading): the floors follow them from now on."""
-        self.facts = facts
-        for index, c in self._ceil.items():
-            self._floor[index] = transfer_floor_Bps(c, facts)
-
-    def feed(self, t: float, index: int, sat: str, u: Any, phase: str | None, mem_used: float | None) -> str:
-        if index not in self._ceil:
-            self._ceil[index] = c = ceilings(self.header.gpu(index))
-            self._floor[index] = transfer_floor_Bps(c, self.facts)
-        prev = self._last_t.get(index)
-        self._last_t[index] = t
-        iv = self.header.interval_s or 0.1
-        dt = iv if prev is None or not 0 < t - prev <= 5 * iv else t - prev
-        b = classify(sat, u, phase not in QUIET_PHASES, self._floor[index], self.th)
-        a = self.acc.setdefault(
-            (index, phase or "unlabelled"), {"secs": dict.fromkeys(BOUNDS, 0.0), "sums": {}, "vram": None}
-        )
-        a["secs"][b] += dt
-        s = a["sums"].setdefault(b, [0, 0.0, 0.0, 0.0, 0, 0, 0])
-        for k, v in ((1, u.link_Bps), (2, u.compute), (3, None if u.memory_proxy else u.memory)):
-            if v is not None:
-                s[k] += v
-                s[k + 3] += 1
-        s[0] += 1
-        if mem_used is not None:
-            a["vram"] = max(a["vram"] or 0.0, float(mem_used))
-        return b
-
-    def finding(self, index: int, phase: str) -> dict[str, Any] | None:
-        a = self.acc.get((index, phase))
-        if a is None:
-            return None
-        c = self._ceil[index]
-        dur = sum(a["secs"].values())
-        bound = max(a["secs"], key=a["secs"].__getitem__)
-        s = a["sums"].get(bound, [0, 0.0, 0.0, 0.0, 0, 0, 0])
-
-        def mean(k: int) -> float | None:
-            return s[k] / s[k + 3] if s[k + 3] else None
-
-        info = self.header.gpu(index)
-        rate = mean(1)
-        extra: dict[str, Any] = {}
-        staged = self.facts is None or self.facts.host_pinned is not True
-        if bound == "transfer" and rate and c.pinned_Bps and staged and phase not in UNPRICED_PINNED:
-            extra["whatif_pinned"] = pinned_whatif(dur, dur - a["secs"][bound], rate * a["secs"][bound], c)
-        return extra | {
-            "gpu": index,
-            "phase": phase,
-            "duration_s": dur,
-            "bound": bound,
-            "bound_s": a["secs"][bound],
-            "shares": {b: (v / dur if dur > 0 else 0.0) for b, v in a["secs"].items()},
-            "link_Bps": rate,
-            "link_of_pinned": rate / c.pinned_Bps if rate is not None and c.pinned_Bps else None,
-            "sm_util": mean(2),
-            "dram_util": mean(3),
-            "dram_basis": "gpm",
-            "work_basis": "engine" if self.header.engine else "label",
-            "stat": "mean",
-            "ceilings": c.to_json(),
-            "vram_used_bytes": a["vram"],
-            "vram_total_bytes": float(info.memory_total_bytes) if info and info.memory_total_bytes else None,
-        }
-
-    def findings(self) -> dict[int, list[dict[str, Any]]]:
-        out: dict[int, list[dict[str, Any]]] = {}
-        for index, phase in self.acc:
-            f = self.finding(index, phase)
-            if f is not None:
-                out.setdefault(index, []).append(f)
-        return out
+    if bound == "transfer" and c.pinned_Bps and staged and phase not in UNPRICED_PINNED:
+        moved = float(np.nansum(rate[bm] * w[bm]))  # bytes the transfer-bound ticks moved (counter)
+        f.whatif_pinned = pinned_whatif(dur, dur - secs[bound], moved, c)
+    return f

@@ -48,7 +48,8 @@ class Chunk:
     """A run of ticks as columns."""
 
     t: list[float]  # per tick
-    phase: list[Any]  # per tick: sample_phase
+    phase: list[Any]  # per tick: the engine's phase where it has an engine reading, else its label
+    engine: list[bool]  # per tick: whether it carries an engine reading (the analyzer's phase rule)
     tick_of: np.ndarray  # per GPU-sample: its tick's position in the chunk
     index: np.ndarray  # per GPU-sample: the GPU index
     cols: np.ndarray  # len(KEYS) x GPU-samples, floats, NaN where missing
@@ -87,7 +88,17 @@ def from_samples(samples: Sequence[Sample]) -> Chunk:
         single = counts.count(1) == len(counts)
     index = np.array([g.index for g in flat], dtype=np.int64)
     cols = np.array(list(map(_get_attrs, flat)), dtype=_F).T if flat else np.empty((len(KEYS), 0))
-    return Chunk([s.t for s in samples], list(map(sample_phase, samples)), tick_of, index, cols, single)
+    engine = [s.engine is not None for s in samples]
+    phase = [_own_phase(s) for s in samples]
+    return Chunk([s.t for s in samples], phase, engine, tick_of, index, cols, single)
+
+
+def _own_phase(s: Sample) -> str | None:
+    """The engine's phase of a tick with an engine reading (None if it gave none), else its label."""
+    if s.engine is not None:
+        return s.engine.phase or None
+    label = s.extra.get("label")
+    return label if isinstance(label, str) else None
 
 
 def from_rows(rows: Sequence[dict[str, Any]], ticks: int = CHUNK_TICKS) -> Iterator[Chunk]:
@@ -98,11 +109,10 @@ def from_rows(rows: Sequence[dict[str, Any]], ticks: int = CHUNK_TICKS) -> Itera
     """
     n = len(rows)
     t = list(map(float, map(itemgetter("t"), rows)))
-    phase = [  # tick_phase, inlined
-        p
-        if isinstance(e := d.get("engine"), dict) and (p := e.get("phase"))
-        else (lb if isinstance(lb := d.get("label"), str) else None)
-        for d in rows
+    engine = [isinstance(d.get("engine"), dict) for d in rows]
+    phase = [  # _own_phase, inlined
+        (d["engine"].get("phase") or None) if e else (lb if isinstance(lb := d.get("label"), str) else None)
+        for d, e in zip(rows, engine, strict=True)
     ]
     glists = [d.get("gpus") or () for d in rows]
     counts = np.fromiter(map(len, glists), dtype=np.int64, count=n)
@@ -115,7 +125,7 @@ def from_rows(rows: Sequence[dict[str, Any]], ticks: int = CHUNK_TICKS) -> Itera
         fa, fb = offs[a], offs[b]
         c = counts[a:b]
         tick_of = np.repeat(np.arange(b - a), c)
-        yield Chunk(t[a:b], phase[a:b], tick_of, index[fa:fb], cols[:, fa:fb], bool((c == 1).all()))
+        yield Chunk(t[a:b], phase[a:b], engine[a:b], tick_of, index[fa:fb], cols[:, fa:fb], bool((c == 1).all()))
 
 
 def _columns(flat: list[dict[str, Any]]) -> np.ndarray:

@@ -345,14 +345,6 @@ def engine_report(samples: Iterable[Sample], analyzer: Any = None) -> dict[str, 
     total_t = sum(p["time_s"] for p in phases.values())
     for ph in phases.values():
         ph["share"] = ph["time_s"] / total_t if total_t > 0 else None
-    if analyzer is not None:
-        from pcie_tui.analyze.phases import phase_verdicts
-
-        for gpu, lines in phase_verdicts(analyzer).items():
-            for p, line in lines.items():
-                if p in phases:
-                    phases[p].setdefault("verdicts", {})[str(gpu)] = line
-
     out: dict[str, Any] = {
         "kind": engines[0].kind,
         "requests": requests,

@@ -11,7 +11,7 @@ recomputed from raw readings.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from itertools import islice
 from typing import Any
 
@@ -38,14 +38,11 @@ from pcie_tui.analyze.verdict import (
     VERDICTS,
     Event,
     Thresholds,
-    Utilisation,
     utilisation_columns,
-    utilisations,
 )
 from pcie_tui.model import Sample, SessionHeader
 
 _VERDICT_NAMES = np.array(VERDICTS, dtype=object)
-EachTick = Callable[[int, int, str, Utilisation], object]
 
 
 class SessionAnalyzer:
@@ -65,6 +62,16 @@ class SessionAnalyzer:
         self.gaps: list[tuple[float, float]] = []
         self._version = 0  # bumped whenever events may change (a feed, finish)
         self._codes_cache: dict[int, tuple[Any, np.ndarray]] = {}
+        # A session with an engine takes its phases from the engine alone: a tick the engine gave no
+        # phase for (or no reading) has none, and a recording's own labels are not mixed in (their
+        # words differ, e.g. ``load`` vs the engine's ``loading``). Without an engine, the labels.
+        self.engine_session = header.engine is not None
+        self.phase: str | None = None  # the last tick's phase, by that rule
+
+    @property
+    def version(self) -> int:
+        """Bumped whenever what the analyzer says may have changed (a feed, finish)."""
+        return self._version
 
     def _tracker(self, index: int) -> GpuVerdictTracker:
         tr = self.trackers.get(index)
@@ -77,21 +84,11 @@ class SessionAnalyzer:
         """Process one tick (a chunk of one); returns events opened in it."""
         return self.feed_chunk(from_samples([s]))
 
-    def feed_all(
-        self, samples: Iterable[Sample], chunk: int | None = None, each: EachTick | None = None
-    ) -> SessionAnalyzer:
-        """Process Samples in chunks of ``chunk`` ticks (the same result as feeding them one by one).
-
-        ``each(i, gpu, verdict, util)``, if given, hears what :meth:`feed` would have left in
-        ``trackers[gpu].verdict`` and ``.last_util`` after the ``i``-th of ``samples``: what a
-        replay seek needs for its per-tick attribution, at the cost of a chunk, not of ticks
-        (per GPU, in tick order).
-        """
+    def feed_all(self, samples: Iterable[Sample], chunk: int | None = None) -> SessionAnalyzer:
+        """Process Samples in chunks of ``chunk`` ticks (the same result as feeding them one by one)."""
         it = iter(samples)
-        done = 0
         while batch := list(islice(it, chunk or CHUNK_TICKS)):
-            self.feed_chunk(from_samples(batch), each, done)
-            done += len(batch)
+            self.feed_chunk(from_samples(batch))
         return self
 
     def feed_rows(self, rows: Sequence[dict[str, Any]], chunk: int | None = None) -> SessionAnalyzer:
@@ -100,11 +97,8 @@ class SessionAnalyzer:
             self.feed_chunk(ch)
         return self
 
-    def feed_chunk(self, ch: Chunk, each: EachTick | None = None, offset: int = 0) -> list[Event]:
-        """Process a chunk of ticks; returns the events opened in it, in opening order.
-
-        ``each``: see :meth:`feed_all` (``offset`` is added to the tick positions it is told).
-        """
+    def feed_chunk(self, ch: Chunk) -> list[Event]:
+        """Process a chunk of ticks; returns the events opened in it, in opening order."""
         if not ch.t:
             return []
         self._version += 1
@@ -112,6 +106,7 @@ class SessionAnalyzer:
             self.t0 = ch.t[0]
         self.t_last = ch.t[-1]
         self.n += len(ch.t)
+        self._phases(ch)
         idx = ch.index
         if not idx.size:
             return []
@@ -131,22 +126,32 @@ class SessionAnalyzer:
             cols = ch.cols if pos is None else ch.cols[:, pos]
             ticks = ch.tick_of if pos is None else ch.tick_of[pos]
             t = t_all if pos is None else t_all[pos]
-            u = utilisation_columns(tr.info, cols, tr.ceilings)
+            u = utilisation_columns(tr.info, cols, tr.ceilings, tr.observed)
             ph = ch.phase if one and ch.single else _pick(ch.phase, ticks.tolist())
             tl = t.tolist()
             op, _closed, spans = tr.advance(t, u, ph, tl)
             opened += [(i if pos is None else int(pos[i]), ri, e) for i, ri, e in op]
-            if self.keep_series or each is not None:
-                codes = verdict_codes(len(tl), spans)
             if self.keep_series:
+                codes = verdict_codes(len(tl), spans)
                 self._extend(self.series[gi], tl, codes, u, ph, cols[COL["mem_used_bytes"]])
-            if each is not None:
-                for k, v, util in zip(ticks.tolist(), codes.tolist(), utilisations(u), strict=True):
-                    each(offset + k, gi, VERDICTS[v], util)
         opened.sort(key=lambda x: (x[0], x[1]))
         out = [e for _p, _r, e in opened]
         self.events.extend(out)
         return out
+
+    def _phases(self, ch: Chunk) -> None:
+        """Apply the session's phase rule to a chunk's phases (in place), from its first engine tick on."""
+        if not self.engine_session:
+            if True not in ch.engine:
+                self.phase = ch.phase[-1]
+                return
+            self.engine_session = True
+            first = ch.engine.index(True)
+        else:
+            first = 0
+        ph = ch.phase
+        ph[first:] = [p if e else None for p, e in zip(ph[first:], ch.engine[first:], strict=True)]
+        self.phase = ph[-1]
 
     @staticmethod
     def _extend(

@@ -60,10 +60,16 @@ class GpuVerdictTracker:
         self.last_util: Utilisation | None = None
         self._limits = {r: (thresholds.enter(r), thresholds.exit(r)) for r in RESOURCES}
         self.ceilings: dict[tuple[float, float], float] = {}  # PCIe ceiling by link gen x width (utilisation_columns)
+        self.observed: dict[tuple[float, float], float] = {}  # highest PCIe reading so far by gen x width
+
+    @property
+    def observed_Bps(self) -> float | None:
+        """The highest PCIe reading of this GPU so far (any gen x width)."""
+        return max(self.observed.values(), default=None)
 
     def update(self, t: float, s: GpuSample, phase: str | None = None) -> tuple[str, list[Event], list[Event]]:
         """Feed one tick. Returns (verdict, events opened, events closed)."""
-        u = utilisation_columns(self.info, from_samples([Sample(t, (s,))]).cols, self.ceilings)
+        u = utilisation_columns(self.info, from_samples([Sample(t, (s,))]).cols, self.ceilings, self.observed)
         opened, closed, _spans = self.advance(np.array([t], dtype=np.float64), u, [phase])
         return self.verdict, [e for _i, _r, e in opened], closed
 

@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from pcie_tui.analyze.columns import KEYS, from_samples
+from pcie_tui.ceiling import Ceiling, pinned_ceiling
 from pcie_tui.model import GpuInfo, GpuSample, Sample, pcie_capacity_Bps
 
 RESOURCES = ("link", "memory", "compute")
@@ -81,21 +82,13 @@ class Utilisation:
     compute: float | None
 
 
-def pcie_ceiling_Bps(info: GpuInfo | None, sample: GpuSample | None = None) -> tuple[float | None, str]:
-    """The denominator for PCIe use and what it is ("measured" or "theoretical").
-
-    The tick's own gen x width wins over the header's when present, because
-    links retrain; a calibrated ceiling is used unless the link is now narrower.
-    """
-    theo = None
-    if sample is not None and sample.link_gen is not None and sample.link_width is not None:
-        theo = pcie_capacity_Bps(sample.link_gen, sample.link_width)
-    if theo is None and info is not None:
-        theo = info.link.capacity_Bps
-    measured = info.link.measured_Bps if info is not None else None
-    if measured is not None and (theo is None or measured <= theo):
-        return measured, "measured"
-    return theo, "theoretical"
+def tick_ceiling(info: GpuInfo | None, sample: GpuSample | None, observed: dict[tuple[float, float], float]) -> Ceiling:
+    """The PCIe ceiling a tick's link share was taken against (:func:`pcie_tui.ceiling.pinned_ceiling`
+    at the tick's gen x width, with the highest reading seen at that gen x width so far)."""
+    gen = sample.link_gen if sample is not None else None
+    width = sample.link_width if sample is not None else None
+    key = (-1.0 if gen is None else float(gen), -1.0 if width is None else float(width))
+    return pinned_ceiling(info, gen, width, observed.get(key))
 
 
 def utilisation(info: GpuInfo | None, s: GpuSample) -> Utilisation:
@@ -108,7 +101,10 @@ DIR = (None, "rx", "tx", "rx", "tx")
 
 
 def utilisation_columns(
-    info: GpuInfo | None, cols: np.ndarray, seen: dict[tuple[float, float], float] | None = None
+    info: GpuInfo | None,
+    cols: np.ndarray,
+    seen: dict[tuple[float, float], float] | None = None,
+    observed: dict[tuple[float, float], float] | None = None,
 ) -> dict[str, np.ndarray]:
     """Utilisation of one GPU for every GPU-sample of ``cols`` (columns.KEYS x samples), at once.
 
@@ -117,17 +113,23 @@ def utilisation_columns(
     source (``src``, an index into :data:`BUS`/:data:`DIR`). ``memory``: GPM DRAM bandwidth, else
     the NVML busy duty cycle (``proxy``). ``compute``: SM use. NaN where unknown. ``seen``: the
     PCIe ceilings of this GPU already worked out, by link gen x width (kept by the caller).
+    ``observed``: the highest PCIe reading so far by gen x width (kept and updated here): a reading
+    above the ceiling makes it the ceiling from that tick on, so no share exceeds 1
+    (:mod:`pcie_tui.ceiling`, "observed").
     """
     size = cols.shape[1]
     # PCIe RX, TX, NVLink RX, TX (the first four columns) over their ceilings; NaN where a rate
     # or its ceiling is unknown (a zero or missing ceiling counts as unknown).
     rates = cols[:4]
     pc = _pcie_ceilings(info, cols[_GEN], cols[_WIDTH], {} if seen is None else seen)
+    if observed is not None:
+        pc = _with_observed(info, pc, np.fmax(rates[0], rates[1]), cols[_GEN], cols[_WIDTH], observed)
     nc = info.nvlink_capacity_Bps if info is not None else None
     caps = np.empty((4, size))
     caps[0] = caps[1] = np.where(pc == 0, np.nan, pc)
     caps[2:] = float(nc) if nc else np.nan
     r = rates / caps
+    r[:2] = np.minimum(r[:2], 1.0)  # a PCIe reading above the theoretical rate (a glitch) reads as 100 %
     at = np.where(r != r, -np.inf, r).argmax(axis=0)  # the first of the busiest
     every = np.arange(size)
     link = r[at, every]
@@ -178,11 +180,53 @@ def _pcie_ceilings(
 
 
 def _pcie_ceiling(info: GpuInfo | None, gen: float, width: float) -> float:
-    def known(v: float) -> int | float | None:  # NaN (or the -1 standing for it) is unknown
-        return None if v != v or v == -1.0 else int(v) if v.is_integer() else v
+    def known(v: float) -> int | None:  # NaN (or the -1 standing for it) is unknown
+        return None if v != v or v == -1.0 else int(v)
 
-    c, _ = pcie_ceiling_Bps(info, GpuSample(0, link_gen=known(gen), link_width=known(width)))  # type: ignore[arg-type]
+    c = pinned_ceiling(info, known(gen), known(width)).Bps
     return np.nan if c is None else float(c)
+
+
+def _with_observed(
+    info: GpuInfo | None,
+    pc: np.ndarray,
+    rate: np.ndarray,
+    gen: np.ndarray,
+    width: np.ndarray,
+    observed: dict[tuple[float, float], float],
+) -> np.ndarray:
+    """The ceilings ``pc`` raised to the highest PCIe reading so far at each sample's gen x width
+    (that sample included), carrying the running highest in ``observed`` from chunk to chunk.
+
+    A reading above the link's theoretical rate is a counter glitch (98.8 GB/s on a 63.0 GB/s link,
+    once, in an H200 recording), not the link's ceiling: the running highest stops at the
+    theoretical rate.
+    """
+    g = np.where(np.isnan(gen), -1.0, gen)
+    w = np.where(np.isnan(width), -1.0, width)
+    out = pc.copy()
+    keys = (
+        [(float(g[0]), float(w[0]))]
+        if pc.size == 1
+        else sorted({(float(a), float(b)) for a, b in zip(g.tolist(), w.tolist(), strict=True)})
+    )
+    for key in keys:
+        idx = np.arange(1) if pc.size == 1 else np.flatnonzero((g == key[0]) & (w == key[1]))
+        cap = _theoretical(info, *key)
+        r = np.minimum(rate[idx], cap) if cap is not None else rate[idx]  # NaN (no reading) stays NaN
+        run = np.fmax.accumulate(np.concatenate(([observed.get(key, np.nan)], r)))[1:]
+        if run.size and run[-1] == run[-1]:
+            observed[key] = float(run[-1])
+        out[idx] = np.where(np.isnan(pc[idx]), np.nan, np.fmax(pc[idx], run))  # an unknown link stays unknown
+    return out
+
+
+def _theoretical(info: GpuInfo | None, gen: float, width: float) -> float | None:
+    """The theoretical rate of the link at ``gen`` x ``width`` (-1: unknown, then the header's)."""
+    theo = pcie_capacity_Bps(int(gen), int(width)) if gen > 0 and width > 0 else None
+    if theo is None and info is not None:
+        theo = info.link.capacity_Bps or info.link.max_capacity_Bps
+    return theo
 
 
 def utilisations(u: dict[str, np.ndarray]) -> list[Utilisation]:

@@ -20,14 +20,13 @@ from typing import Any
 
 import numpy as np
 
+from pcie_tui.analyze.attribution import gpu_ceilings
 from pcie_tui.analyze.linkmodel import fmt_gbs
 from pcie_tui.analyze.series import tick_weights
 from pcie_tui.analyze.session import SessionAnalyzer
+from pcie_tui.ceiling import DEFAULT_PINNED_FRACTION
 from pcie_tui.model import SessionHeader, pcie_capacity_Bps
 
-# Counter reading at saturation as a fraction of the theoretical rate, used when no
-# calibration exists (H200 Gen5 x16: GPM 56.7 / 63.0 = 0.90, measured; docs/whatif.md).
-UNCALIBRATED_SATURATION = 0.90
 # Per direction, theoretical: NVLink 3 bridge 4 links x 14.0625 GB/s = 56.25 GB/s;
 # NVLink 4 on H100 SXM 18 links x 25 GB/s = 450 GB/s (docs/whatif.md).
 NVLINK_BRIDGES_Bps = {
@@ -88,9 +87,8 @@ def link_shares(header: SessionHeader, analyzer: SessionAnalyzer, index: int) ->
     ser = analyzer.series.get(index)
     if ser is None or not ser.t:
         return {}
-    info = header.gpu(index)
-    calibrated = bool(info and info.link.measured_Bps)
-    scale = 1.0 if calibrated else 1.0 / UNCALIBRATED_SATURATION
+    # The series' link share is already over the one ceiling (calibrated, default or observed).
+    ceiling = gpu_ceilings(analyzer, index).pinned
     verdict_share = {p: v["verdict_share"]["link"] for p, v in analyzer.phase_summary(index).items()}
     # Each tick stands for the interval before it, with its phase and reading; holes in the
     # recording count one interval, as in the attribution (series.tick_weights).
@@ -99,7 +97,7 @@ def link_shares(header: SessionHeader, analyzer: SessionAnalyzer, index: int) ->
     phases = np.asarray([p or "unlabelled" for p in ser.phase], dtype=object)
     ok = dt > 0
     known = ok & ~np.isnan(link)
-    busy = np.where(known, dt * np.minimum(1.0, np.nan_to_num(link) * scale), 0.0)
+    busy = np.where(known, dt * np.minimum(1.0, np.nan_to_num(link)), 0.0)
     acc: dict[str, list[float]] = {}  # phase -> [seconds, seconds with a reading, busy seconds]
     for phase in dict.fromkeys(phases[ok].tolist()):
         m = phases == phase
@@ -110,18 +108,16 @@ def link_shares(header: SessionHeader, analyzer: SessionAnalyzer, index: int) ->
             "duration_s": secs,
             "link_bound_share": verdict_share.get(phase),
             "link_busy_share": (busy_s / known_s) if known_s > 0 else None,
-            "basis": "calibrated ceiling"
-            if calibrated
-            else f"theoretical x {UNCALIBRATED_SATURATION:.2f} (uncalibrated)",
+            "basis": f"{ceiling.detail} ceiling",
         }
     return out
 
 
 # A phase this much transfer-bound on staged copies gets a note on the "infinitely fast link" row.
 STAGED_NOTE_SHARE = 0.3
-# What the PCIe counter reads on a saturated link, as a share of its theoretical rate (H200 Gen5 x16:
-# 59.4-60.2 of 63.0 GB/s calibrated): the rate a staged stream would have to fit under.
-COUNTER_AT_SATURATION = 0.94
+# What the PCIe counter of another link would read saturated: the same share of its theoretical rate
+# as the default ceiling (pcie_tui.ceiling): the rate a staged stream would have to fit under.
+COUNTER_AT_SATURATION = DEFAULT_PINNED_FRACTION
 
 
 def _staged_transfers(phases: dict[str, Any], findings: dict[str, Any]) -> dict[str, tuple[float, float, float]]:
@@ -208,9 +204,8 @@ def whatif_report(
         phases = link_shares(header, analyzer, index)
         total = sum(p["duration_s"] for p in phases.values())
         busy_basis = (
-            "link busy share per phase against the "
-            + ("calibrated ceiling" if info and info.link.measured_Bps else "theoretical x 0.90 ceiling")
-            + "; link time never hidden behind compute (upper bound both ways)"
+            f"link busy share per phase against the {gpu_ceilings(analyzer, index).pinned.detail} ceiling"
+            "; link time never hidden behind compute (upper bound both ways)"
         )
         rows = []
         by_phase = {f["phase"]: f for f in (findings or {}).get(index, [])}

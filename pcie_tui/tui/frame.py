@@ -58,7 +58,7 @@ class GpuView:
     util: Utilisation | None
     verdict: str  # link | memory | compute | none
     ceiling_Bps: float | None
-    ceiling_kind: str  # measured | theoretical
+    ceiling_kind: str  # where the ceiling came from: calibrated | default | observed | unknown (pcie_tui.ceiling)
     # Highest reading since the previous frame (ticks can outpace renders).
     peak_tx_Bps: float | None
     peak_rx_Bps: float | None

@@ -17,6 +17,10 @@ from pcie_tui.tui.widgets import BUS_WORDS, EVENT_DIRECTION_WORDS, HistoryLegend
 NARROW_BADGE_CHARS = 76
 
 
+# Where the one link ceiling came from (pcie_tui.ceiling), in a panel's few cells.
+CEILING_WORDS = {"calibrated": "calib.", "default": "default", "observed": "observed", "unknown": "unknown"}
+
+
 def badge(g: GpuView, phase: str | None, wide: bool = False) -> tuple[str, str]:
     """(text, css class) of the verdict badge."""
     u = g.util
@@ -43,6 +47,9 @@ def badge(g: GpuView, phase: str | None, wide: bool = False) -> tuple[str, str]:
         if not wide and len(text) > NARROW_BADGE_CHARS:
             # then the words in brackets (the rows below name TX and RX)
             parts[1] = f"{bus} {(direction or '').upper()}".strip() if direction != "both" else f"{bus} TX+RX"
+            text = f" {' · '.join(parts)} "
+        if not wide and len(text) > NARROW_BADGE_CHARS:
+            parts[-1] = phase or fmt.NA  # last: the phase without its word
             text = f" {' · '.join(parts)} "
         return text, "-link"
     if g.verdict == "memory":
@@ -71,7 +78,7 @@ def link_title(g: GpuView, room: int | None = None) -> str:
     down = ""
     if info and info.link.max_gen and gen and (gen < info.link.max_gen or (width or 0) < (info.link.max_width or 0)):
         down = " [b $warning]trained down[/]"
-    cap = f"{fmt.gbps(g.ceiling_Bps)}/dir {'measured' if g.ceiling_kind == 'measured' else 'theor.'}"
+    cap = f"{fmt.gbps(g.ceiling_Bps)}/dir {CEILING_WORDS.get(g.ceiling_kind, g.ceiling_kind)}"
     nvl = ""
     if info and info.nvlink_capacity_Bps:
         nvl = f" · NVLink x{info.nvlink_count or '?'} {fmt.gbps(info.nvlink_capacity_Bps)}/dir"
@@ -131,7 +138,9 @@ class GpuPanel(Vertical):
             self.set_class(c == cls, c)
         s = g.sample
         ceil = g.ceiling_Bps
-        kind = "meas." if g.ceiling_kind == "measured" else "theor."
+        kind = {"calibrated": "calib.", "default": "default", "observed": "observed"}.get(
+            g.ceiling_kind, g.ceiling_kind
+        )
         for row, show, value, hist in (
             (self.tx, _show("pcie_tx_Bps"), s.pcie_tx_Bps if s else None, g.hist_tx),
             (self.rx, _show("pcie_rx_Bps"), s.pcie_rx_Bps if s else None, g.hist_rx),

@@ -1,9 +1,9 @@
 """The headline: one line in plain words saying what holds the session back now.
 
 :func:`headline_text` is the only text source of the headline bar: the view model
-calls it once per frame (off the UI thread) and the bar shows the string as is.
-Today it reads the per-GPU verdicts the analyzer already keeps; a richer analysis
-can replace the body without touching the widget or the frame.
+calls it once per frame (off the UI thread) and the bar shows the string as is. It is
+the one analysis' headline (:mod:`pcie_tui.analyze.analysis`), the same text ``report``
+prints.
 No Textual here.
 """
 
@@ -11,9 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from pcie_tui.analyze.answer import CALIBRATE_HINT, evidence_text, live_headline, over_default_ceiling, predicted_range
-from pcie_tui.analyze.attribution import BOUND_SHORT
-from pcie_tui.analyze.verdict import Utilisation, pcie_ceiling_Bps
+from pcie_tui.analyze.verdict import Utilisation, tick_ceiling
 from pcie_tui.tui import fmt
 
 if TYPE_CHECKING:
@@ -23,7 +21,7 @@ if TYPE_CHECKING:
 RANK = {"link": 3, "memory": 2, "compute": 1, "none": 0}
 BUS = {"pcie": "PCIe", "nvlink": "NVLink"}
 DIRECTION = {"rx": "RX", "tx": "TX"}
-VERDICT_WORDS = {"link": "link-bound", "memory": "memory-bound", "compute": "compute-bound"}
+VERDICT_WORDS = {"link": "link-saturated", "memory": "memory-bound", "compute": "compute-bound"}
 
 
 def _load(verdict: str, u: Utilisation) -> float:
@@ -38,28 +36,18 @@ def _load(verdict: str, u: Utilisation) -> float:
 
 
 def headline_text(state: ViewModel) -> str | None:
-    """What holds the session back (:func:`pcie_tui.analyze.answer.live_headline`): the current phase's
-    bound with its numbers, then the fix in the engine's words; None before any reading."""
-    h = live_headline(state.attribution, state.phase)
-    if h is None or h.get("finding") is None or h["phase"] == "unlabelled":
-        # No phase to tie a bound to (GPU-only watch): the saturation state now says more.
+    """What holds the session back: the one analysis' headline (:meth:`ViewModel.answer`), word for
+    word what ``report`` prints once the source has ended; None before any reading.
+
+    While a session runs with no phase of work to tie a bound to yet (a GPU-only watch, the seconds
+    before the first request), the saturation state now says more than "nothing in flight".
+    """
+    h = state.answer().headline
+    if state.analysis.ended and state.header.gpus:
+        return h.text
+    if h.finding is None or h.phase == "unlabelled":
         return saturation_text(state) or engine_only_text(state)
-    f = h["finding"]
-    first = (
-        f"{h['phase']} · {BOUND_SHORT[h['bound']]} {h['share'] * 100:.0f}% of the time: {evidence_text(f, short=True)}"
-    )
-    if len(state.attribution.findings()) > 1 or (f["gpu"] not in (0, None)):
-        first = f"GPU{f['gpu']} " + first
-    if h.get("fix"):
-        pred = h.get("predicted")
-        fix = h["fix"].split(": ", 1)[0].split("; ", 1)[0]  # the change itself; its reasons are in the report
-        tail = f" ({h['phase']} so far {pred['phase_s']:.1f} s -> {predicted_range(pred)})" if pred else ""
-        return f"{first}\nfix: {fix}{tail}"
-    if h.get("cause"):
-        return f"{first}\ncause: {h['cause']}"
-    if h["bound"] == "link" and over_default_ceiling(f):
-        return f"{first}\nabove the default ceiling: {CALIBRATE_HINT}"
-    return first
+    return h.text
 
 
 def engine_only_text(state: ViewModel) -> str | None:
@@ -111,10 +99,12 @@ def saturation_text(state: ViewModel) -> str | None:
 
 
 def _link(state: ViewModel, idx: int, u: Utilisation) -> str:
-    """``PCIe RX 45.3 GB/s of 60.0 GB/s measured``: the busiest direction against its ceiling."""
+    """``PCIe RX 45.3 GB/s = 75 % of 60.2 GB/s (calibrated)``: the busiest direction against the one ceiling."""
     parts = [BUS.get(u.link_bus or "", "link"), DIRECTION.get(u.link_dir or "", ""), fmt.rate(u.link_Bps)]
-    parts += ["of", fmt.gbps(u.link_ceiling_Bps)]
+    parts += ["=", fmt.pct(u.link), "of", fmt.gbps(u.link_ceiling_Bps)]
     if u.link_bus == "pcie":
         h = state.hist.get(idx)
-        parts.append(pcie_ceiling_Bps(state.header.gpu(idx), h.sample if h is not None else None)[1])
+        tr = state.analyzer.trackers.get(idx)
+        c = tick_ceiling(state.header.gpu(idx), h.sample if h is not None else None, tr.observed if tr else {})
+        parts.append(f"({c.source})")
     return " ".join(p for p in parts if p)

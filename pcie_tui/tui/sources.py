@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pcie_tui import metrics
-from pcie_tui.analyze.verdict import pcie_ceiling_Bps
+from pcie_tui.ceiling import pinned_ceiling
 from pcie_tui.engines import registry
 from pcie_tui.model import GpuInfo, SessionHeader
 from pcie_tui.tui import fmt
@@ -51,15 +51,19 @@ def figure_sources(header: SessionHeader, info: GpuInfo) -> list[FigureSource]:
                 ),
             )
         )
-    ceiling, kind = pcie_ceiling_Bps(info)
-    if kind == "measured":
+    c = pinned_ceiling(info)
+    ceiling = c.Bps
+    if c.source == "calibrated":
         ceil_src = (
             "measured by `pcie-tui calibrate`: the GPU's own PCIe counter read during timed pinned copies, "
             "the larger direction (the timed payload only where no counter answered), so it includes the "
             "protocol overhead the readings carry, ~5-9 % above the payload rate"
         )
     else:
-        ceil_src = f"theoretical: {fmt.link(info.link.gen, info.link.width)} x per-lane rate after line coding"
+        ceil_src = (
+            f"{c.detail} (theoretical: {fmt.link(info.link.gen, info.link.width)} x per-lane rate after line "
+            "coding); a reading above it makes the highest reading the ceiling (observed)"
+        )
     share = FigureSource("% of link", f"reading / ceiling {fmt.gbps(ceiling)}; ceiling {ceil_src}", "%", "per tick")
     placed.append((LINK_SHARE_PAGE, share))
     rows = [r for _, r in sorted(placed, key=lambda x: x[0])]  # stable: table order within a position

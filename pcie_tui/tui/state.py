@@ -14,10 +14,11 @@ from collections import deque
 from collections.abc import Sequence
 from typing import Any
 
-from pcie_tui.analyze.attribution import LiveAttribution
-from pcie_tui.analyze.session import SessionAnalyzer, sample_phase
-from pcie_tui.analyze.verdict import DEFAULT_THRESHOLDS, Thresholds, pcie_ceiling_Bps
-from pcie_tui.engines import engine_info, facts_for, registry
+from pcie_tui.analyze.analysis import Analysis
+from pcie_tui.analyze.engine import EngineStats
+from pcie_tui.analyze.result import Answer
+from pcie_tui.analyze.verdict import DEFAULT_THRESHOLDS, Thresholds, tick_ceiling
+from pcie_tui.engines import registry
 from pcie_tui.model import GpuSample, Sample, SessionHeader
 from pcie_tui.tui.frame import EventView, Frame, GpuView, ReplayView
 from pcie_tui.tui.headline import headline_text
@@ -28,15 +29,9 @@ HISTORY_TICKS = 300
 MAX_EVENTS_SHOWN = 200
 # A tick whose GPM window came back empty shows the previous DRAM reading for this long, then n/a.
 DRAM_HOLD_S = 0.5
-
-
-def _engine_stats_class() -> Any:
-    """The engine statistics class, if that module is installed in this build."""
-    try:
-        from pcie_tui.analyze.engine import EngineStats
-    except ImportError:
-        return None
-    return EngineStats
+# The headline's answer is worked out over every tick so far (medians, as report does) once per this
+# much of the session's own time (and at once after a seek, a phase change or when the source ended).
+ANSWER_REFRESH_S = 1.0
 
 
 class _GpuHistory:
@@ -93,20 +88,20 @@ class ViewModel:
         events: Sequence[dict[str, Any]] = (),
     ) -> None:
         self.header = header
-        # The engine's facts: the header's, completed by the recording's engine_ready events
-        # (a replay knows them all; live ones arrive through note_events).
-        self.engine_info = engine_info(header.engine, events)
+        # The recording's events (engine_ready completes the header's facts; a replay knows them all)
+        # and the live ones noted since (note_events): a rebuild after a seek starts from all of them.
+        self.events: list[dict[str, Any]] = [e for e in events if isinstance(e, dict)]
         self.thresholds = thresholds or DEFAULT_THRESHOLDS
         self.history_ticks = history_ticks
-        self._stats_cls = _engine_stats_class()
         self.seq = 0
-        self.engine_session = header.engine is not None
         self.generation = 0  # the replay generation this state belongs to
         self.reset()
 
     def reset(self) -> None:
-        self.analyzer = SessionAnalyzer(self.header, self.thresholds, keep_series=False)
-        self.attribution = LiveAttribution(self.header, facts_for(self.engine_info), self.thresholds)
+        # The one analysis (the same as report's and the exporter's); its answer is "so far".
+        self.analysis = Analysis(self.header, self.events, self.thresholds)
+        self.analyzer = self.analysis.session
+        self._answer: tuple[float, Any, Answer] | None = None
         self.hist: dict[int, _GpuHistory] = {}
         self.engine_running: deque[float | None] = deque(maxlen=self.history_ticks)
         self.engine_phase: deque[str | None] = deque(maxlen=self.history_ticks)
@@ -116,59 +111,32 @@ class ViewModel:
         self.phase: str | None = None
         self.engine_stats = self._new_engine_stats()
 
-    def _new_engine_stats(self) -> Any:
-        return self._stats_cls(window_s=10.0) if self._stats_cls is not None else None
+    @property
+    def engine_info(self) -> dict[str, Any] | None:
+        return self.analysis.engine_info
+
+    def _new_engine_stats(self) -> EngineStats:
+        return EngineStats(window_s=10.0)
 
     def feed(self, s: Sample, *, history: bool = True) -> None:
         """One tick: verdicts and events, attribution, history, engine statistics."""
         self._analyse(s)
         self.n += 1
         self.last = s
-        if s.engine is not None:
-            self.engine_session = True
-        self.phase = self.phase_of(s)
         if self.engine_stats is not None and s.engine is not None:
             self.engine_stats.feed(s)
         if history:
             self._remember(s)
 
     def _analyse(self, s: Sample) -> None:
-        """Saturation verdicts, then what bound each GPU this tick (the headline's source)."""
-        self.analyzer.feed(s)
-        phase = self.phase_of(s)
-        trackers = self.analyzer.trackers
-        for g in s.gpus:
-            tr = trackers.get(g.index)
-            if tr is not None and tr.last_util is not None:
-                self.attribution.feed(s.t, g.index, tr.verdict, tr.last_util, phase, g.mem_used_bytes)
+        """Verdicts, events and the per-tick series of the one analysis."""
+        self.analysis.feed(s)
+        self.phase = self.analysis.phase
 
     def _analyse_many(self, samples: Sequence[Sample], a: int, b: int) -> None:
-        """``_analyse`` of ``samples[a:b]``, the analyzer fed in chunks (a seek over an hour of ticks)."""
-        told: dict[tuple[int, int], tuple[str, Any]] = {}
-
-        def hear(i: int, gi: int, verdict: str, util: Any) -> None:
-            told[a + i, gi] = (verdict, util)
-
-        self.analyzer.feed_all(samples[a:b], each=hear)
-        attribute = self.attribution.feed
-        for i in range(a, b):  # in the order feed() tells it: tick by tick, GPUs as the tick lists them
-            s = samples[i]
-            phase = self.phase_of(s)
-            for g in s.gpus:
-                got = told.get((i, g.index))
-                if got is not None and got[1] is not None:
-                    attribute(s.t, g.index, got[0], got[1], phase, g.mem_used_bytes)
-
-    def phase_of(self, s: Sample) -> str | None:
-        """sample_phase (the engine's phase wins), applied to the whole session.
-
-        In a session with an engine, a tick the engine gave no phase for has no
-        phase: the recording's own label is not mixed in (its words differ, e.g.
-        ``load`` vs the engine's ``loading``). Without an engine, the label.
-        """
-        if self.engine_session and (s.engine is None or not s.engine.phase):
-            return None
-        return sample_phase(s)
+        """``_analyse`` of ``samples[a:b]``, the analysis fed in chunks (a seek over an hour of ticks)."""
+        self.analysis.feed_all(samples[a:b])
+        self.phase = self.analysis.phase
 
     def _remember(self, s: Sample) -> None:
         e = s.engine
@@ -278,8 +246,22 @@ class ViewModel:
 
     # ---- frames -----------------------------------------------------------
 
+    def answer(self) -> Answer:
+        """The one analysis' answer so far, worked out again once :data:`ANSWER_REFRESH_S` of the
+        session's own time has passed (at once after a seek, a phase change or new engine facts, and
+        once the source ended): live that is once a second, whatever the frame rate."""
+        key = (self.analysis.ended, self.phase, id(self.analysis.facts), self.generation)
+        t = self.analysis.session.t_last or 0.0
+        hit = self._answer
+        if hit is None or hit[1] != key or not 0.0 <= t - hit[0] < ANSWER_REFRESH_S:
+            hit = self._answer = (t, key, self.analysis.answer())
+        return hit[2]
+
     def frame(self, replay: ReplayView | None = None, ended: bool = False) -> Frame:
-        """Snapshot for the UI; resets the between-frames peaks."""
+        """Snapshot for the UI; resets the between-frames peaks. A source that ended (live, or a
+        replay at its last tick) gives the final answer: exactly what ``report`` says."""
+        if ended or (replay is not None and replay.total and self.n >= replay.total):
+            self.analysis.finish()
         self.seq += 1
         an = self.analyzer
         t0 = an.t0
@@ -308,7 +290,7 @@ class ViewModel:
             events_total=len(an.events),
             engine=engine,
             engine_stats=stats,
-            engine_stats_available=self._stats_cls is not None,
+            engine_stats_available=True,
             replay=replay,
             ended=ended,
             engine_hist_start=self.n - len(self.engine_running),
@@ -322,13 +304,12 @@ class ViewModel:
 
     def note_events(self, events: Sequence[dict[str, Any]]) -> None:
         """Live events of the source: an engine that became ready brings its complete facts."""
-        if any(isinstance(e, dict) and e.get("event") == "engine_ready" for e in events):
-            self.engine_info = engine_info(self.engine_info, events)
-            self.attribution.set_facts(facts_for(self.engine_info))
+        if self.analysis.note_events(events):
+            self.events += [e for e in events if isinstance(e, dict)]
 
     def _placement(self) -> str | None:
         """The engine's facts in one line: what it keeps in host memory, and in what kind of memory."""
-        fx = self.attribution.facts
+        fx = self.analysis.facts
         if fx is None or not fx.host_weights:
             return None
         return f"{fx.host_weights}" + (f" · {fx.host_memory_why}" if fx.host_memory_why else "")
@@ -337,7 +318,8 @@ class ViewModel:
         info = self.header.gpu(idx)
         h = self.hist.get(idx) or _GpuHistory(1)
         tracker = self.analyzer.trackers.get(idx)
-        ceiling, kind = pcie_ceiling_Bps(info, h.sample)
+        c = tick_ceiling(info, h.sample, tracker.observed if tracker is not None else {})
+        ceiling, kind = c.Bps, c.source
         # Same rule as the verdict: a GPU with GPM never switches to the duty-cycle proxy.
         basis: str | None = None
         mem_util: float | None = None
