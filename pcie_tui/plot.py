@@ -245,28 +245,16 @@ def render_plot(rec: Recording, an: SessionAnalyzer, path: Path, fmt: str) -> No
     matplotlib.use("Agg")  # no display; the Figure below is not registered with pyplot either
     from matplotlib.figure import Figure
     from matplotlib.layout_engine import ConstrainedLayoutEngine
-    from matplotlib.patches import Patch
 
     rows = rec.rows if rec.rows is not None else [s.to_json() for s in rec.samples]
     t0 = an.t0 if an.t0 is not None else float(rows[0]["t"])
     t_end = an.t_last if an.t_last is not None else float(rows[-1]["t"])
     marks, marks_label = first_token_marks(rows)
-    # The phases the one analysis saw (the engine's in an engine session, else the labels).
-    phase_names = list(dict.fromkeys(p for i in an.series for p in an.series[i].phase if p is not None))
-    if not an.series:  # no GPU readings (the engine alone): the ticks' own phases
-        phase_names = list(dict.fromkeys(p for d in rows if (p := tick_phase(d)) is not None))
-    phase_names = [p for p in PHASES if p in phase_names] + [p for p in phase_names if p not in PHASES]
-    extra = iter(_EXTRA_PHASE_COLOURS * 4)
-    colours = {p: PHASE_COLOURS.get(p) or next(extra, "#dddddd") for p in phase_names}
-
+    colours = _phase_colours(an, rows)
+    phase_names = list(colours)
     gpus = sorted(an.series)
     tracks = {i: gpu_tracks(rows, i, rec.header.gpu(i)) for i in gpus}
-    has_nv = {g: bool(np.any(~np.isnan(tracks[g]["nv_rx"])) or np.any(~np.isnan(tracks[g]["nv_tx"]))) for g in gpus}
-    kinds: list[tuple[int | None, str]] = []
-    for g in gpus:
-        kinds += [(g, "pcie")] + ([(g, "nvlink")] if has_nv[g] else []) + [(g, "use"), (g, "strip")]
-    if not gpus:
-        kinds = [(None, "engine")]
+    kinds = _axis_kinds(gpus, tracks)
     heights = {"pcie": 2.6, "nvlink": 1.8, "use": 1.8, "strip": 0.3, "engine": 2.2}
     ratios = [heights[k] for _, k in kinds]
 
@@ -292,35 +280,13 @@ def render_plot(rec: Recording, an: SessionAnalyzer, path: Path, fmt: str) -> No
             _bands(ax, runs, t0, colours)
             ax.grid(axis="y", color="#cccccc", lw=0.5)
             if kind in ("pcie", "nvlink") and i is not None:
-                info = rec.header.gpu(i)
-                tr, x = tracks[i], tracks[i]["t"] - t0
-                if kind == "pcie":
-                    value, text = ceiling_label(info, an.trackers[i].observed_Bps if i in an.trackers else None)
-                    ceiling = {"value": value, "text": text, "per_tick": tr["ceiling"], "unit": "PCIe (GB/s)"}
-                    pairs = [("PCIe RX (into GPU)", tr["rx"], "#1f77b4"), ("PCIe TX (out of GPU)", tr["tx"], "#ff7f0e")]
-                    ax.set_title(_gpu_title(i, info), loc="left", fontsize=10, fontweight="bold")
-                else:
-                    nc = info.nvlink_capacity_Bps if info is not None else None
-                    text = f"NVLink ceiling {nc / 1e9:.1f} GB/s per direction (theoretical)" if nc else "NVLink ceiling unknown"  # fmt: skip
-                    ceiling = {"value": nc, "text": text, "unit": "NVLink (GB/s)"}
-                    pairs = [("NVLink RX", tr["nv_rx"], "#17becf"), ("NVLink TX", tr["nv_tx"], "#bcbd22")]
-                top = _rate_axis(ax, x, pairs, ceiling)
-                if kind == "pcie":
-                    _pageable_line(ax, info)
+                observed = an.trackers[i].observed_Bps if i in an.trackers else None
+                top = _link_axis(ax, kind, i, rec.header.gpu(i), tracks[i], t0, observed)
                 if kind == "pcie" and marks:
                     _marks(ax, marks, t0, top, t_end - t0)
                     ax.plot([], [], ls="none", marker="v", color="#333333", label=marks_label)
             elif kind == "use" and ser is not None:
-                x = np.asarray(ser.t) - t0
-                dram = (
-                    "DRAM busy (proxy)\nNVML duty cycle, not bandwidth"
-                    if ser.memory_proxy
-                    else "DRAM bandwidth (GPM, of peak)"
-                )
-                _line(ax, x, _floats(ser.memory) * 100, label=dram, color="#2ca02c")
-                _line(ax, x, _floats(ser.compute) * 100, label="SM busy (of all SMs)", color="#8e44ad")
-                ax.set_ylim(0, 105)
-                ax.set_ylabel("use (%)")
+                _use_axis(ax, ser, t0)
             elif kind == "engine" and marks:
                 _marks(ax, marks, t0, ax.get_ylim()[1], t_end - t0)
                 ax.plot([], [], ls="none", marker="v", color="#333333", label=marks_label)
@@ -329,17 +295,79 @@ def render_plot(rec: Recording, an: SessionAnalyzer, path: Path, fmt: str) -> No
         axes[-1].set_xlim(0, max(t_end - t0, 1e-3))
         axes[-1].set_xlabel("time since session start (s)")
         fig.text(0.5, 1 - 0.08 / fig_h, _title(rec, an, t_end - t0), ha="center", va="top", fontsize=11)
-        if phase_names:
-            handles = [Patch(color=colours[p], alpha=0.6, label=p) for p in phase_names]
-            fig.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, 1 - 0.38 / fig_h), fontsize=8,
-                       ncol=min(len(handles), 9), title="phase (engine phase, else the recording's label)",
-                       title_fontsize=8, frameon=False, borderaxespad=0)  # fmt: skip
-        if strip_labels:
-            handles = [Patch(color=strip_colour(v), label=v) for v in strip_labels]
-            fig.legend(handles=handles, loc="lower center", bbox_to_anchor=(0.5, 0.04 / fig_h), ncol=len(handles) + 1,
-                       fontsize=8, frameon=False, borderaxespad=0, title=None)  # fmt: skip
-            fig.text(0.5, (bottom_in - 0.02) / fig_h, "strip: what bound each tick (link-saturated, transfer-bound, host-bound, memory, compute, idle)", ha="center", va="top", fontsize=8)  # fmt: skip
+        _figure_legends(fig, colours, strip_labels, fig_h, bottom_in)
         _save(fig, path, fmt)
+
+
+def _phase_colours(an: SessionAnalyzer, rows: Sequence[dict[str, Any]]) -> dict[str, str]:
+    """The band colour of each phase the one analysis saw (the engine's in an engine session, else
+    the labels; with no GPU readings, the ticks' own): known phases first in their order, then the
+    others as they first appear."""
+    phase_names = list(dict.fromkeys(p for i in an.series for p in an.series[i].phase if p is not None))
+    if not an.series:
+        phase_names = list(dict.fromkeys(p for d in rows if (p := tick_phase(d)) is not None))
+    phase_names = [p for p in PHASES if p in phase_names] + [p for p in phase_names if p not in PHASES]
+    extra = iter(_EXTRA_PHASE_COLOURS * 4)
+    return {p: PHASE_COLOURS.get(p) or next(extra, "#dddddd") for p in phase_names}
+
+
+def _axis_kinds(gpus: list[int], tracks: dict[int, dict[str, np.ndarray]]) -> list[tuple[int | None, str]]:
+    """The axes top to bottom: per GPU its PCIe rates, NVLink rates where it has any, use and the
+    bound strip; without GPUs, the engine's requests."""
+    kinds: list[tuple[int | None, str]] = []
+    for g in gpus:
+        has_nv = bool(np.any(~np.isnan(tracks[g]["nv_rx"])) or np.any(~np.isnan(tracks[g]["nv_tx"])))
+        kinds += [(g, "pcie")] + ([(g, "nvlink")] if has_nv else []) + [(g, "use"), (g, "strip")]
+    return kinds or [(None, "engine")]
+
+
+def _link_axis(
+    ax: Any, kind: str, i: int, info: GpuInfo | None, tr: dict[str, np.ndarray], t0: float, observed: float | None
+) -> float:
+    """GPU ``i``'s PCIe (with its title and the pageable-copy ceiling) or NVLink rates against their
+    ceiling; returns the top of the axis (GB/s)."""
+    x = tr["t"] - t0
+    if kind == "pcie":
+        value, text = ceiling_label(info, observed)
+        ceiling = {"value": value, "text": text, "per_tick": tr["ceiling"], "unit": "PCIe (GB/s)"}
+        pairs = [("PCIe RX (into GPU)", tr["rx"], "#1f77b4"), ("PCIe TX (out of GPU)", tr["tx"], "#ff7f0e")]
+        ax.set_title(_gpu_title(i, info), loc="left", fontsize=10, fontweight="bold")
+    else:
+        nc = info.nvlink_capacity_Bps if info is not None else None
+        text = f"NVLink ceiling {nc / 1e9:.1f} GB/s per direction (theoretical)" if nc else "NVLink ceiling unknown"  # fmt: skip
+        ceiling = {"value": nc, "text": text, "unit": "NVLink (GB/s)"}
+        pairs = [("NVLink RX", tr["nv_rx"], "#17becf"), ("NVLink TX", tr["nv_tx"], "#bcbd22")]
+    top = _rate_axis(ax, x, pairs, ceiling)
+    if kind == "pcie":
+        _pageable_line(ax, info)
+    return top
+
+
+def _use_axis(ax: Any, ser: Any, t0: float) -> None:
+    """A GPU's DRAM (bandwidth, or NVML's duty cycle as a proxy) and SM use in percent."""
+    x = np.asarray(ser.t) - t0
+    dram = "DRAM busy (proxy)\nNVML duty cycle, not bandwidth" if ser.memory_proxy else "DRAM bandwidth (GPM, of peak)"
+    _line(ax, x, _floats(ser.memory) * 100, label=dram, color="#2ca02c")
+    _line(ax, x, _floats(ser.compute) * 100, label="SM busy (of all SMs)", color="#8e44ad")
+    ax.set_ylim(0, 105)
+    ax.set_ylabel("use (%)")
+
+
+def _figure_legends(fig: Any, colours: dict[str, str], strip_labels: list[str], fig_h: float, bottom_in: float) -> None:
+    """The phase legend above the axes and the strip's legend, with its caption, below them."""
+    from matplotlib.patches import Patch
+
+    phase_names = list(colours)
+    if phase_names:
+        handles = [Patch(color=colours[p], alpha=0.6, label=p) for p in phase_names]
+        fig.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, 1 - 0.38 / fig_h), fontsize=8,
+                   ncol=min(len(handles), 9), title="phase (engine phase, else the recording's label)",
+                   title_fontsize=8, frameon=False, borderaxespad=0)  # fmt: skip
+    if strip_labels:
+        handles = [Patch(color=strip_colour(v), label=v) for v in strip_labels]
+        fig.legend(handles=handles, loc="lower center", bbox_to_anchor=(0.5, 0.04 / fig_h), ncol=len(handles) + 1,
+                   fontsize=8, frameon=False, borderaxespad=0, title=None)  # fmt: skip
+        fig.text(0.5, (bottom_in - 0.02) / fig_h, "strip: what bound each tick (link-saturated, transfer-bound, host-bound, memory, compute, idle)", ha="center", va="top", fontsize=8)  # fmt: skip
 
 
 def _strip(ax: Any, t: list[float], labels: list[str], cols: list[str], t0: float) -> None:

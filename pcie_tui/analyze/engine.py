@@ -307,57 +307,25 @@ def engine_report(samples: Iterable[Sample], analyzer: Any = None) -> dict[str, 
         return None
     engines = [e for _, e in ticks]
     up = [e for e in engines if e.up]
-    span = _up_span_s(ticks, getattr(analyzer, "gaps", ()))
-
-    skip = {float(a) for a, _ in getattr(analyzer, "gaps", ())}
-
-    def rate(attr: str) -> float | None:
-        # Increases across a gap are left out of the rate as the gap's time is (both
-        # stay in the token totals): tokens over watched time.
-        inc: float | None = None
-        for (t0, a), (_, b) in zip(ticks, ticks[1:], strict=False):
-            va, vb = getattr(a, attr), getattr(b, attr)
-            if a.up and b.up and va is not None and vb is not None:
-                inc = (inc or 0.0) + (0.0 if t0 in skip else (counter_increase(va, vb) or 0.0))
-        return inc / span if inc is not None and span > 0 else None
-
+    gaps = getattr(analyzer, "gaps", ())
+    span = _up_span_s(ticks, gaps)
+    skip = {float(a) for a, _ in gaps}
     per_request = unique_requests(engines)
     eng = registry.get(engines[0].kind)
     per_req_eng = eng if eng is not None and eng.per_request_timing else None
-
-    e2e = hist_window(up, "e2e_s")
-    finished = counter_total(
-        e.extra.get("requests_finished_total")
-        if isinstance(e.extra.get("requests_finished_total"), int | float)
-        else None
-        for e in up
-    )
-    requests: float | None = e2e["count"] if e2e is not None else finished
-    if requests is None and per_request:
-        requests = len(per_request)
-
-    phases: dict[str, dict[str, Any]] = {}
-    for i, (t, e) in enumerate(ticks):
-        ph = phases.setdefault(e.phase or "unknown", {"ticks": 0, "time_s": 0.0})
-        ph["ticks"] += 1
-        if i + 1 < len(ticks):
-            ph["time_s"] += ticks[i + 1][0] - t
-    total_t = sum(p["time_s"] for p in phases.values())
-    for ph in phases.values():
-        ph["share"] = ph["time_s"] / total_t if total_t > 0 else None
     out: dict[str, Any] = {
         "kind": engines[0].kind,
-        "requests": requests,
+        "requests": _finished_requests(up, per_request),
         "up_s": span,
-        "prompt_tokens_per_s": rate("prompt_tokens_total"),
-        "generation_tokens_per_s": rate("generation_tokens_total"),
+        "prompt_tokens_per_s": _session_rate(ticks, "prompt_tokens_total", span, skip),
+        "generation_tokens_per_s": _session_rate(ticks, "generation_tokens_total", span, skip),
         "prompt_tokens": counter_total(e.prompt_tokens_total for e in up),
         "generation_tokens": counter_total(e.generation_tokens_total for e in up),
         **{name: hist_quantiles(hist_window(up, name)) for name in LATENCIES},
         "quantile_method": QUANTILE_METHOD,
         "basis": "engine histograms, quantiles interpolated within buckets (estimates bounded by bucket edges)",
         "per_request": per_request_summary(per_request),
-        "phases": phases,
+        "phases": _phase_times(ticks),
     }
     if per_req_eng is not None:
         # No histograms: exact quantiles over the requests the engine timed; queue time unknown.
@@ -371,6 +339,52 @@ def engine_report(samples: Iterable[Sample], analyzer: Any = None) -> dict[str, 
         out["quantile_method"] = _method(per_req_eng) if per_request else None
         out["basis"] = per_req_eng.timing_basis(len(per_request)) or out["basis"]
     return out
+
+
+def _session_rate(
+    ticks: Sequence[tuple[float, EngineSample]], attr: str, span: float, skip: set[float]
+) -> float | None:
+    """A token counter's increase over the session divided by the seconds the engine was up (``span``).
+
+    Increases across a gap (ticks at a time in ``skip``) are left out of the rate as the gap's time
+    is (both stay in the token totals): tokens over watched time.
+    """
+    inc: float | None = None
+    for (t0, a), (_, b) in zip(ticks, ticks[1:], strict=False):
+        va, vb = getattr(a, attr), getattr(b, attr)
+        if a.up and b.up and va is not None and vb is not None:
+            inc = (inc or 0.0) + (0.0 if t0 in skip else (counter_increase(va, vb) or 0.0))
+    return inc / span if inc is not None and span > 0 else None
+
+
+def _finished_requests(up: Sequence[EngineSample], per_request: Sequence[Any]) -> float | None:
+    """Finished requests: the e2e-latency histogram's count increase, else the engine's
+    finished-request counter, else the per-request timings."""
+    e2e = hist_window(up, "e2e_s")
+    finished = counter_total(
+        e.extra.get("requests_finished_total")
+        if isinstance(e.extra.get("requests_finished_total"), int | float)
+        else None
+        for e in up
+    )
+    requests: float | None = e2e["count"] if e2e is not None else finished
+    if requests is None and per_request:
+        requests = len(per_request)
+    return requests
+
+
+def _phase_times(ticks: Sequence[tuple[float, EngineSample]]) -> dict[str, dict[str, Any]]:
+    """Ticks, time and share of time per engine phase (what held each phase back is the attribution's)."""
+    phases: dict[str, dict[str, Any]] = {}
+    for i, (t, e) in enumerate(ticks):
+        ph = phases.setdefault(e.phase or "unknown", {"ticks": 0, "time_s": 0.0})
+        ph["ticks"] += 1
+        if i + 1 < len(ticks):
+            ph["time_s"] += ticks[i + 1][0] - t
+    total_t = sum(p["time_s"] for p in phases.values())
+    for ph in phases.values():
+        ph["share"] = ph["time_s"] / total_t if total_t > 0 else None
+    return phases
 
 
 def _method(eng: Engine | None) -> str:

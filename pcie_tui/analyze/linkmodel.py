@@ -27,7 +27,7 @@ from typing import Any
 from pcie_tui.engines import registry
 from pcie_tui.engines.base import default_parallelism
 from pcie_tui.errors import UserError
-from pcie_tui.model import Sample, SessionHeader
+from pcie_tui.model import EngineSample, Sample, SessionHeader
 
 DTYPE_BYTES = {"float32": 4, "float": 4, "fp32": 4, "bfloat16": 2, "bf16": 2, "float16": 2, "fp16": 2, "half": 2}
 # Default per all-reduce latency on PCIe (~20-40 us: launch + sync + hops; docs/whatif.md).
@@ -186,54 +186,13 @@ def measured_bytes_per_token(header: SessionHeader, samples: Iterable[Sample]) -
             engine_seen = True
             if s.engine.prompt_tokens_total is not None or s.engine.generation_tokens_total is not None:
                 counters_seen = True
-            for i, r in enumerate(s.engine.extra.get("requests") or ()):
-                if not isinstance(r, dict):
-                    continue
-                pn, gn = r.get("prompt_n", r.get("prompt_tokens")), r.get("predicted_n", r.get("generation_tokens"))
-                if isinstance(pn, (int, float)) or isinstance(gn, (int, float)):
-                    key = r.get("seq") if r.get("seq") is not None else (s.t, i)
-                    requests[key] = (float(pn or 0), float(gn or 0))
+            _note_request_tokens(s.t, s.engine, requests)
         if prev is not None:
-            dt = s.t - prev.t
-            phase = _phase(s)
-            if phase and dt > 0:
-                a = acc.setdefault(
-                    phase, {"seconds": 0.0, "ticks": 0, "bytes": {}, "prompt_tokens": 0.0, "gen_tokens": 0.0}
-                )
-                a["seconds"] += dt
-                a["ticks"] += 1
-                for g in s.gpus:
-                    b = _dir_max(g.pcie_tx_Bps, g.pcie_rx_Bps) + _dir_max(g.nvlink_tx_Bps, g.nvlink_rx_Bps)
-                    a["bytes"][g.index] = a["bytes"].get(g.index, 0.0) + b * dt
-                if s.engine is not None and prev.engine is not None:
-                    a["prompt_tokens"] += _delta(prev.engine.prompt_tokens_total, s.engine.prompt_tokens_total)
-                    a["gen_tokens"] += _delta(prev.engine.generation_tokens_total, s.engine.generation_tokens_total)
+            _add_tick(acc, prev, s)
         prev = s
-    per_request = bool(requests)
     out: dict[str, Any] = {}
     for phase, a in acc.items():
-        tokens: float | None
-        reason: str | None = None
-        basis: str | None = None
-        if phase not in ("prefill", "decode"):
-            tokens, reason = None, f"tokens are counted for prefill and decode only, not {phase!r} ticks"
-        elif not engine_seen:
-            tokens, reason = None, "no engine attached to the recording"
-        elif per_request:
-            k = 0 if phase == "prefill" else 1
-            tokens = sum(v[k] for v in requests.values())
-            basis = f"token counts of {count(len(requests), 'finished request')}"
-            if not tokens:
-                reason = f"the {count(len(requests), 'finished request')} counted no " + (
-                    "prompt tokens" if phase == "prefill" else "generated tokens"
-                )
-        elif not counters_seen:
-            tokens, reason = None, "the engine reported no token counters"
-        else:
-            tokens = a["prompt_tokens"] if phase == "prefill" else a["gen_tokens"]
-            basis = "engine counters, tick by tick"
-            if not tokens:
-                reason = f"the engine's counters did not move during {phase} ticks"
+        tokens, basis, reason = _phase_tokens(phase, a, engine_seen, counters_seen, requests)
         per_gpu = {}
         for idx, b in sorted(a["bytes"].items()):
             per_gpu[idx] = {
@@ -250,6 +209,70 @@ def measured_bytes_per_token(header: SessionHeader, samples: Iterable[Sample]) -
             "gpus": per_gpu,
         }
     return out
+
+
+def _note_request_tokens(t: float, engine: EngineSample, requests: dict[Any, tuple[float, float]]) -> None:
+    """Record the prompt and generated token counts of the finished requests a tick at ``t`` carries
+    (``engine.extra["requests"]``), each under its key (``seq``, else the tick's time and position)."""
+    for i, r in enumerate(engine.extra.get("requests") or ()):
+        if not isinstance(r, dict):
+            continue
+        pn, gn = r.get("prompt_n", r.get("prompt_tokens")), r.get("predicted_n", r.get("generation_tokens"))
+        if isinstance(pn, (int, float)) or isinstance(gn, (int, float)):
+            key = r.get("seq") if r.get("seq") is not None else (t, i)
+            requests[key] = (float(pn or 0), float(gn or 0))
+
+
+def _add_tick(acc: dict[str, dict[str, Any]], prev: Sample, s: Sample) -> None:
+    """Add the time since ``prev``, each GPU's link bytes over it and the engine counters' increases to
+    the tally of the phase of tick ``s`` (ticks without a phase or going back in time are left out)."""
+    dt = s.t - prev.t
+    phase = _phase(s)
+    if not (phase and dt > 0):
+        return
+    a = acc.setdefault(phase, {"seconds": 0.0, "ticks": 0, "bytes": {}, "prompt_tokens": 0.0, "gen_tokens": 0.0})
+    a["seconds"] += dt
+    a["ticks"] += 1
+    for g in s.gpus:
+        b = _dir_max(g.pcie_tx_Bps, g.pcie_rx_Bps) + _dir_max(g.nvlink_tx_Bps, g.nvlink_rx_Bps)
+        a["bytes"][g.index] = a["bytes"].get(g.index, 0.0) + b * dt
+    if s.engine is not None and prev.engine is not None:
+        a["prompt_tokens"] += _delta(prev.engine.prompt_tokens_total, s.engine.prompt_tokens_total)
+        a["gen_tokens"] += _delta(prev.engine.generation_tokens_total, s.engine.generation_tokens_total)
+
+
+def _phase_tokens(
+    phase: str,
+    a: dict[str, Any],
+    engine_seen: bool,
+    counters_seen: bool,
+    requests: dict[Any, tuple[float, float]],
+) -> tuple[float | None, str | None, str | None]:
+    """The tokens of one phase's tally ``a`` (per-request counts where there are any, else the engine's
+    counters), with their basis and, where they are unknown or zero, the reason."""
+    tokens: float | None
+    reason: str | None = None
+    basis: str | None = None
+    if phase not in ("prefill", "decode"):
+        tokens, reason = None, f"tokens are counted for prefill and decode only, not {phase!r} ticks"
+    elif not engine_seen:
+        tokens, reason = None, "no engine attached to the recording"
+    elif requests:
+        k = 0 if phase == "prefill" else 1
+        tokens = sum(v[k] for v in requests.values())
+        basis = f"token counts of {count(len(requests), 'finished request')}"
+        if not tokens:
+            reason = f"the {count(len(requests), 'finished request')} counted no " + (
+                "prompt tokens" if phase == "prefill" else "generated tokens"
+            )
+    elif not counters_seen:
+        tokens, reason = None, "the engine reported no token counters"
+    else:
+        tokens = a["prompt_tokens"] if phase == "prefill" else a["gen_tokens"]
+        basis = "engine counters, tick by tick"
+        if not tokens:
+            reason = f"the engine's counters did not move during {phase} ticks"
+    return tokens, basis, reason
 
 
 def compare(prediction: dict[str, Any], measured: dict[str, Any]) -> dict[str, Any]:

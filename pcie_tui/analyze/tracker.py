@@ -254,13 +254,8 @@ def _walk(
                 if j == b:
                     take.append((i, b))
                     break
-                assert ev is not None
-                take.append((i, j + 1))
-                ev.proxy = bool(w.proxy[j]) if w.proxy is not None else False
-                _fold(ev, take, w, link)
-                take = []
+                opened.append((j, _open(ev, take, w, i, j, link)))
                 active, below, last_above, since = True, None, t[j], j
-                opened.append((j, ev))
                 i = j + 1
             elif kp:
                 below, last_above = None, t[b - 1]
@@ -272,11 +267,7 @@ def _walk(
                 c = _first_held(t, i, b, below, hold)
                 if c == b:
                     break
-                assert ev is not None
-                _fold(ev, take, w, link)
-                take = []
-                ev.end = last_above
-                closed.append(ev)
+                closed.append(_close(ev, take, w, last_above, link))
                 spans.append((since, c))
                 active, above, ev = False, None, None
                 i = c + 1
@@ -286,6 +277,27 @@ def _walk(
         spans.append((since, len(t)))
     st.active, st.above_since, st.below_since, st.last_above, st.event = active, above, below, last_above, ev
     return opened, closed, spans
+
+
+def _open(ev: Event | None, take: list[tuple[int, int]], w: _View, i: int, j: int, link: bool) -> Event:
+    """The run held at tick ``j``: the event folds its readings from ``i`` up to and including
+    ``j``, takes ``j``'s proxy flag and is returned; ``take`` is emptied."""
+    assert ev is not None
+    take.append((i, j + 1))
+    ev.proxy = bool(w.proxy[j]) if w.proxy is not None else False
+    _fold(ev, take, w, link)
+    take.clear()
+    return ev
+
+
+def _close(ev: Event | None, take: list[tuple[int, int]], w: _View, last_above: float | None, link: bool) -> Event:
+    """The quiet stretch held: the event folds what it still had to take, ends at the last tick
+    still at or above exit, and is returned; ``take`` is emptied."""
+    assert ev is not None
+    _fold(ev, take, w, link)
+    take.clear()
+    ev.end = last_above
+    return ev
 
 
 def _fold(ev: Event, take: list[tuple[int, int]], w: _View, link: bool) -> None:

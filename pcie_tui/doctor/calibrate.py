@@ -98,16 +98,11 @@ def measure(
 ) -> list[dict[str, Any]]:
     """Time H2D and D2H (and device-to-device) copies per GPU; one calibration entry per GPU."""
     from pcie_tui.doctor.copybench import map_devices
-    from pcie_tui.doctor.sysfs_pci import normalize_bdf
 
     count = int(nvml.nvmlDeviceGetCount())
     if gpu is not None and not 0 <= gpu < count:
         raise UserError(f"no GPU {gpu}: NVML sees {count} (0..{count - 1})")
-    infos = []
-    for i in range(count):
-        h = nvml.nvmlDeviceGetHandleByIndex(i)
-        bus = nvml.nvmlDeviceGetPciInfo(h).busId
-        infos.append((i, h, normalize_bdf(bus.decode() if isinstance(bus, bytes) else str(bus))))
+    infos = _nvml_gpus(nvml, count)
     devmap = map_devices(backend, [b for _, _, b in infos])
     size = size_mib * MIB
     entries = []
@@ -121,63 +116,12 @@ def measure(
             gpm = bool(nvml.nvmlGpmQueryDeviceSupport(h).isSupportedDevice)
         except Exception:
             gpm = False
-        dirs = {}
-        for d, key in (("h2d", "rx"), ("d2h", "tx")):
-            payload, counters = backend.copy_rate(
-                dev, d, size, duration_s, lambda h=h, gpm=gpm: read_counters(nvml, h, gpm)
-            )
-            dirs[d] = _direction_result(payload, counters, key)
+        dirs = _time_copies(nvml, h, gpm, backend, dev, size, duration_s, pinned=True)
         # Pageable host memory (what an engine's mmapped weights are): the driver stages each copy
         # through pinned buffers, so the link idles part of the time. Its ceiling is the rate that
         # tells "transfer-bound below link capacity" from "host-bound".
-        pageable = {}
-        for d, key in (("h2d", "rx"), ("d2h", "tx")):
-            payload, counters = backend.copy_rate(
-                dev, d, size, duration_s, lambda h=h, gpm=gpm: read_counters(nvml, h, gpm), pinned=False
-            )
-            pageable[d] = _direction_result(payload, counters, key)
-        uuid = nvml.nvmlDeviceGetUUID(h)
-        uuid = uuid.decode() if isinstance(uuid, bytes) else str(uuid)
-        name = nvml.nvmlDeviceGetName(h)
-        gen = dirs["h2d"]["link_during"]["gen"]
-        width = dirs["h2d"]["link_during"]["width"]
-        max_gen: int | None = None
-        max_width: int | None = None
-        with contextlib.suppress(Exception):
-            max_gen, max_width = (
-                int(nvml.nvmlDeviceGetMaxPcieLinkGeneration(h)),
-                int(nvml.nvmlDeviceGetMaxPcieLinkWidth(h)),
-            )
-        counters = [dirs[d]["counter_Bps"] for d in dirs if dirs[d]["counter_Bps"]]
-        entries.append(
-            {
-                "uuid": uuid,
-                "index": i,
-                "name": name.decode() if isinstance(name, bytes) else str(name),
-                "pci_bus_id": bdf,
-                "host": socket.gethostname(),
-                "time": time.time(),
-                "backend": backend.name,
-                "size_mib": size_mib,
-                "gen": gen,
-                "width": width,
-                "max_gen": max_gen,
-                "max_width": max_width,
-                "theoretical_Bps": pcie_capacity_Bps(gen, width),
-                "h2d": dirs["h2d"],
-                "d2h": dirs["d2h"],
-                "h2d_pageable": pageable["h2d"],
-                "d2h_pageable": pageable["d2h"],
-                # One ceiling per GPU for the monitor: the larger direction, so neither reads above 100 %.
-                "counter_Bps": max(counters) if counters else None,
-                "payload_Bps": max(dirs[d]["payload_Bps"] for d in dirs),
-                # Pageable: host->device, the direction engines stream host weights and KV in (what a
-                # transfer-bound phase is compared with); device->host is kept above for the record.
-                "pageable_counter_Bps": pageable["h2d"]["counter_Bps"],
-                "pageable_payload_Bps": pageable["h2d"]["payload_Bps"],
-                "peers": {},
-            }
-        )
+        pageable = _time_copies(nvml, h, gpm, backend, dev, size, duration_s, pinned=False)
+        entries.append(_entry(nvml, h, i, bdf, backend.name, size_mib, dirs, pageable))
     if gpu is None and len(infos) > 1:
         by_index = {e["index"]: e for e in entries}
         for a, _, abdf in infos:
@@ -186,6 +130,87 @@ def measure(
                     rate = backend.peer_rate(devmap[abdf], devmap[bbdf], size, duration_s / 2)
                     by_index[a]["peers"][by_index[b]["uuid"]] = rate
     return entries
+
+
+def _nvml_gpus(nvml: Any, count: int) -> list[tuple[int, Any, str]]:
+    """(index, NVML handle, normalised PCI bus id) of each of the ``count`` GPUs NVML sees."""
+    from pcie_tui.doctor.sysfs_pci import normalize_bdf
+
+    infos = []
+    for i in range(count):
+        h = nvml.nvmlDeviceGetHandleByIndex(i)
+        bus = nvml.nvmlDeviceGetPciInfo(h).busId
+        infos.append((i, h, normalize_bdf(bus.decode() if isinstance(bus, bytes) else str(bus))))
+    return infos
+
+
+def _time_copies(
+    nvml: Any, h: Any, gpm: bool, backend: Any, dev: Any, size: int, duration_s: float, pinned: bool
+) -> dict[str, dict[str, Any]]:
+    """Host-to-device then device-to-host copies from pinned (or pageable) host memory, each timed
+    while the GPU's PCIe counters in its direction are read: a result per direction."""
+    extra = {} if pinned else {"pinned": False}
+    out = {}
+    for d, key in (("h2d", "rx"), ("d2h", "tx")):
+        payload, counters = backend.copy_rate(
+            dev, d, size, duration_s, lambda h=h, gpm=gpm: read_counters(nvml, h, gpm), **extra
+        )
+        out[d] = _direction_result(payload, counters, key)
+    return out
+
+
+def _entry(
+    nvml: Any,
+    h: Any,
+    i: int,
+    bdf: str,
+    backend_name: str,
+    size_mib: int,
+    dirs: dict[str, dict[str, Any]],
+    pageable: dict[str, dict[str, Any]],
+) -> dict[str, Any]:
+    """One GPU's calibration entry from its timed pinned (``dirs``) and pageable copies: its identity,
+    the link it ran at and could run at, and the ceilings the monitor reads (``peers`` still empty)."""
+    uuid = nvml.nvmlDeviceGetUUID(h)
+    uuid = uuid.decode() if isinstance(uuid, bytes) else str(uuid)
+    name = nvml.nvmlDeviceGetName(h)
+    gen = dirs["h2d"]["link_during"]["gen"]
+    width = dirs["h2d"]["link_during"]["width"]
+    max_gen: int | None = None
+    max_width: int | None = None
+    with contextlib.suppress(Exception):
+        max_gen, max_width = (
+            int(nvml.nvmlDeviceGetMaxPcieLinkGeneration(h)),
+            int(nvml.nvmlDeviceGetMaxPcieLinkWidth(h)),
+        )
+    counters = [dirs[d]["counter_Bps"] for d in dirs if dirs[d]["counter_Bps"]]
+    return {
+        "uuid": uuid,
+        "index": i,
+        "name": name.decode() if isinstance(name, bytes) else str(name),
+        "pci_bus_id": bdf,
+        "host": socket.gethostname(),
+        "time": time.time(),
+        "backend": backend_name,
+        "size_mib": size_mib,
+        "gen": gen,
+        "width": width,
+        "max_gen": max_gen,
+        "max_width": max_width,
+        "theoretical_Bps": pcie_capacity_Bps(gen, width),
+        "h2d": dirs["h2d"],
+        "d2h": dirs["d2h"],
+        "h2d_pageable": pageable["h2d"],
+        "d2h_pageable": pageable["d2h"],
+        # One ceiling per GPU for the monitor: the larger direction, so neither reads above 100 %.
+        "counter_Bps": max(counters) if counters else None,
+        "payload_Bps": max(dirs[d]["payload_Bps"] for d in dirs),
+        # Pageable: host->device, the direction engines stream host weights and KV in (what a
+        # transfer-bound phase is compared with); device->host is kept above for the record.
+        "pageable_counter_Bps": pageable["h2d"]["counter_Bps"],
+        "pageable_payload_Bps": pageable["h2d"]["payload_Bps"],
+        "peers": {},
+    }
 
 
 def calibrate_main(args: argparse.Namespace, nvml: Any = None) -> int:

@@ -7,7 +7,7 @@ from typing import Any
 from pcie_tui.analyze.linkmodel import PCIE_ALLREDUCE_LATENCY_S, Layout, ModelShape, predict
 from pcie_tui.doctor.items import FAIL, PASS, WARN, Item, gb, link_name
 from pcie_tui.doctor.load import LoadReadings
-from pcie_tui.doctor.nvmlfacts import GpuFacts, Read
+from pcie_tui.doctor.nvmlfacts import GpuFacts, LinkRead, Read
 from pcie_tui.doctor.topology import Chain
 from pcie_tui.model import pcie_capacity_Bps
 
@@ -63,61 +63,20 @@ def check_link(g: GpuFacts, load: LoadReadings) -> Item:
     gmg = r.gpu_max_gen.value if r.gpu_max_gen.ok else None
     data = {"under_load": loaded, "how": load.how, "reading": r.to_json()}
     if None in (cg, cw, mg, mw):
-        missing = [
-            k
-            for k, v in (
-                ("cur_gen", r.cur_gen),
-                ("cur_width", r.cur_width),
-                ("max_gen", r.max_gen),
-                ("max_width", r.max_width),
-            )
-            if not v.ok
-        ]
         return Item(
             "link",
             WARN,
             "NVML did not report the link state",
             "Check the driver; doctor cannot judge the link without it.",
             g.index,
-            ev + [f"unavailable: {', '.join(missing)}"],
+            ev + [f"unavailable: {', '.join(_unread_link_fields(r))}"],
             data,
         )
     title_now = f"{link_name(cg, cw)} of max {link_name(mg, mw)}"
     if gmg is not None and mg is not None and mg < gmg:
         ev.append(f"the card supports Gen{gmg} but the slot/platform tops out at Gen{mg}")
     if cg < mg or cw < mw:
-        if loaded and load.how == "engine":
-            return Item(
-                "link",
-                WARN,
-                f"link below its maximum while the GPU was busy: {title_now}",
-                "Rerun doctor with PyTorch or cuda-python installed so it can drive the link itself; if it "
-                "stays below its maximum, reseat the card and check risers and the BIOS slot speed.",
-                g.index,
-                ev,
-                data,
-            )
-        if loaded:
-            return Item(
-                "link",
-                FAIL,
-                f"link downtrained under load: {title_now}",
-                "Reseat the card, drop any riser, and set the slot to its full generation in the BIOS: "
-                "a link that stays below its maximum under traffic is losing bandwidth.",
-                g.index,
-                ev,
-                data,
-            )
-        return Item(
-            "link",
-            WARN,
-            f"idle link reads {title_now}; cannot judge downtraining without load",
-            "Rerun with PyTorch or cuda-python installed (doctor then generates traffic) or while the engine "
-            "serves: idle links train down to save power.",
-            g.index,
-            ev,
-            data,
-        )
+        return _below_maximum(g, title_now, loaded, load.how, ev, data)
     if gmg is not None and mg < gmg:
         return Item(
             "link",
@@ -132,6 +91,49 @@ def check_link(g: GpuFacts, load: LoadReadings) -> Item:
     return Item("link", PASS, f"link at its maximum {status_note}: {title_now}", "Nothing to do.", g.index, ev, data)
 
 
+def _unread_link_fields(r: LinkRead) -> list[str]:
+    """The link state fields NVML gave an error for instead of a value."""
+    fields = (("cur_gen", r.cur_gen), ("cur_width", r.cur_width), ("max_gen", r.max_gen), ("max_width", r.max_width))
+    return [k for k, v in fields if not v.ok]
+
+
+def _below_maximum(g: GpuFacts, title_now: str, loaded: bool, how: str, ev: list[str], data: dict[str, Any]) -> Item:
+    """A link below its maximum: downtrained only if doctor itself drove it; busy with the engine or
+    idle, it cannot tell (idle links train down to save power)."""
+    if loaded and how == "engine":
+        return Item(
+            "link",
+            WARN,
+            f"link below its maximum while the GPU was busy: {title_now}",
+            "Rerun doctor with PyTorch or cuda-python installed so it can drive the link itself; if it "
+            "stays below its maximum, reseat the card and check risers and the BIOS slot speed.",
+            g.index,
+            ev,
+            data,
+        )
+    if loaded:
+        return Item(
+            "link",
+            FAIL,
+            f"link downtrained under load: {title_now}",
+            "Reseat the card, drop any riser, and set the slot to its full generation in the BIOS: "
+            "a link that stays below its maximum under traffic is losing bandwidth.",
+            g.index,
+            ev,
+            data,
+        )
+    return Item(
+        "link",
+        WARN,
+        f"idle link reads {title_now}; cannot judge downtraining without load",
+        "Rerun with PyTorch or cuda-python installed (doctor then generates traffic) or while the engine "
+        "serves: idle links train down to save power.",
+        g.index,
+        ev,
+        data,
+    )
+
+
 def check_chain(g: GpuFacts, chain: Chain | None, others: list[Chain]) -> Item:
     if chain is None or not chain.found:
         ev = chain.evidence if chain else ["no sysfs tree read"]
@@ -143,20 +145,11 @@ def check_chain(g: GpuFacts, chain: Chain | None, others: list[Chain]) -> Item:
             g.index,
             ev,
         )
-    ev = list(chain.evidence)
-    for h in chain.hops:
-        ev.append(
-            f"hop {h.label()} ({h.role}): now {link_name(h.cur_gen, h.cur_width)}, max {link_name(h.max_gen, h.max_width)}"
-            f" = {gb(h.max_Bps)} per direction"
-        )
+    ev = _chain_evidence(chain)
     data = chain.to_json()
     n = chain.narrowest
     dev = chain.device
     card_Bps = pcie_capacity_Bps(dev.max_gen, dev.max_width) if dev else None
-    if n is not None:
-        ev.append(f"narrowest link: {n.label()} at {link_name(n.max_gen, n.max_width)} = {gb(n.max_Bps)} per direction")
-    if chain.sharers:
-        ev.append("shared with: " + ", ".join(f"{s.bdf} {s.kind_name}" for s in chain.sharers))
     if chain.attach == "direct":
         return Item(
             "chain",
@@ -170,24 +163,7 @@ def check_chain(g: GpuFacts, chain: Chain | None, others: list[Chain]) -> Item:
     best_other = max((c.narrowest.max_Bps or 0.0 for c in others if c.narrowest is not None), default=0.0)
     ceiling = (n.max_Bps if n is not None else None) or 0.0
     if chain.attach == "chipset":
-        if chain.hidden_uplink:
-            ev.append(f"uplink not visible in sysfs: {chain.hidden_uplink}")
-        better = max(best_other, pcie_capacity_Bps(4, 16) or 0.0)
-        label = "the other GPU's link" if best_other >= (pcie_capacity_Bps(4, 16) or 0.0) else "Gen4 x16"
-        if ceiling:
-            text, cost = tp_cost(ceiling, better, label)
-            ev.append(text)
-            data["tp_cost"] = cost
-        return Item(
-            "chain",
-            FAIL,
-            f"GPU behind the chipset: ceiling {gb(ceiling or None)} shared with {len(chain.sharers)} other device(s)",
-            "Move this GPU to a CPU-attached slot (x8 or better) or keep it out of tensor parallelism: every "
-            "all-reduce waits on this shared chipset link.",
-            g.index,
-            ev,
-            data,
-        )
+        return _behind_chipset(g, chain, ceiling, best_other, ev, data)
     if dev is not None and n is not None and card_Bps and ceiling and ceiling < card_Bps * 0.99:
         text, cost = tp_cost(ceiling, card_Bps, f"the card's own {link_name(dev.max_gen, dev.max_width)}")
         ev.append(text)
@@ -204,25 +180,70 @@ def check_chain(g: GpuFacts, chain: Chain | None, others: list[Chain]) -> Item:
             data,
         )
     if chain.attach == "switch":
-        gpus_sharing = [s for s in chain.sharers if s.base_class in (0x0300, 0x0302)]
-        title = f"behind a PCIe switch; uplink {gb(ceiling or None)}"
-        if gpus_sharing:
-            title += f" shared with {len(gpus_sharing)} other GPU(s)"
-        return Item(
-            "chain",
-            PASS,
-            title,
-            "Peer traffic between GPUs on one switch stays on the switch; host traffic "
-            "of all of them shares the uplink.",
-            g.index,
-            ev,
-            data,
-        )
+        return _behind_switch(g, chain, ceiling, ev, data)
     return Item(
         "chain",
         PASS,
         f"on CPU lanes: {link_name(n.max_gen, n.max_width) if n else 'link n/a'}",
         "Nothing to do.",
+        g.index,
+        ev,
+        data,
+    )
+
+
+def _chain_evidence(chain: Chain) -> list[str]:
+    """What sysfs showed of a found chain: its own evidence, every hop, the narrowest hop and who shares it."""
+    ev = list(chain.evidence)
+    for h in chain.hops:
+        ev.append(
+            f"hop {h.label()} ({h.role}): now {link_name(h.cur_gen, h.cur_width)}, max {link_name(h.max_gen, h.max_width)}"
+            f" = {gb(h.max_Bps)} per direction"
+        )
+    n = chain.narrowest
+    if n is not None:
+        ev.append(f"narrowest link: {n.label()} at {link_name(n.max_gen, n.max_width)} = {gb(n.max_Bps)} per direction")
+    if chain.sharers:
+        ev.append("shared with: " + ", ".join(f"{s.bdf} {s.kind_name}" for s in chain.sharers))
+    return ev
+
+
+def _behind_chipset(
+    g: GpuFacts, chain: Chain, ceiling: float, best_other: float, ev: list[str], data: dict[str, Any]
+) -> Item:
+    """A GPU behind the chipset fails: its link is shared, and priced against the best other GPU's
+    link (``best_other``) or Gen4 x16, whichever is faster."""
+    if chain.hidden_uplink:
+        ev.append(f"uplink not visible in sysfs: {chain.hidden_uplink}")
+    better = max(best_other, pcie_capacity_Bps(4, 16) or 0.0)
+    label = "the other GPU's link" if best_other >= (pcie_capacity_Bps(4, 16) or 0.0) else "Gen4 x16"
+    if ceiling:
+        text, cost = tp_cost(ceiling, better, label)
+        ev.append(text)
+        data["tp_cost"] = cost
+    return Item(
+        "chain",
+        FAIL,
+        f"GPU behind the chipset: ceiling {gb(ceiling or None)} shared with {len(chain.sharers)} other device(s)",
+        "Move this GPU to a CPU-attached slot (x8 or better) or keep it out of tensor parallelism: every "
+        "all-reduce waits on this shared chipset link.",
+        g.index,
+        ev,
+        data,
+    )
+
+
+def _behind_switch(g: GpuFacts, chain: Chain, ceiling: float, ev: list[str], data: dict[str, Any]) -> Item:
+    """A GPU behind a PCIe switch passes; the title says how many other GPUs share its uplink."""
+    gpus_sharing = [s for s in chain.sharers if s.base_class in (0x0300, 0x0302)]
+    title = f"behind a PCIe switch; uplink {gb(ceiling or None)}"
+    if gpus_sharing:
+        title += f" shared with {len(gpus_sharing)} other GPU(s)"
+    return Item(
+        "chain",
+        PASS,
+        title,
+        "Peer traffic between GPUs on one switch stays on the switch; host traffic of all of them shares the uplink.",
         g.index,
         ev,
         data,

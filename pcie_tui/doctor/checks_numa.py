@@ -5,17 +5,13 @@ from __future__ import annotations
 from typing import Any
 
 from pcie_tui.doctor.items import FAIL, PASS, WARN, DoctorData, Item
-from pcie_tui.doctor.numa import format_cpulist
+from pcie_tui.doctor.numa import ProcPlacement, format_cpulist
 from pcie_tui.doctor.nvmlfacts import GpuFacts
 from pcie_tui.doctor.topology import Chain
 
 
 def check_numa(g: GpuFacts, chain: Chain | None, d: DoctorData) -> Item:
-    nvml_node = (
-        g.numa_node.value if g.numa_node.ok and g.numa_node.value is not None and g.numa_node.value >= 0 else None
-    )
-    node = nvml_node if nvml_node is not None else (chain.numa_node if chain else None)
-    src = "NVML" if nvml_node is not None else ("sysfs numa_node" if node is not None else None)
+    node, src = _gpu_node(g, chain)
     ev = [
         f"GPU NUMA node: {node if node is not None else 'n/a'} ({src or 'NVML: ' + str(g.numa_node.error) + '; sysfs: -1/absent'})"
     ]
@@ -59,10 +55,28 @@ def check_numa(g: GpuFacts, chain: Chain | None, d: DoctorData) -> Item:
             ev,
             data,
         )
-    near = d.node_cpus.get(node, set())
+    worst, title, advice = _placement_verdict(node, placements, d.node_cpus)
+    return Item("numa", worst, title, advice, g.index, ev, data)
+
+
+def _gpu_node(g: GpuFacts, chain: Chain | None) -> tuple[int | None, str | None]:
+    """The GPU's NUMA node and where it was read: NVML, else the sysfs numa_node of its PCIe chain."""
+    nvml_node = (
+        g.numa_node.value if g.numa_node.ok and g.numa_node.value is not None and g.numa_node.value >= 0 else None
+    )
+    node = nvml_node if nvml_node is not None else (chain.numa_node if chain else None)
+    src = "NVML" if nvml_node is not None else ("sysfs numa_node" if node is not None else None)
+    return node, src
+
+
+def _placement_verdict(
+    node: int, placements: list[ProcPlacement], node_cpus: dict[int, set[int]]
+) -> tuple[str, str, str]:
+    """Status, title and advice for processes placed against the GPU's NUMA ``node``: the worst of them decides."""
+    near = node_cpus.get(node, set())
     worst, title, advice = PASS, f"processes placed on the GPU's node {node}", "Nothing to do."
     for pl in placements:
-        allowed_nodes = sorted(n for n, c in d.node_cpus.items() if c & pl.cpus_allowed)
+        allowed_nodes = sorted(n for n, c in node_cpus.items() if c & pl.cpus_allowed)
         far_pages = sum(v for k, v in pl.pages_per_node.items() if k != node)
         total_pages = sum(pl.pages_per_node.values())
         if not (pl.cpus_allowed & near) or (pl.mems_allowed and node not in pl.mems_allowed):
@@ -76,4 +90,4 @@ def check_numa(g: GpuFacts, chain: Chain | None, d: DoctorData) -> Item:
         elif len(allowed_nodes) > 1 and worst == PASS:
             worst, title = WARN, f"pid {pl.pid} may run on nodes {allowed_nodes}, the GPU is on node {node}"
             advice = f"Pin the engine with numactl --cpunodebind={node} --membind={node} (or taskset) to keep it next to the GPU."
-    return Item("numa", worst, title, advice, g.index, ev, data)
+    return worst, title, advice

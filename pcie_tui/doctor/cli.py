@@ -40,6 +40,14 @@ nonneg_float = _number(float, 0, inclusive=True)
 
 
 def register(subparsers: Any) -> None:
+    """Add the ``doctor``, ``calibrate`` and ``linkmodel`` subcommands."""
+    _register_doctor(subparsers)
+    _register_calibrate(subparsers)
+    _register_linkmodel(subparsers)
+
+
+def _register_doctor(subparsers: Any) -> None:
+    """``doctor``: the checks, or with --since what changed since a baseline."""
     p = subparsers.add_parser("doctor", help="check slot wiring, link training, NUMA placement, P2P and PCIe errors")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.add_argument(
@@ -77,6 +85,9 @@ def register(subparsers: Any) -> None:
     )
     p.set_defaults(func=doctor_main)
 
+
+def _register_calibrate(subparsers: Any) -> None:
+    """``calibrate``: time host<->GPU copies and store them as link ceilings."""
     c = subparsers.add_parser(
         "calibrate", help="measure achievable host<->GPU copy rates and store them as link ceilings"
     )
@@ -94,6 +105,9 @@ def register(subparsers: Any) -> None:
     c.add_argument("--proc-root", default="/proc", help=argparse.SUPPRESS)
     c.set_defaults(func=calibrate_main)
 
+
+def _register_linkmodel(subparsers: Any) -> None:
+    """``linkmodel``: predict tensor/pipeline-parallel link traffic per token (and compare with a recording)."""
     m = subparsers.add_parser("linkmodel", help="predict tensor/pipeline-parallel link traffic per token")
     src = m.add_mutually_exclusive_group()
     src.add_argument("--model", metavar="DIR", help="vLLM/HF model directory (reads config.json)")

@@ -187,56 +187,73 @@ class EnginePoller:
                 self._latest = (t, s, good[2], alive, good[3])
             return s
         if s.up:
-            reset = self._phases.would_reset(s)
-            if self._up is False and not self._ever_up:
-                # Attached while it was starting: not a gap. Refresh the facts it could not give then.
-                with self._lock:
-                    self._desc = None
-                events.append(
-                    {
-                        "event": "engine_ready",
-                        "t": t,
-                        "waited_s": t - self._down_since if self._down_since is not None else None,
-                        "pid": pid,
-                        "engine": self.describe(),
-                    }
-                )
-            elif self._up is False:
-                if self._restarted:
-                    with self._lock:
-                        self._desc = None
-                    self.describe()
-                events.append(
-                    {
-                        "event": "engine_gap",
-                        "t": t,
-                        "start": self._down_since,
-                        "end": t,
-                        "duration_s": t - self._down_since if self._down_since is not None else None,
-                        "reason": self._down_reason,
-                        "restarted": bool(reset or self._restarted),
-                        "pid": pid,
-                    }
-                )
-            elif reset:
-                events.append({"event": "engine_restart", "t": t, "pid": pid, "reason": "counters went down"})
-            self._up, self._down_since, self._down_reason, self._restarted = True, None, None, False
-            self._served = self._ever_up = True
-            cphase = self._phases.update(s)
-            self._last_good = (t, s, cphase, t_data)
+            cphase = self._came_up(s, t, t_data, pid, events)
         else:
-            if self._up is not False:
-                self._down_since, self._down_reason = t, s.error
-                if self._up is True:
-                    events.append({"event": "engine_down", "t": t, "reason": s.error, "pid": pid, "pid_alive": alive})
-            self._up = False
             cphase = None
-            if alive is False and self.rediscover and self._maybe_reattach(t, events):
-                alive = pid_alive(getattr(self.client, "pid", None))
+            alive = self._went_down(s, t, pid, alive, events)
         with self._lock:
             self._latest = (t, s, cphase, alive, t_data)
             self._events.extend(events)
         return s
+
+    def _came_up(
+        self, s: EngineSample, t: float, t_data: float, pid: int | None, events: list[dict[str, Any]]
+    ) -> str | None:
+        """A good scrape at ``t``: the first readiness, the gap or the restart it ends goes into ``events``,
+        and it becomes the last good reading. Returns the phase its counters show."""
+        reset = self._phases.would_reset(s)
+        if self._up is False and not self._ever_up:
+            # Attached while it was starting: not a gap. Refresh the facts it could not give then.
+            with self._lock:
+                self._desc = None
+            events.append(
+                {
+                    "event": "engine_ready",
+                    "t": t,
+                    "waited_s": t - self._down_since if self._down_since is not None else None,
+                    "pid": pid,
+                    "engine": self.describe(),
+                }
+            )
+        elif self._up is False:
+            if self._restarted:
+                with self._lock:
+                    self._desc = None
+                self.describe()
+            events.append(
+                {
+                    "event": "engine_gap",
+                    "t": t,
+                    "start": self._down_since,
+                    "end": t,
+                    "duration_s": t - self._down_since if self._down_since is not None else None,
+                    "reason": self._down_reason,
+                    "restarted": bool(reset or self._restarted),
+                    "pid": pid,
+                }
+            )
+        elif reset:
+            events.append({"event": "engine_restart", "t": t, "pid": pid, "reason": "counters went down"})
+        self._up, self._down_since, self._down_reason, self._restarted = True, None, None, False
+        self._served = self._ever_up = True
+        cphase = self._phases.update(s)
+        self._last_good = (t, s, cphase, t_data)
+        return cphase
+
+    def _went_down(
+        self, s: EngineSample, t: float, pid: int | None, alive: bool | None, events: list[dict[str, Any]]
+    ) -> bool | None:
+        """A failed scrape at ``t``: an engine that was up goes down (an event in ``events``); where its
+        process is gone, an engine of the same kind on the same port may take its place. Returns
+        whether the (possibly new) process is alive."""
+        if self._up is not False:
+            self._down_since, self._down_reason = t, s.error
+            if self._up is True:
+                events.append({"event": "engine_down", "t": t, "reason": s.error, "pid": pid, "pid_alive": alive})
+        self._up = False
+        if alive is False and self.rediscover and self._maybe_reattach(t, events):
+            alive = pid_alive(getattr(self.client, "pid", None))
+        return alive
 
     def _maybe_reattach(self, t: float, events: list[dict[str, Any]]) -> bool:
         """The process died: attach to an engine of the same kind on the same port, if one runs."""

@@ -149,35 +149,7 @@ def _slow(
             tally.add("tick without a usable time t", line, note="tick skipped", detail=f" (first: {d.get('t')!r:.40})")
             continue
         d["t"] = t
-        gpus = d.get("gpus")
-        if gpus is None:
-            gpus = []
-        elif not isinstance(gpus, list):
-            tally.add("gpus is not a list", line, note="tick read without GPU readings")
-            gpus = []
-        good = []
-        seen: set[int] = set()
-        for g in gpus:
-            idx = gpu_index(g.get("index")) if isinstance(g, dict) else None
-            if idx is None:
-                tally.add("GPU entry without a usable integer index", line, note="entry left out")
-                continue
-            if idx in seen:
-                tally.add(f"GPU {idx} twice in one tick", line, note="second entry left out")
-                continue
-            if known and idx not in known:
-                tally.add(
-                    f"GPU {idx} is not in the header (it lists {sorted(known)})",
-                    line,
-                    note="its readings are left out of report and replay alike",
-                )
-                continue
-            seen.add(idx)
-            g["index"] = idx
-            if validate:
-                clean_gpu_dict(g, tally, line)
-            good.append(g)
-        d["gpus"] = good
+        d["gpus"] = _tick_gpus(d.get("gpus"), known, tally, line, validate)
         eng = d.get("engine")
         if validate and isinstance(eng, dict):
             clean_engine_dict(eng, tally, line)
@@ -209,6 +181,40 @@ def _slow(
     times = np.fromiter((d["t"] for d in kept), dtype=np.float64, count=len(kept))
     _gaps(header, out, times, lambda: kept_lines, seg_first, tally)
     return out
+
+
+def _tick_gpus(gpus: Any, known: set[int], tally: Tally, line: int, validate: bool) -> list[dict[str, Any]]:
+    """A tick's GPU entries that can be read: each with a usable integer index, once per tick, and
+    (where the header lists GPUs) one of the header's; with ``validate``, values cleaned. Every entry
+    left out is tallied against ``line``."""
+    if gpus is None:
+        gpus = []
+    elif not isinstance(gpus, list):
+        tally.add("gpus is not a list", line, note="tick read without GPU readings")
+        gpus = []
+    good = []
+    seen: set[int] = set()
+    for g in gpus:
+        idx = gpu_index(g.get("index")) if isinstance(g, dict) else None
+        if idx is None:
+            tally.add("GPU entry without a usable integer index", line, note="entry left out")
+            continue
+        if idx in seen:
+            tally.add(f"GPU {idx} twice in one tick", line, note="second entry left out")
+            continue
+        if known and idx not in known:
+            tally.add(
+                f"GPU {idx} is not in the header (it lists {sorted(known)})",
+                line,
+                note="its readings are left out of report and replay alike",
+            )
+            continue
+        seen.add(idx)
+        g["index"] = idx
+        if validate:
+            clean_gpu_dict(g, tally, line)
+        good.append(g)
+    return good
 
 
 def _gaps(

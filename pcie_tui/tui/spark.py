@@ -105,18 +105,11 @@ def runs(
     rows: list[list[tuple[str, Style]]] = [[] for _ in range(height)]
     blank = Style()
     shades: dict[str | None, Style] = {}
-
-    def put(row: list[tuple[str, Style]], ch: str, style: Style) -> None:
-        if row and row[-1][1] is style:
-            row[-1] = (row[-1][0] + ch, style)
-        else:
-            row.append((ch, style))
-
     styled: dict[tuple[int, str | None], Style] = {}
     for peak, phase, has in cells:
         if not has:
             for r in rows:
-                put(r, " ", blank)
+                _extend_run(r, " ", blank)
             continue
         bg = phase_bg(phase)
         if bg not in shades:
@@ -127,7 +120,7 @@ def runs(
             if key not in styled:
                 styled[key] = missing_style + shade
             for i, r in enumerate(rows):
-                put(r, "·" if i == height - 1 else " ", styled[key])
+                _extend_run(r, "·" if i == height - 1 else " ", styled[key])
             continue
         frac = max(0.0, min(peak / scale, 1.0))
         level = max(round(frac * levels), 1)  # a reading (even zero) is the lowest bar; missing is a dot
@@ -135,10 +128,22 @@ def runs(
         key = (2 if hot else 1, bg)
         if key not in styled:
             styled[key] = (hot_style if hot else bar_style) + shade
-        for i, r in enumerate(rows):
-            n = max(0, min(8, level - 8 * (height - 1 - i)))
-            put(r, BARS[n], styled[key])
+        for r, ch in zip(rows, _bar_glyphs(level, height), strict=True):
+            _extend_run(r, ch, styled[key])
     return rows
+
+
+def _extend_run(row: list[tuple[str, Style]], ch: str, style: Style) -> None:
+    """Add one cell to a row of (text, style) runs: it joins the last run when that has the same style."""
+    if row and row[-1][1] is style:
+        row[-1] = (row[-1][0] + ch, style)
+    else:
+        row.append((ch, style))
+
+
+def _bar_glyphs(level: int, height: int) -> list[str]:
+    """The glyph of each row (top row first) of a bar ``level`` eighths of a row tall."""
+    return [BARS[max(0, min(8, level - 8 * (height - 1 - i)))] for i in range(height)]
 
 
 def render(*args: Any, **kwargs: Any) -> Text:

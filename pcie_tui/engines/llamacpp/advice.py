@@ -112,7 +112,28 @@ def facts(engine_info: dict[str, Any]) -> EngineFacts:
 
     meta: dict[str, Any] = typed(engine_info, "model_meta", dict, {})
     n_layer: int | None = typed(meta, "block_count", int, None)
-    n_layer = n_layer if n_layer is not None and n_layer > 0 else None
+    host_weights = _host_weights(f, n_layer if n_layer is not None and n_layer > 0 else None)
+    pinned, why = _host_memory(f, lines)
+    ub = f.get("ubatch")
+    return EngineFacts(
+        kind="llamacpp",
+        host_weights=host_weights,
+        host_pinned=pinned if host_weights else None,
+        host_memory_why=why if host_weights else None,
+        kv_on_host="-nkvo: the KV cache stays in host memory and attention runs on the CPU"
+        if f.get("no_kv_offload")
+        else None,
+        ubatch=ub if isinstance(ub, int) else None,
+        flags=f,
+        log_evidence=evidence,
+    )
+
+
+def _host_weights(f: dict[str, Any], n_layer: int | None) -> str | None:
+    """Which weights the flags ``f`` keep in host memory, in words with the flag that does it (None: none).
+
+    ``n_layer``: the model's layer count, where the recording has it.
+    """
     parts = []
     ngl = f.get("n_gpu_layers")
     # -ngl 99 and up is how people say "all layers"; without the layer count a smaller N is a
@@ -132,8 +153,14 @@ def facts(engine_info: dict[str, Any]) -> EngineFacts:
     cpu_ot = _cpu_overrides(f)
     if cpu_ot:
         parts.append("tensors matching " + ", ".join(f"-ot {p}" for p in cpu_ot))
-    host_weights = "; ".join(parts) or None
+    return "; ".join(parts) or None
 
+
+def _host_memory(f: dict[str, Any], lines: list[str]) -> tuple[bool | None, str]:
+    """Whether host weights sit in pinned memory under the flags ``f`` (None: unknown), and why.
+
+    The loader's mmap warning among the load log's ``lines`` settles it: pageable.
+    """
     mode = str(f.get("load_mode") or ("none" if f.get("no_mmap") else "auto")).lower()
     pinned: bool | None
     if f.get("no_host"):
@@ -152,19 +179,7 @@ def facts(engine_info: dict[str, Any]) -> EngineFacts:
         pinned, why = None, f"load mode {mode}"
     if any(MMAP_WARNING in x for x in lines):
         pinned = False
-    ub = f.get("ubatch")
-    return EngineFacts(
-        kind="llamacpp",
-        host_weights=host_weights,
-        host_pinned=pinned if host_weights else None,
-        host_memory_why=why if host_weights else None,
-        kv_on_host="-nkvo: the KV cache stays in host memory and attention runs on the CPU"
-        if f.get("no_kv_offload")
-        else None,
-        ubatch=ub if isinstance(ub, int) else None,
-        flags=f,
-        log_evidence=evidence,
-    )
+    return pinned, why
 
 
 def _gbs(v: float | None) -> str:
@@ -180,71 +195,81 @@ def _vram(finding: dict[str, Any]) -> str | None:
 
 def advise(fx: EngineFacts, finding: dict[str, Any]) -> list[Advice]:
     bound, phase = finding.get("bound"), finding.get("phase")
-    ceil = finding.get("ceilings") or {}
-    rate = finding.get("link_Bps")
-    out: list[Advice] = []
     vram = _vram(finding)
     if bound == "transfer" and fx.host_weights and fx.host_pinned is False and phase != "loading":
-        pinned = ceil.get("pinned_Bps")
-        ev = [f"host weights: {fx.host_weights}", fx.host_memory_why or "", *fx.log_evidence]
-        pred = None
-        fix = (
-            "run llama-server with `-lm none` (drop `--no-host`)"
-            if fx.flags.get("no_host")
-            else "run llama-server with `-lm none`"
-        )
-        fix += ": host weights then load into pinned CUDA host buffers"
-        if pinned and rate:
-            pred = finding.get("whatif_pinned")
-            fix += f"; pinned copies on this GPU reach {_gbs(pinned)} ({ceil.get('pinned_source')}) against {_gbs(rate)} now"
-        out.append(
-            Advice(
-                cause=f"{fx.host_weights} stay in host memory and are copied to the GPU from pageable memory "
-                f"({fx.host_memory_why}); the driver stages every copy, so the link runs far below its capacity",
-                fix=fix,
-                evidence=tuple(x for x in ev if x),
-                predicted=pred,
-                short=f"{fx.host_weights} are copied from pageable memory; pinned copies reach {_gbs(pinned)} here",
-            )
-        )
-    elif (
+        return [_pageable_advice(fx, finding)]
+    if (
         fx.host_weights
         and phase in ("prefill", "mixed")
         and (bound == "link" or (bound == "transfer" and fx.host_pinned is True))
     ):
-        ub = fx.ubatch or DEFAULT_UBATCH
-        ev = [f"host weights: {fx.host_weights}", fx.host_memory_why or ""] + ([vram] if vram else [])
-        fix = f"keep more of those weights in VRAM ({_vram_changes(fx)}) if memory allows"
-        fix += f"; or a larger -ub than {ub}: each micro-batch streams the same host weights, so bytes per prompt token fall in proportion"
-        out.append(
-            Advice(
-                cause=f"host-resident weights ({fx.host_weights}) stream over PCIe once per micro-batch of {ub} tokens"
-                f" (-ub {ub})",
-                fix=fix,
-                evidence=tuple(x for x in ev if x),
-                short=f"{fx.host_weights} stream over PCIe every {ub}-token micro-batch",
-            )
-        )
-    elif bound == "host" and fx.kv_on_host and phase in ("prefill", "decode", "mixed"):
-        out.append(
+        return [_microbatch_advice(fx, vram)]
+    if bound == "host" and fx.kv_on_host and phase in ("prefill", "decode", "mixed"):
+        return [
             Advice(
                 cause=fx.kv_on_host,
                 fix="drop -nkvo so the KV cache and attention stay on the GPU, if memory allows",
                 evidence=tuple(x for x in ["-nkvo on the command line", vram] if x),
                 short="-nkvo keeps the KV cache in host memory: attention runs on the CPU",
             )
+        ]
+    if bound == "host" and fx.host_weights and phase in ("prefill", "decode", "mixed"):
+        return [_host_compute_advice(fx, phase, vram)]
+    return []
+
+
+def _pageable_advice(fx: EngineFacts, finding: dict[str, Any]) -> Advice:
+    """Transfer-bound with host weights in pageable memory: load them pinned (``-lm none``)."""
+    ceil = finding.get("ceilings") or {}
+    rate = finding.get("link_Bps")
+    pinned = ceil.get("pinned_Bps")
+    ev = [f"host weights: {fx.host_weights}", fx.host_memory_why or "", *fx.log_evidence]
+    pred = None
+    fix = (
+        "run llama-server with `-lm none` (drop `--no-host`)"
+        if fx.flags.get("no_host")
+        else "run llama-server with `-lm none`"
+    )
+    fix += ": host weights then load into pinned CUDA host buffers"
+    if pinned and rate:
+        pred = finding.get("whatif_pinned")
+        fix += (
+            f"; pinned copies on this GPU reach {_gbs(pinned)} ({ceil.get('pinned_source')}) against {_gbs(rate)} now"
         )
-    elif bound == "host" and fx.host_weights and phase in ("prefill", "decode", "mixed"):
-        what = "computes those layers for every token" if phase == "decode" else "works on those layers"
-        out.append(
-            Advice(
-                cause=f"host-resident weights ({fx.host_weights}): the CPU {what} while the GPU waits",
-                fix=f"keep more of the model in VRAM ({_vram_changes(fx)}) if memory allows",
-                evidence=tuple(x for x in [f"host weights: {fx.host_weights}", vram] if x),
-                short=f"the CPU runs {fx.host_weights} while the GPU waits" + (f"; {vram}" if vram else ""),
-            )
-        )
-    return out
+    return Advice(
+        cause=f"{fx.host_weights} stay in host memory and are copied to the GPU from pageable memory "
+        f"({fx.host_memory_why}); the driver stages every copy, so the link runs far below its capacity",
+        fix=fix,
+        evidence=tuple(x for x in ev if x),
+        predicted=pred,
+        short=f"{fx.host_weights} are copied from pageable memory; pinned copies reach {_gbs(pinned)} here",
+    )
+
+
+def _microbatch_advice(fx: EngineFacts, vram: str | None) -> Advice:
+    """Prefill bound by the link with host weights: they stream once per micro-batch (``-ub``)."""
+    ub = fx.ubatch or DEFAULT_UBATCH
+    ev = [f"host weights: {fx.host_weights}", fx.host_memory_why or ""] + ([vram] if vram else [])
+    fix = f"keep more of those weights in VRAM ({_vram_changes(fx)}) if memory allows"
+    fix += f"; or a larger -ub than {ub}: each micro-batch streams the same host weights, so bytes per prompt token fall in proportion"
+    return Advice(
+        cause=f"host-resident weights ({fx.host_weights}) stream over PCIe once per micro-batch of {ub} tokens"
+        f" (-ub {ub})",
+        fix=fix,
+        evidence=tuple(x for x in ev if x),
+        short=f"{fx.host_weights} stream over PCIe every {ub}-token micro-batch",
+    )
+
+
+def _host_compute_advice(fx: EngineFacts, phase: Any, vram: str | None) -> Advice:
+    """Host-bound with host weights: the CPU computes (or works on) those layers while the GPU waits."""
+    what = "computes those layers for every token" if phase == "decode" else "works on those layers"
+    return Advice(
+        cause=f"host-resident weights ({fx.host_weights}): the CPU {what} while the GPU waits",
+        fix=f"keep more of the model in VRAM ({_vram_changes(fx)}) if memory allows",
+        evidence=tuple(x for x in [f"host weights: {fx.host_weights}", vram] if x),
+        short=f"the CPU runs {fx.host_weights} while the GPU waits" + (f"; {vram}" if vram else ""),
+    )
 
 
 def _vram_changes(fx: EngineFacts) -> str:

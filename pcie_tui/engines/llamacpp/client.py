@@ -206,11 +206,10 @@ class LlamaCppClient:
         requests = self._poll_logs(extra)
         if requests:
             extra["requests"] = requests
-        prompt_total = gen_total = running = waiting = None
+        counters: tuple[float | None, float | None, float | None, float | None] | None = None
         errors: list[str] = []
         if self.pid is not None and not os.path.exists(f"/proc/{self.pid}"):
             errors.append(f"process {self.pid} has exited")
-        got_metrics = False
         state = "ready"
 
         if self.metrics_enabled is not False:
@@ -218,37 +217,9 @@ class LlamaCppClient:
                 status, body, headers = self._get("/metrics")
             except _HttpError as e:
                 return self._unreachable(e, extra, errors)
-            if status == 200:
-                if body != self._metrics_body:
-                    # Unchanged text (an idle server) reuses the last parse.
-                    self._metrics_body, self._metrics_vals = body, parse_metrics(body)
-                vals = self._metrics_vals
-                if vals is None:
-                    errors.append("/metrics returned something that is not Prometheus text")
-                else:
-                    got_metrics = True
-                    self.metrics_enabled = True
-                    prompt_total = vals.get("llamacpp:prompt_tokens_total")
-                    gen_total = vals.get("llamacpp:tokens_predicted_total")
-                    running = vals.get("llamacpp:requests_processing")
-                    waiting = vals.get("llamacpp:requests_deferred")
-                    for name, key in (
-                        ("llamacpp:n_decode_total", "n_decode_total"),
-                        ("llamacpp:prompt_seconds_total", "prompt_seconds_total"),
-                        ("llamacpp:tokens_predicted_seconds_total", "predicted_seconds_total"),
-                        ("llamacpp:prompt_tokens_cached_total", "prompt_tokens_cached_total"),
-                        ("llamacpp:n_busy_slots_per_decode", "busy_slots_per_decode"),
-                        ("llamacpp:n_tokens_max", "n_tokens_max"),
-                    ):
-                        if name in vals:
-                            extra[key] = vals[name]
-                    self._note_restart(headers.get("process-start-time-unix"), prompt_total, extra)
-            elif status == 501:
-                self.metrics_enabled = False
-            elif status == 503:
-                state = "loading"
-            else:
-                errors.append(f"/metrics answered HTTP {status}")
+            state, counters = self._take_metrics(status, body, headers, extra, errors)
+        got_metrics = counters is not None
+        prompt_total, gen_total, running, waiting = counters or (None, None, None, None)
 
         if self.metrics_enabled is False and not self._noted_metrics_off:
             self._noted_metrics_off = True
@@ -262,25 +233,95 @@ class LlamaCppClient:
                     return self._unreachable(e, extra, errors)
                 errors.append(str(e))
                 status, obj = 0, None
-            if status == 200 and isinstance(obj, list):
-                self.slots_enabled = True
-                slots = slot_numbers(obj)
-                extra["slots"] = slots
-                busy = [s for s in slots if s.get("processing")]
-                extra["slots_prefill"] = sum(1 for s in busy if not s.get("n_decoded"))
-                extra["slots_decode"] = sum(1 for s in busy if s.get("n_decoded"))
+            state, busy = self._take_slots(status, obj, state, extra, errors)
+            if busy is not None:
                 # The gauge counts the same slots, but /metrics was read before /slots: a request that
                 # started in between would read "0 running" beside a decoding slot (seen in CI).
-                running = float(len(busy))
-            elif status == 501:
-                self.slots_enabled = False
-            elif status == 503:
-                state = "loading"
-            elif status == 200:
-                errors.append("/slots returned something that is not a slot list")
-            elif status:
-                errors.append(f"/slots answered HTTP {status}")
+                running = busy
 
+        down = self._not_up(state, got_metrics, extra, errors)
+        if down is not None:
+            return down
+        extra["server_state"] = state
+        return EngineSample(
+            kind=self.kind,
+            up=True,
+            prompt_tokens_total=prompt_total,
+            generation_tokens_total=gen_total,
+            requests_running=running,
+            requests_waiting=waiting,
+            error="; ".join(errors) or None,
+            extra=extra,
+        )
+
+    def _take_metrics(
+        self, status: int, body: bytes, headers: dict[str, str], extra: dict[str, Any], errors: list[str]
+    ) -> tuple[str, tuple[float | None, float | None, float | None, float | None] | None]:
+        """What a /metrics answer says: the server state ("loading" on HTTP 503, else "ready") and, where
+        it parsed, (prompt tokens, generated tokens, requests running, requests waiting); the other
+        counters go into ``extra``, what could not be read into ``errors``."""
+        if status == 501:
+            self.metrics_enabled = False
+            return "ready", None
+        if status == 503:
+            return "loading", None
+        if status != 200:
+            errors.append(f"/metrics answered HTTP {status}")
+            return "ready", None
+        if body != self._metrics_body:
+            # Unchanged text (an idle server) reuses the last parse.
+            self._metrics_body, self._metrics_vals = body, parse_metrics(body)
+        vals = self._metrics_vals
+        if vals is None:
+            errors.append("/metrics returned something that is not Prometheus text")
+            return "ready", None
+        self.metrics_enabled = True
+        prompt_total = vals.get("llamacpp:prompt_tokens_total")
+        for name, key in (
+            ("llamacpp:n_decode_total", "n_decode_total"),
+            ("llamacpp:prompt_seconds_total", "prompt_seconds_total"),
+            ("llamacpp:tokens_predicted_seconds_total", "predicted_seconds_total"),
+            ("llamacpp:prompt_tokens_cached_total", "prompt_tokens_cached_total"),
+            ("llamacpp:n_busy_slots_per_decode", "busy_slots_per_decode"),
+            ("llamacpp:n_tokens_max", "n_tokens_max"),
+        ):
+            if name in vals:
+                extra[key] = vals[name]
+        self._note_restart(headers.get("process-start-time-unix"), prompt_total, extra)
+        return "ready", (
+            prompt_total,
+            vals.get("llamacpp:tokens_predicted_total"),
+            vals.get("llamacpp:requests_processing"),
+            vals.get("llamacpp:requests_deferred"),
+        )
+
+    def _take_slots(
+        self, status: int, obj: Any, state: str, extra: dict[str, Any], errors: list[str]
+    ) -> tuple[str, float | None]:
+        """What a /slots answer says: the server state (``state``, or "loading" on HTTP 503) and, for a
+        slot list, how many slots are processing; the slots and how many of them are in prefill and
+        in decode go into ``extra``, what could not be read into ``errors``."""
+        if status == 200 and isinstance(obj, list):
+            self.slots_enabled = True
+            slots = slot_numbers(obj)
+            extra["slots"] = slots
+            busy = [s for s in slots if s.get("processing")]
+            extra["slots_prefill"] = sum(1 for s in busy if not s.get("n_decoded"))
+            extra["slots_decode"] = sum(1 for s in busy if s.get("n_decoded"))
+            return state, float(len(busy))
+        if status == 501:
+            self.slots_enabled = False
+        elif status == 503:
+            return "loading", None
+        elif status == 200:
+            errors.append("/slots returned something that is not a slot list")
+        elif status:
+            errors.append(f"/slots answered HTTP {status}")
+        return state, None
+
+    def _not_up(self, state: str, got_metrics: bool, extra: dict[str, Any], errors: list[str]) -> EngineSample | None:
+        """The sample of a server that is loading, answers nothing readable, or (where neither
+        endpoint serves) fails /health; None where it is up."""
         if state == "loading":
             extra["server_state"] = "loading"
             return EngineSample(kind=self.kind, up=False, error="llama-server is loading the model", extra=extra)
@@ -297,17 +338,7 @@ class LlamaCppClient:
             if status != 200:
                 extra["server_state"] = "loading" if status == 503 else "error"
                 return EngineSample(kind=self.kind, up=False, error=f"/health answered HTTP {status}", extra=extra)
-        extra["server_state"] = state
-        return EngineSample(
-            kind=self.kind,
-            up=True,
-            prompt_tokens_total=prompt_total,
-            generation_tokens_total=gen_total,
-            requests_running=running,
-            requests_waiting=waiting,
-            error="; ".join(errors) or None,
-            extra=extra,
-        )
+        return None
 
     def _unreachable(self, e: _HttpError, extra: dict[str, Any], errors: list[str]) -> EngineSample:
         if e.kind == "timeout":
