@@ -346,14 +346,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _extra_commands() -> list[Callable[[Any], None]]:
-    regs = []
-    try:
-        from pcie_tui.doctor.cli import register
-    except ImportError:
-        pass
-    else:
-        regs.append(register)
-    return regs
+    from pcie_tui.doctor.cli import register
+
+    return [register]
 
 
 def main(argv: Sequence[str] | None = None) -> int:

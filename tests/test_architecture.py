@@ -52,3 +52,67 @@ def test_layers_and_cycles_are_enforced(tmp_path):
     assert p.returncode != 0
     assert "pcie_tui.engines is not allowed to import pcie_tui.analyze" in p.stdout, p.stdout
     assert "No cycles are allowed in pcie_tui." in p.stdout, p.stdout
+
+
+def _modules():
+    import ast
+
+    root = Path(__file__).resolve().parent.parent
+    for p in sorted((root / "pcie_tui").rglob("*.py")):
+        yield p.relative_to(root).as_posix(), ast.parse(p.read_text(encoding="utf-8"))
+
+
+def test_no_module_imports_another_modules_private_names():
+    import ast
+
+    bad = [
+        f"{path}: from {n.module} import {a.name}"
+        for path, tree in _modules()
+        for n in ast.walk(tree)
+        if isinstance(n, ast.ImportFrom) and (n.module or "").startswith("pcie_tui")
+        for a in n.names
+        if a.name.startswith("_") and not a.name.startswith("__")
+    ]
+    assert not bad, bad
+
+
+def test_no_import_error_fallback_around_the_projects_own_modules():
+    """``try: from pcie_tui... except ImportError`` hides a broken module behind a quiet fallback."""
+    import ast
+
+    def catches_import_error(h: ast.ExceptHandler) -> bool:
+        names = [h.type] if not isinstance(h.type, ast.Tuple) else list(h.type.elts)
+        return any(isinstance(x, ast.Name) and x.id in ("ImportError", "ModuleNotFoundError") for x in names)
+
+    bad = []
+    for path, tree in _modules():
+        for n in ast.walk(tree):
+            if isinstance(n, ast.Try) and any(catches_import_error(h) for h in n.handlers):
+                own = [
+                    i
+                    for stmt in n.body
+                    for i in ast.walk(stmt)
+                    if isinstance(i, ast.ImportFrom)
+                    and (i.module or "").startswith("pcie_tui")
+                    or isinstance(i, ast.Import)
+                    and any(a.name.startswith("pcie_tui") for a in i.names)
+                ]
+                if own:
+                    bad.append(f"{path}:{n.lineno}")
+    assert not bad, bad
+
+
+def test_pynvml_is_imported_in_one_place():
+    """The one NVML wrapper (collect/nvml.load_nvml) imports pynvml; doctor and everything else go through it."""
+    import ast
+
+    seen = sorted(
+        path
+        for path, tree in _modules()
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Import)
+        and any(a.name == "pynvml" for a in n.names)
+        or isinstance(n, ast.ImportFrom)
+        and n.module == "pynvml"
+    )
+    assert seen == ["pcie_tui/collect/nvml.py"], seen

@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from pcie_tui.analyze.result import Finding
-from pcie_tui.analyze.series import _series_array, tick_weights
+from pcie_tui.analyze.series import series_array, tick_weights
 from pcie_tui.analyze.session import SessionAnalyzer
 from pcie_tui.analyze.verdict import VERDICTS
 from pcie_tui.ceiling import Ceiling, DEFAULT_PAGEABLE_Bps, pageable_ceiling, pinned_ceiling
@@ -122,9 +122,9 @@ def tick_bounds(analyzer: SessionAnalyzer, index: int, facts: EngineFacts | None
     if ser is None or not ser.t:
         return np.zeros(0, dtype=np.int64)
     sat = analyzer._label_codes(index, ser.t)  # indices into VERDICTS
-    rate = np.nan_to_num(_series_array(ser, "link_Bps"))
-    sm = np.nan_to_num(_series_array(ser, "compute"))
-    dram = _series_array(ser, "memory")
+    rate = np.nan_to_num(series_array(ser, "link_Bps"))
+    sm = np.nan_to_num(series_array(ser, "compute"))
+    dram = series_array(ser, "memory")
     dram = np.where(np.isnan(dram), 0.0, dram) if not ser.memory_proxy else np.zeros(dram.size)
     busy = {p: p not in QUIET_PHASES for p in dict.fromkeys(ser.phase)}
     busy_phase = np.fromiter(map(busy.__getitem__, ser.phase), dtype=bool, count=len(ser.phase))
@@ -217,7 +217,7 @@ def _gpu_findings(
     c = gpu_ceilings(analyzer, index)
     codes = tick_bounds(analyzer, index, facts)
     w = tick_weights(np.asarray(ser.t, dtype=np.float64))
-    cols = {k: _series_array(ser, k) for k in ("link_Bps", "compute", "memory", "mem_used")}
+    cols = {k: series_array(ser, k) for k in ("link_Bps", "compute", "memory", "mem_used")}
     names = list(dict.fromkeys(p if p is not None else "unlabelled" for p in dict.fromkeys(ser.phase)))
     code = {p: names.index(p if p is not None else "unlabelled") for p in dict.fromkeys(ser.phase)}
     pcode = np.fromiter(map(code.__getitem__, ser.phase), dtype=np.int64, count=len(ser.phase))

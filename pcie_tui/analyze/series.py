@@ -1,8 +1,8 @@
 """A GPU's series over a session, and the statistics the summary takes of them.
 
-:class:`_GpuSeries` keeps per tick the time, verdict, utilisation and phase as lists (what the
+:class:`GpuSeries` keeps per tick the time, verdict, utilisation and phase as lists (what the
 TUI, plots and attribution read) and the numeric ones also as the chunks' float arrays, joined
-on demand (:func:`_series_array`). The rest are the pure helpers of
+on demand (:func:`series_array`). The rest are the pure helpers of
 :meth:`pcie_tui.analyze.session.SessionAnalyzer.summary`: verdict segments, gaps, quantiles.
 """
 
@@ -17,11 +17,11 @@ import numpy as np
 
 from pcie_tui.analyze.verdict import RESOURCES, VERDICTS
 
-_ARRAYS = ("link", "link_Bps", "memory", "compute", "mem_used")
+ARRAYS = ("link", "link_Bps", "memory", "compute", "mem_used")
 
 
 @dataclass
-class _GpuSeries:
+class GpuSeries:
     t: list[float] = field(default_factory=list)
     verdict: list[str] = field(default_factory=list)
     link: list[float | None] = field(default_factory=list)
@@ -31,11 +31,11 @@ class _GpuSeries:
     phase: list[str | None] = field(default_factory=list)
     mem_used: list[float | None] = field(default_factory=list)  # bytes of GPU memory in use
     memory_proxy: bool = False
-    # The numeric series as the chunks' float arrays (NaN = None), joined on demand by _series_array.
-    parts: dict[str, list[np.ndarray]] = field(default_factory=lambda: {k: [] for k in _ARRAYS})
+    # The numeric series as the chunks' float arrays (NaN = None), joined on demand by series_array.
+    parts: dict[str, list[np.ndarray]] = field(default_factory=lambda: {k: [] for k in ARRAYS})
 
 
-def _sweep_all(intervals: dict[str, list[tuple[float, float]]], times: list[float]) -> list[int]:
+def sweep_all(intervals: dict[str, list[tuple[float, float]]], times: list[float]) -> list[int]:
     """The per-tick sweep over all resources, for times out of order."""
     pos = dict.fromkeys(RESOURCES, 0)
     codes = []
@@ -53,7 +53,7 @@ def _sweep_all(intervals: dict[str, list[tuple[float, float]]], times: list[floa
     return codes
 
 
-def _sweep(iv: list[tuple[float, float]], times: list[float]) -> list[bool]:
+def sweep(iv: list[tuple[float, float]], times: list[float]) -> list[bool]:
     """Whether each (ascending) time lies in a sorted interval, by the original pointer sweep."""
     out = []
     i = 0
@@ -64,7 +64,7 @@ def _sweep(iv: list[tuple[float, float]], times: list[float]) -> list[bool]:
     return out
 
 
-def _segments(times: list[float], codes: np.ndarray) -> list[dict[str, Any]]:
+def segments(times: list[float], codes: np.ndarray) -> list[dict[str, Any]]:
     """Runs of equal verdict; a segment ends where the next begins (the last at the last tick)."""
     if not times:
         return []
@@ -77,7 +77,7 @@ def _segments(times: list[float], codes: np.ndarray) -> list[dict[str, Any]]:
     ]
 
 
-def _drop_gaps(time_in: dict[str, float], segs: list[dict[str, Any]], gaps: list[tuple[float, float]]) -> None:
+def drop_gaps(time_in: dict[str, float], segs: list[dict[str, Any]], gaps: list[tuple[float, float]]) -> None:
     """Take each hole out of the verdict segment that spans it (the one holding the tick before it)."""
     if not gaps or not segs:
         return
@@ -88,7 +88,7 @@ def _drop_gaps(time_in: dict[str, float], segs: list[dict[str, Any]], gaps: list
             time_in[segs[i]["saturated"]] -= b - a
 
 
-def _series_array(ser: _GpuSeries, name: str) -> np.ndarray:
+def series_array(ser: GpuSeries, name: str) -> np.ndarray:
     """A series column as floats (None -> NaN): the chunks' arrays joined, kept while its length is unchanged."""
     values = getattr(ser, name)
     cache: dict[str, np.ndarray] = ser.__dict__.setdefault("_arrays", {})
@@ -97,17 +97,17 @@ def _series_array(ser: _GpuSeries, name: str) -> np.ndarray:
         parts = ser.parts.get(name) or []
         if len(parts) > 1:
             parts[:] = [np.concatenate(parts)]
-        a = parts[0] if parts and parts[0].size == len(values) else _floats(values)
+        a = parts[0] if parts and parts[0].size == len(values) else floats(values)
         cache[name] = a
     return a
 
 
-def _pick(values: list[Any], at: list[int]) -> list[Any]:
+def pick(values: list[Any], at: list[int]) -> list[Any]:
     """values[i] for i in at."""
     return list(itemgetter(*at)(values)) if len(at) > 1 else [values[i] for i in at]
 
 
-def _nullable(a: np.ndarray) -> list[float | None]:
+def nullable(a: np.ndarray) -> list[float | None]:
     """Floats with NaN -> None, as a list."""
     nan = np.isnan(a)
     if not nan.any():
@@ -117,7 +117,7 @@ def _nullable(a: np.ndarray) -> list[float | None]:
     return o.tolist()  # type: ignore[no-any-return]
 
 
-def _floats(values: list[float | None]) -> np.ndarray:
+def floats(values: list[float | None]) -> np.ndarray:
     """None -> NaN."""
     try:
         return np.array(values, dtype=np.float64)
@@ -126,10 +126,10 @@ def _floats(values: list[float | None]) -> np.ndarray:
 
 
 def _stats(values: list[float | None]) -> dict[str, float | None]:
-    return _stats_np(_floats(values))
+    return stats_np(floats(values))
 
 
-def _stats_np(a: np.ndarray) -> dict[str, float | None]:
+def stats_np(a: np.ndarray) -> dict[str, float | None]:
     v = np.sort(a[~np.isnan(a)])
     n = int(v.size)
     if not n:

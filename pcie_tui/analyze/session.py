@@ -21,15 +21,15 @@ from pcie_tui.analyze.columns import CHUNK_TICKS, COL, Chunk, from_rows, from_sa
 from pcie_tui.analyze.columns import sample_phase as sample_phase  # re-exported: the TUI's import
 from pcie_tui.analyze.quantiles import quantile  # noqa: F401  (re-exported: one quantile)
 from pcie_tui.analyze.series import (
-    _drop_gaps,
-    _GpuSeries,
-    _nullable,
-    _pick,
-    _segments,
-    _series_array,
-    _stats_np,
-    _sweep,
-    _sweep_all,
+    GpuSeries,
+    drop_gaps,
+    nullable,
+    pick,
+    segments,
+    series_array,
+    stats_np,
+    sweep,
+    sweep_all,
 )
 from pcie_tui.analyze.tracker import GpuVerdictTracker, verdict_codes
 from pcie_tui.analyze.verdict import (
@@ -53,7 +53,7 @@ class SessionAnalyzer:
         self.th = thresholds
         self.keep_series = keep_series
         self.trackers: dict[int, GpuVerdictTracker] = {}
-        self.series: dict[int, _GpuSeries] = {}
+        self.series: dict[int, GpuSeries] = {}
         self.events: list[Event] = []  # closed and open, in opening order
         self.t0: float | None = None
         self.t_last: float | None = None
@@ -77,7 +77,7 @@ class SessionAnalyzer:
         tr = self.trackers.get(index)
         if tr is None:
             tr = self.trackers[index] = GpuVerdictTracker(self.header.gpu(index), index, self.th)
-            self.series[index] = _GpuSeries()
+            self.series[index] = GpuSeries()
         return tr
 
     def feed(self, s: Sample) -> list[Event]:
@@ -127,7 +127,7 @@ class SessionAnalyzer:
             ticks = ch.tick_of if pos is None else ch.tick_of[pos]
             t = t_all if pos is None else t_all[pos]
             u = utilisation_columns(tr.info, cols, tr.ceilings, tr.observed)
-            ph = ch.phase if one and ch.single else _pick(ch.phase, ticks.tolist())
+            ph = ch.phase if one and ch.single else pick(ch.phase, ticks.tolist())
             tl = t.tolist()
             op, _closed, spans = tr.advance(t, u, ph, tl)
             opened += [(i if pos is None else int(pos[i]), ri, e) for i, ri, e in op]
@@ -155,14 +155,14 @@ class SessionAnalyzer:
 
     @staticmethod
     def _extend(
-        ser: _GpuSeries, t: list[float], codes: np.ndarray, u: dict[str, np.ndarray], ph: list[Any], used: np.ndarray
+        ser: GpuSeries, t: list[float], codes: np.ndarray, u: dict[str, np.ndarray], ph: list[Any], used: np.ndarray
     ) -> None:
         ser.t += t
         ser.verdict += _VERDICT_NAMES[codes].tolist()
         ser.phase += ph
         for name, a in (("link", u["link"]), ("link_Bps", u["link_Bps"]), ("memory", u["memory"]),
                         ("compute", u["compute"]), ("mem_used", used)):  # fmt: skip
-            getattr(ser, name).extend(_nullable(a))
+            getattr(ser, name).extend(nullable(a))
             ser.parts[name].append(a)
         ser.memory_proxy = ser.memory_proxy or bool(u["proxy"].any())
 
@@ -190,7 +190,7 @@ class SessionAnalyzer:
         ser = self.series.get(index)
         if ser is None or not ser.t:
             return []
-        return _segments(ser.t, self._label_codes(index, ser.t))
+        return segments(ser.t, self._label_codes(index, ser.t))
 
     def _labels(self, index: int, times: list[float]) -> list[str]:
         """Per tick verdict with backdated event intervals (names)."""
@@ -214,7 +214,7 @@ class SessionAnalyzer:
             iv.sort()
         t = np.asarray(times, dtype=np.float64)
         if t.size > 1 and not bool(np.all(t[1:] >= t[:-1])):
-            return np.array(_sweep_all(intervals, times), dtype=np.int64)
+            return np.array(sweep_all(intervals, times), dtype=np.int64)
         codes = np.full(t.size, len(RESOURCES), dtype=np.int64)
         for ri in range(len(RESOURCES) - 1, -1, -1):  # lowest priority first; higher ones overwrite
             iv = intervals[RESOURCES[ri]]
@@ -228,7 +228,7 @@ class SessionAnalyzer:
                 inside = i < ends.size
                 inside[inside] = starts[i[inside]] <= t[inside]
             else:
-                inside = np.array(_sweep(iv, times), dtype=bool)
+                inside = np.array(sweep(iv, times), dtype=bool)
             codes[inside] = ri
         return codes
 
@@ -240,11 +240,11 @@ class SessionAnalyzer:
         for index in sorted(self.series):
             ser = self.series[index]
             codes = self._label_codes(index, ser.t) if ser.t else np.zeros(0, dtype=np.int64)
-            segs = _segments(ser.t, codes) if ser.t else []
+            segs = segments(ser.t, codes) if ser.t else []
             time_in = {v: 0.0 for v in VERDICTS}
             for sg in segs:
                 time_in[sg["saturated"]] += sg["end"] - sg["start"]
-            _drop_gaps(time_in, segs, self.gaps)
+            drop_gaps(time_in, segs, self.gaps)
             info = self.header.gpu(index)
             gpus.append(
                 {
@@ -253,13 +253,13 @@ class SessionAnalyzer:
                     "verdicts": segs,
                     "time_in_verdict_s": time_in,
                     "events": [e.to_json() for e in self.events if e.gpu == index],
-                    "link_util": _stats_np(_series_array(ser, "link")),
-                    "link_Bps": _stats_np(_series_array(ser, "link_Bps")),
-                    "dram_util": _stats_np(_series_array(ser, "memory")),
+                    "link_util": stats_np(series_array(ser, "link")),
+                    "link_Bps": stats_np(series_array(ser, "link_Bps")),
+                    "dram_util": stats_np(series_array(ser, "memory")),
                     "dram_basis": "proxy (NVML memory busy %, a duty cycle)"
                     if ser.memory_proxy
                     else "GPM DRAM_BW_UTIL",
-                    "sm_util": _stats_np(_series_array(ser, "compute")),
+                    "sm_util": stats_np(series_array(ser, "compute")),
                     "phases": self._phase_summary(index, codes),
                 }
             )
@@ -291,7 +291,7 @@ class SessionAnalyzer:
             hit = cache[index] = (key, self._phase_summary_uncached(ser, codes))
         return {p: {k: dict(v) if isinstance(v, dict) else v for k, v in d.items()} for p, d in hit[1].items()}
 
-    def _phase_summary_uncached(self, ser: _GpuSeries, codes: np.ndarray) -> dict[str, Any]:
+    def _phase_summary_uncached(self, ser: GpuSeries, codes: np.ndarray) -> dict[str, Any]:
         out: dict[str, Any] = {}
         # Codes in first-appearance order, built at C speed (dict.fromkeys keeps order).
         names = [p for p in dict.fromkeys(ser.phase) if p is not None]
@@ -302,7 +302,7 @@ class SessionAnalyzer:
         pc = np.fromiter(map(lookup.__getitem__, ser.phase), dtype=np.int64, count=len(ser.phase))
         order = np.argsort(pc, kind="stable")
         bounds = np.searchsorted(pc[order], np.arange(len(by_phase) + 1), "left")
-        cols = {k: _series_array(ser, k) for k in ("link", "link_Bps", "memory", "compute")}
+        cols = {k: series_array(ser, k) for k in ("link", "link_Bps", "memory", "compute")}
         nv = len(VERDICTS)
         for p, k in by_phase.items():
             idx = order[bounds[k] : bounds[k + 1]]
@@ -313,10 +313,10 @@ class SessionAnalyzer:
                 "ticks": n,
                 "verdict_share": share,
                 "dominant": max(share, key=share.__getitem__),
-                "link_util": _stats_np(cols["link"][idx]),
-                "link_Bps": _stats_np(cols["link_Bps"][idx]),
-                "dram_util": _stats_np(cols["memory"][idx]),
-                "sm_util": _stats_np(cols["compute"][idx]),
+                "link_util": stats_np(cols["link"][idx]),
+                "link_Bps": stats_np(cols["link_Bps"][idx]),
+                "dram_util": stats_np(cols["memory"][idx]),
+                "sm_util": stats_np(cols["compute"][idx]),
             }
         return out
 

@@ -28,10 +28,8 @@ class EngineFeed(Protocol):
 
 def apply_calibration(infos: tuple[GpuInfo, ...]) -> tuple[GpuInfo, ...]:
     """Put a stored calibrated ceiling into each GPU's LinkInfo when it still applies."""
-    try:
-        from pcie_tui.calibration import lookup, lookup_pageable
-    except ImportError:
-        return infos
+    from pcie_tui.calibration import lookup, lookup_pageable
+
     out = []
     for g in infos:
         mg, mw = g.link.max_gen, g.link.max_width

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from pcie_tui.collect.nvml import load_nvml
 from pcie_tui.doctor.sysfs_pci import normalize_bdf
 from pcie_tui.errors import NoGpuError
 
@@ -140,13 +141,9 @@ def _text(v: Any) -> str:
 
 
 def open_nvml(nvml: Any | None = None) -> Any:
-    """Import (unless given) and initialise NVML; NoGpuError with one clear line if impossible."""
-    if nvml is None:
-        try:
-            import pynvml
-        except ImportError as e:
-            raise NoGpuError("NVML is not available: install nvidia-ml-py (pip install nvidia-ml-py)") from e
-        nvml = pynvml
+    """Import (unless given, through the one NVML wrapper: :func:`pcie_tui.collect.nvml.load_nvml`) and
+    initialise NVML; NoGpuError with one clear line if impossible."""
+    nvml = load_nvml(nvml)
     try:
         nvml.nvmlInit()
     except nvml.NVMLError as e:
