@@ -13,6 +13,8 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from pcie_tui import metrics
+from pcie_tui.engines import registry
+from pcie_tui.engines.stats import REQUEST_IDENTITY
 from pcie_tui.model import Sample, SessionHeader
 
 DEFAULT_PORT = 9842
@@ -22,8 +24,8 @@ PHASES = ("loading", "prefill", "decode", "mixed", "idle", "down")
 # Engine histograms (engine.extra["hist"]), re-exposed with the engine's own buckets: key -> metric stem.
 HIST_STEMS = {f"{k}_s": k for k in ("ttft", "itl", "prefill", "decode", "queue", "e2e")}
 # An engine without histograms but with per-request timings (engine.extra["requests"], e.g. from its
-# log): each finished request is observed once into these bounds (seconds). The counts are real; the
-# bounds are ours.
+# log, read by its Engine.request_timing): each finished request is observed once into these bounds
+# (seconds). The counts are real; the bounds are ours.
 _PROMPT_LE = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 25.0, 60.0, 120.0, 300.0)
 REQUEST_LE = {
     "ttft": _PROMPT_LE,
@@ -31,7 +33,6 @@ REQUEST_LE = {
     "decode": (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 40.0, 80.0, 160.0, 320.0, 640.0),
     "request_itl_mean": (0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.15, 0.2, 0.3, 0.5, 1.0),
 }
-_REQ_ID = ("t", "seq", "slot", "task", "prompt_n", "prompt_ms", "predicted_n", "predicted_ms")
 
 
 def _num(v: Any) -> float | None:
@@ -110,32 +111,36 @@ class ExportState:
                 u = tr.last_util if tr is not None else None
                 self.link_util[g.index] = u.link if u is not None else None
             if s.engine is not None:
-                self._engine(s.engine.extra)
+                self._engine(s.engine.kind, s.engine.extra)
             self.sample = s
             self.ticks_total += 1
             self.last_wall = time.time()
 
-    def _engine(self, extra: dict[str, Any]) -> None:
+    def _engine(self, kind: str, extra: dict[str, Any]) -> None:
         hist = extra.get("hist")
         if isinstance(hist, dict):  # absent when unchanged: the last one stays
             self.hist = {k: h for k, h in hist.items() if k in HIST_STEMS and _valid_hist(h)}
+        eng = registry.get(kind)
         for r in extra.get("requests") or ():
             if not isinstance(r, dict):
                 continue
-            key = tuple(repr(r.get(k)) for k in _REQ_ID)
+            key = tuple(repr(r.get(k)) for k in REQUEST_IDENTITY)
             if key in self._seen:
                 continue  # older recordings repeat a finished request on several ticks
             self._seen[key] = None
             if len(self._seen) > 10_000:
                 self._seen.pop(next(iter(self._seen)))
-            pn, pms = _num(r.get("prompt_n")), _num(r.get("prompt_ms"))
-            gn, gms = _num(r.get("predicted_n")), _num(r.get("predicted_ms"))
-            if pms is not None and pms >= 0 and (pn is None or pn > 0):
-                self._observe("ttft", pms / 1e3)
-                self._observe("prefill", pms / 1e3)
-            if gn is not None and gms is not None and gn >= 2 and gms >= 0:
-                self._observe("decode", gms / 1e3)
-                self._observe("request_itl_mean", gms / (gn - 1) / 1e3)
+            rt = eng.request_timing(r) if eng is not None else None  # the engine reads its own timings
+            if rt is None:
+                continue
+            for name, v in (
+                ("ttft", rt.ttft_s),
+                ("prefill", rt.prefill_s),
+                ("decode", rt.decode_s),
+                ("request_itl_mean", rt.itl_mean_s),
+            ):
+                if v is not None:
+                    self._observe(name, v)
 
     def _observe(self, name: str, v: float) -> None:
         """One real observation into fixed bounds (cumulative: every bucket at or above ``v``)."""

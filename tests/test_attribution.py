@@ -153,9 +153,9 @@ def test_llama_flags_and_environment():
 def test_vllm_cpu_offload_is_named():
     fx = facts_for({"kind": "vllm", "cmdline": ["python", "-m", "vllm", "--cpu-offload-gb", "8", "-tp", "2"]})
     assert fx.tensor_parallel == 2 and "8 GiB" in fx.host_weights
-    from pcie_tui.engines import advise
+    from pcie_tui.engines import FindingFacts, advise
 
-    (a,) = advise(fx, {"bound": "link", "phase": "decode"})
+    (a,) = advise(fx, FindingFacts(bound="link", phase="decode"))
     assert "--cpu-offload-gb" in a.fix
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from pcie_tui.engines import ollama
+from pcie_tui.engines import FindingFacts, ollama
 
 FIX = Path(__file__).parent / "fixtures" / "engines"
 
@@ -159,9 +159,11 @@ def test_ps_maps_vram_share_and_leaves_the_rest_none(fake, tmp_path):
     assert fx.host_weights.startswith("1.3 GB of gemma4 (19 %) (/api/ps size - size_vram)")
     assert "Ollama placed 81 % of gemma4 in VRAM (/api/ps size_vram 5.3 GB of 6.6 GB)" in fx.log_evidence
     assert "offloaded 20/35 layers to GPU" in fx.log_evidence
-    adv = ollama.ENGINE.advise(fx, {"bound": "transfer"})
+    adv = ollama.ENGINE.advise(fx, FindingFacts(bound="transfer"))
     assert (
-        len(adv) == 1 and "OLLAMA_NUM_PARALLEL" in adv[0].fix and ollama.ENGINE.advise(fx, {"bound": "compute"}) == []
+        len(adv) == 1
+        and "OLLAMA_NUM_PARALLEL" in adv[0].fix
+        and ollama.ENGINE.advise(fx, FindingFacts(bound="compute")) == []
     )
 
 
@@ -174,7 +176,7 @@ def test_nothing_loaded_and_unknown_shares(fake):
     assert [m["vram_frac"] for m in ollama.parse_ps(weird)] == [None, None]  # `ollama ps` says "Unknown"
     assert ollama.placement(ollama.parse_ps(weird))["vram_frac"] is None
     fx = ollama.ENGINE.facts({"kind": "ollama", "models": []})
-    assert fx.host_weights is None and ollama.ENGINE.advise(fx, {"bound": "link"}) == []
+    assert fx.host_weights is None and ollama.ENGINE.advise(fx, FindingFacts(bound="link")) == []
 
 
 def test_not_ollama_or_down_is_one_clear_error(fake):

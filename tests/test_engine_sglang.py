@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from pcie_tui.engines import sglang
+from pcie_tui.engines import FindingFacts, sglang
 
 FIX = Path(__file__).parent / "fixtures" / "engines"
 
@@ -134,9 +134,9 @@ def test_facts_and_advice_name_the_flags():
     argv = ["sglang", "serve", "--model-path", "m", "--cpu-offload-gb", "20", "--tp-size", "2"]
     fx = e.facts({"kind": "sglang", "cmdline": argv, "layout": e.parse_layout(argv, {})})
     assert fx.host_weights == "20 GB of weights in host memory (--cpu-offload-gb 20)" and fx.tensor_parallel == 2
-    adv = e.advise(fx, {"bound": "link"})
+    adv = e.advise(fx, FindingFacts(bound="link"))
     assert len(adv) == 1 and "--cpu-offload-gb" in adv[0].fix and any("not tested" in x for x in adv[0].evidence)
-    assert e.advise(fx, {"bound": "compute"}) == []
+    assert e.advise(fx, FindingFacts(bound="compute")) == []
     hi = e.facts({"kind": "sglang", "layout": e.parse_layout(["sglang", "serve", "--enable-hierarchical-cache"], {})})
     assert hi.host_weights is None and "--hicache-ratio 2.0" in hi.kv_on_host
     assert e.facts({"kind": "sglang"}).host_weights is None

@@ -14,7 +14,7 @@ from pcie_tui.analyze.attribution import BOUND_WORDS, phase_findings
 from pcie_tui.analyze.phases import fmt_rate
 from pcie_tui.analyze.result import Answer, Finding, Headline
 from pcie_tui.analyze.session import SessionAnalyzer
-from pcie_tui.engines import EngineFacts, advise, engine_info, facts_for
+from pcie_tui.engines import EngineFacts, FindingFacts, advise, engine_info, facts_for
 from pcie_tui.model import SessionHeader
 
 # Phases that are not work: a headline about them answers nothing.
@@ -122,7 +122,7 @@ def answer(
     findings = phase_findings(header, analyzer, fx)
     for fs in findings.values():
         for f in fs:
-            f.advice = tuple(advise(fx, f.evidence_json()))
+            f.advice = tuple(advise(fx, finding_facts(f)))
             f.evidence = evidence_text(f)
     top = pick(findings, phase)
     head = headline(top, len(findings) > 1, final) if top is not None else unlabelled_headline(findings)
@@ -130,18 +130,21 @@ def answer(
 
 
 def _facts_json(fx: EngineFacts | None) -> dict[str, Any] | None:
-    if fx is None:
-        return None
-    return {
-        "kind": fx.kind,
-        "host_weights": fx.host_weights,
-        "host_pinned": fx.host_pinned,
-        "host_memory_why": fx.host_memory_why,
-        "kv_on_host": fx.kv_on_host,
-        "ubatch": fx.ubatch,
-        "tensor_parallel": fx.tensor_parallel,
-        "log_evidence": list(fx.log_evidence),
-    }
+    return fx.to_json() if fx is not None else None
+
+
+def finding_facts(f: Finding) -> FindingFacts:
+    """The finding as an engine's ``advise`` reads it (the engines sit below the analysis)."""
+    c = f.ceilings
+    return FindingFacts(
+        bound=f.bound, phase=f.phase, gpu=f.gpu, duration_s=f.duration_s, bound_s=f.bound_s,
+        shares=dict(f.shares), link_Bps=f.link_Bps, link_of_pinned=f.link_of_pinned,
+        sm_util=f.sm_util, dram_util=f.dram_util,
+        pinned_ceiling_Bps=c.pinned_Bps, pinned_ceiling_source=c.pinned_source,
+        pageable_ceiling_Bps=c.pageable_Bps, pageable_ceiling_source=c.pageable_source,
+        vram_used_bytes=f.vram_used_bytes, vram_total_bytes=f.vram_total_bytes,
+        transfer_Bps=f.transfer_Bps, transfer_staged=f.transfer_staged, whatif_pinned=f.whatif_pinned,
+    )  # fmt: skip
 
 
 NOTHING = "Nothing was in flight: no phase of work to attribute."

@@ -55,7 +55,7 @@ class Finding:
         return self.shares[self.bound]
 
     def evidence_json(self) -> dict[str, Any]:
-        """The finding without its advice: what an engine's ``advise`` reads."""
+        """The finding without its advice (an engine's ``advise`` reads it as ``engines.FindingFacts``)."""
         out: dict[str, Any] = {
             "gpu": self.gpu,
             "phase": self.phase,

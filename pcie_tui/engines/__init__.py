@@ -11,9 +11,20 @@ from __future__ import annotations
 
 from typing import Any
 
-from pcie_tui.engines.base import Advice, EngineFacts, typed
+from pcie_tui.engines.base import Advice, EngineFacts, FindingFacts, Layout, RequestTiming, TimingBasis, typed
 
-__all__ = ["Advice", "EngineFacts", "advise", "engine_info", "facts_for", "typed"]
+__all__ = [
+    "Advice",
+    "EngineFacts",
+    "FindingFacts",
+    "Layout",
+    "RequestTiming",
+    "TimingBasis",
+    "advise",
+    "engine_info",
+    "facts_for",
+    "typed",
+]
 
 
 def engine_info(header_engine: Any, events: Any = ()) -> dict[str, Any] | None:
@@ -45,8 +56,8 @@ def facts_for(engine_info: dict[str, Any] | None) -> EngineFacts | None:
     return eng.facts(engine_info) if eng is not None else None
 
 
-def advise(facts: EngineFacts | None, finding: dict[str, Any]) -> list[Advice]:
-    """Causes and fixes for one finding (``attribution.phase_finding`` output) in the engine's own words."""
+def advise(facts: EngineFacts | None, finding: FindingFacts) -> list[Advice]:
+    """Causes and fixes for one attribution finding, in the engine's own words."""
     if facts is None:
         return []
     from pcie_tui.engines import registry

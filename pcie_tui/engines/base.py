@@ -53,8 +53,90 @@ class EngineClient(Protocol):
 
 
 @dataclass(frozen=True)
+class Layout:
+    """How the engine spreads the model over GPUs, as its flags say (None where they do not)."""
+
+    tensor_parallel: int | None = None
+    pipeline_parallel: int | None = None
+    data_parallel: int | None = None
+    # How llama.cpp splits the model over several GPUs (``-sm``: "layer", "row", "none"; None: not set).
+    split_mode: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "tensor_parallel": self.tensor_parallel,
+            "pipeline_parallel": self.pipeline_parallel,
+            "data_parallel": self.data_parallel,
+            "split_mode": self.split_mode,
+        }
+
+
+@dataclass(frozen=True)
+class TimingBasis:
+    """How the engine's latency figures are timed (what its TTFT, ITL, prefill and decode mean)."""
+
+    # "histograms" (the engine's Prometheus histograms), "per-request" (each finished request's own
+    # timings, e.g. from the log) or "none" (the engine exposes no latencies).
+    source: Literal["histograms", "per-request", "none"]
+    # "bucket-interpolated" (estimates bounded by bucket edges), "exact" (order statistics), None: no latencies.
+    quantiles: Literal["bucket-interpolated", "exact"] | None
+    # Whether the engine's TTFT includes the time a request waited in its queue (None: unknown or no TTFT).
+    ttft_includes_queue: bool | None = None
+    note: str | None = None  # the engine's own words on it (its ``quantile_method``)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "source": self.source,
+            "quantiles": self.quantiles,
+            "ttft_includes_queue": self.ttft_includes_queue,
+            "note": self.note,
+        }
+
+
+@dataclass(frozen=True)
+class RequestTiming:
+    """One finished request's latencies, in seconds, as the engine timed it (None: not timed)."""
+
+    ttft_s: float | None = None
+    prefill_s: float | None = None
+    decode_s: float | None = None
+    itl_mean_s: float | None = None  # the request's mean gap between output tokens
+
+
+@dataclass(frozen=True)
+class FindingFacts:
+    """One attribution finding (one GPU in one phase), as an engine's :meth:`Engine.advise` reads it.
+
+    Built by the analysis from its typed finding (``pcie_tui.analyze.result.Finding``); rates and
+    use are the median of the bound's ticks, the ceilings are the ones the finding compared with.
+    """
+
+    bound: str  # link, transfer, host, memory, compute, idle
+    phase: str | None = None
+    gpu: int | None = None
+    duration_s: float = 0.0
+    bound_s: float = 0.0
+    shares: Mapping[str, float] = field(default_factory=dict)
+    link_Bps: float | None = None
+    link_of_pinned: float | None = None  # link_Bps over the pinned ceiling
+    sm_util: float | None = None
+    dram_util: float | None = None
+    pinned_ceiling_Bps: float | None = None
+    pinned_ceiling_source: str | None = None  # e.g. "calibrated 2026-12-02", "default 0.90 x theoretical"
+    pageable_ceiling_Bps: float | None = None
+    pageable_ceiling_source: str | None = None
+    vram_used_bytes: float | None = None
+    vram_total_bytes: float | None = None
+    transfer_Bps: float | None = None
+    transfer_staged: bool = False  # the copies went through pageable memory (staged by the driver)
+    # The what-if of pinned host memory for this phase (docs/whatif.md), where the data can price it.
+    whatif_pinned: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
 class EngineFacts:
-    """Where an engine keeps its weights and caches, as its flags and log say."""
+    """What an engine adapter learns from its flags, environment, API and log: where it keeps its
+    weights and caches, how it spreads the model, how it loads it, and how it times latencies."""
 
     kind: str
     # Weights kept in host memory and what put them there, e.g. "FFN weights of 12 layers (--n-cpu-ffn 12)".
@@ -66,8 +148,34 @@ class EngineFacts:
     kv_on_host: str | None = None  # e.g. "-nkvo: KV cache in host memory"
     ubatch: int | None = None
     tensor_parallel: int | None = None
+    # How the weights were loaded, in the engine's terms (llama.cpp ``-lm``: "auto", "mmap", "none"; vLLM
+    # and SGLang ``--load-format``); None where the flags do not say.
+    load_mode: str | None = None
+    # Layers whose weights (all or part) stay in host memory, where the engine says how many (None: unknown).
+    host_layers: int | None = None
+    layout: Layout = field(default_factory=Layout)
+    timing: TimingBasis | None = None  # how its latencies are timed (None: not known)
     flags: dict[str, Any] = field(default_factory=dict)  # the parsed flags, for evidence
     log_evidence: tuple[str, ...] = ()  # load-time log lines that bear on the bus
+    log_warnings: tuple[str, ...] = ()  # the engine's load-time warnings, as it wrote them
+
+    def to_json(self) -> dict[str, Any]:
+        """``report --json``'s ``attribution.engine_facts`` (docs/report-json.md)."""
+        return {
+            "kind": self.kind,
+            "host_weights": self.host_weights,
+            "host_pinned": self.host_pinned,
+            "host_memory_why": self.host_memory_why,
+            "host_layers": self.host_layers,
+            "kv_on_host": self.kv_on_host,
+            "ubatch": self.ubatch,
+            "tensor_parallel": self.tensor_parallel,
+            "load_mode": self.load_mode,
+            "layout": self.layout.to_json(),
+            "timing": self.timing.to_json() if self.timing is not None else None,
+            "log_evidence": list(self.log_evidence),
+            "log_warnings": list(self.log_warnings),
+        }
 
 
 @dataclass(frozen=True)
@@ -123,6 +231,8 @@ class Engine(ABC):
     per_request_timing: ClassVar[bool] = False
     # How the latency quantiles are computed, for the snapshot's ``quantile_method`` (None: histogram buckets).
     quantile_method: ClassVar[str | None] = None
+    # Whether the engine's TTFT counts the time a request waited in its queue (None: unknown or no TTFT).
+    ttft_includes_queue: ClassVar[bool | None] = None
     # Layout flags ``doctor`` fingerprints: canonical name -> every spelling on the command line.
     layout_flags: ClassVar[Mapping[str, tuple[str, ...]]] = {}
     layout_repeatable: ClassVar[frozenset[str]] = frozenset()  # canonical names whose values accumulate
@@ -175,6 +285,17 @@ class Engine(ABC):
         ``engine`` object), or None when they can or it is not known."""
         return None
 
+    def request_timing(self, request: Mapping[str, Any]) -> RequestTiming | None:
+        """One finished request of ``extra["requests"]`` as typed latencies (``per_request_timing``
+        engines), or None when it holds none the engine can read."""
+        return None
+
+    def timing(self) -> TimingBasis:
+        """How this engine's latency figures are timed, for :attr:`EngineFacts.timing`."""
+        if self.per_request_timing:
+            return TimingBasis("per-request", "exact", self.ttft_includes_queue, self.quantile_method)
+        return TimingBasis("histograms", "bucket-interpolated", self.ttft_includes_queue, self.quantile_method)
+
     def timing_basis(self, n_requests: int) -> str | None:
         """The report's ``basis`` sentence for per-request timings, or None for histogram engines."""
         return None
@@ -193,8 +314,8 @@ class Engine(ABC):
 
     def facts(self, engine_info: dict[str, Any]) -> EngineFacts:
         """Facts from a recording header's ``engine`` object (command line, layout, load log)."""
-        return EngineFacts(kind=self.name)
+        return EngineFacts(kind=self.name, timing=self.timing())
 
-    def advise(self, facts: EngineFacts, finding: dict[str, Any]) -> list[Advice]:
+    def advise(self, facts: EngineFacts, finding: FindingFacts) -> list[Advice]:
         """Causes and fixes for one attribution finding, in the engine's own words."""
         return []

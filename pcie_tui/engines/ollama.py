@@ -34,7 +34,17 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from pcie_tui.engines.base import Advice, Engine, EngineClient, EngineFacts, Role, SourceRow, typed
+from pcie_tui.engines.base import (
+    Advice,
+    Engine,
+    EngineClient,
+    EngineFacts,
+    FindingFacts,
+    Role,
+    SourceRow,
+    TimingBasis,
+    typed,
+)
 from pcie_tui.engines.http import SCRAPE_TIMEOUT_S, failure_reason, http_get, normalize_url
 from pcie_tui.model import EngineSample
 
@@ -317,6 +327,13 @@ class OllamaClient:
         return EngineSample(kind=self.kind, up=True, extra=extra)
 
 
+def _host_layers(offload: dict[str, Any]) -> int | None:
+    """Layers the runner kept in host memory: total - GPU layers of its "offloaded N/M layers" line."""
+    gpu: int | None = typed(offload, "gpu_layers", int, None)
+    total: int | None = typed(offload, "total_layers", int, None)
+    return total - gpu if gpu is not None and total is not None and 0 <= gpu <= total else None
+
+
 class OllamaEngine(Engine):
     name = "ollama"
     display = "Ollama"
@@ -373,12 +390,17 @@ class OllamaEngine(Engine):
         return EngineFacts(
             kind=self.name,
             host_weights=host,
+            host_layers=_host_layers(off) if host else None,
+            timing=self.timing(),
             flags={k: layout[k] for k in ("num_parallel", "flash_attention", "kv_cache_type") if k in layout},
             log_evidence=(*evidence, *((line,) if line else ())),
         )
 
-    def advise(self, facts: EngineFacts, finding: dict[str, Any]) -> list[Advice]:
-        if finding.get("bound") not in ("link", "transfer") or not facts.host_weights:
+    def timing(self) -> TimingBasis:
+        return TimingBasis("none", None, None, "Ollama exposes no latencies (no metrics endpoint)")
+
+    def advise(self, facts: EngineFacts, finding: FindingFacts) -> list[Advice]:
+        if finding.bound not in ("link", "transfer") or not facts.host_weights:
             return []
         note = "Ollama support is written from its documentation, not tested against a real server"
         return [

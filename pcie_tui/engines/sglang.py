@@ -35,7 +35,17 @@ from typing import Any
 from prometheus_client.parser import text_string_to_metric_families
 
 from pcie_tui.engines.argv import dist_version, flag_values
-from pcie_tui.engines.base import Advice, Engine, EngineClient, EngineFacts, Role, SourceRow, typed
+from pcie_tui.engines.base import (
+    Advice,
+    Engine,
+    EngineClient,
+    EngineFacts,
+    FindingFacts,
+    Layout,
+    Role,
+    SourceRow,
+    typed,
+)
 from pcie_tui.engines.http import SCRAPE_TIMEOUT_S, failure_reason, http_get, normalize_url
 from pcie_tui.model import EngineSample
 
@@ -92,6 +102,10 @@ def _num(v: Any) -> int | float | None:
             return float(v)
         except ValueError:
             return None
+
+
+def _pos_int(v: Any) -> int | None:
+    return v if isinstance(v, int) and not isinstance(v, bool) and v > 0 else None
 
 
 def parse_layout(argv: Sequence[str]) -> dict[str, Any]:
@@ -283,6 +297,8 @@ class SGLangEngine(Engine):
     tested = False
     docs = DOCS
     probe_paths = ("/metrics", "/get_model_info")
+    # time_to_first_token_seconds runs from the request's arrival at the tokenizer: queue time included.
+    ttft_includes_queue = True
     layout_flags = {k: FLAGS[k] for k in (*_SIZES, "cpu_offload_gb", "enable_hierarchical_cache", "hicache_ratio")}
 
     def classify(self, argv: Sequence[str], proc_name: str) -> Role | None:
@@ -340,16 +356,19 @@ class SGLangEngine(Engine):
             size, ratio = layout.get("hicache_size"), layout.get("hicache_ratio")
             how = f"--hicache-size {size} GB" if size else f"--hicache-ratio {ratio if ratio else 2.0} (x the GPU pool)"
             kv = f"--enable-hierarchical-cache: a host-memory KV pool ({how}) that pages move to and from over PCIe"
+        sizes = [_pos_int(layout.get(k)) for k in _SIZES]
         return EngineFacts(
             kind=self.name,
             host_weights=f"{off} GB of weights in host memory (--cpu-offload-gb {off})" if off else None,
             kv_on_host=kv,
-            tensor_parallel=tp if isinstance(tp, int) and not isinstance(tp, bool) and tp > 0 else None,
+            tensor_parallel=_pos_int(tp),
+            layout=Layout(tensor_parallel=sizes[0], pipeline_parallel=sizes[1], data_parallel=sizes[2]),
+            timing=self.timing(),
             flags={k: layout.get(k) for k in (*_NUMS[:3], "enable_hierarchical_cache")},
         )
 
-    def advise(self, facts: EngineFacts, finding: dict[str, Any]) -> list[Advice]:
-        bound, tp = finding.get("bound"), facts.tensor_parallel or 1
+    def advise(self, facts: EngineFacts, finding: FindingFacts) -> list[Advice]:
+        bound, tp = finding.bound, facts.tensor_parallel or 1
         note = "SGLang support is written from its documentation and not tested against a real server"
         if bound in ("link", "transfer") and facts.host_weights:
             off = facts.flags.get("cpu_offload_gb")

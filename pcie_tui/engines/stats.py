@@ -22,7 +22,7 @@ def quantile(sorted_values: list[float], q: float) -> float:
 
 
 # What tells two finished requests apart (a tick may repeat a scrape).
-_IDENTITY = ("t", "seq", "slot", "task", "prompt_n", "prompt_ms", "predicted_n", "predicted_ms")
+REQUEST_IDENTITY = ("t", "seq", "slot", "task", "prompt_n", "prompt_ms", "predicted_n", "predicted_ms")
 
 
 def unique_requests(engines: Iterable[EngineSample | None]) -> list[dict[str, Any]]:
@@ -36,7 +36,7 @@ def unique_requests(engines: Iterable[EngineSample | None]) -> list[dict[str, An
         for r in reqs:
             if not isinstance(r, dict):
                 continue
-            key = tuple(r.get(k) for k in _IDENTITY)
+            key = tuple(r.get(k) for k in REQUEST_IDENTITY)
             if key not in seen:
                 seen.add(key)
                 out.append(r)

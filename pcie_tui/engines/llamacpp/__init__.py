@@ -10,12 +10,24 @@ log files), :mod:`.log` (per-request timings from the log), :mod:`.gguf` (model 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from pcie_tui.engines.base import Advice, Engine, EngineClient, EngineFacts, Role, SourceRow
+from pcie_tui.engines.base import (
+    Advice,
+    Engine,
+    EngineClient,
+    EngineFacts,
+    FindingFacts,
+    Layout,
+    RequestTiming,
+    Role,
+    SourceRow,
+    typed,
+)
 from pcie_tui.engines.llamacpp import advice, proc, timing
 from pcie_tui.model import EngineSample
 
@@ -58,6 +70,7 @@ class LlamaCppEngine(Engine):
         "per request, from llama-server's log timings (server side: TTFT = prompt eval time, "
         "queue and HTTP excluded, so a lower bound; ITL = mean gap per request)"
     )
+    ttft_includes_queue = False  # prompt eval time: from the first prompt token processed, queue excluded
     layout_flags = LAYOUT_FLAGS
     layout_repeatable = frozenset({"-ot"})
     model_format = "gguf"
@@ -103,6 +116,9 @@ class LlamaCppEngine(Engine):
     def request_latencies(self, requests: Sequence[dict[str, Any]]) -> dict[str, dict[str, float] | None]:
         return timing.request_latencies(requests)
 
+    def request_timing(self, request: Mapping[str, Any]) -> RequestTiming | None:
+        return timing.request_timing(request)
+
     def timings_unavailable(self, engine_info: dict[str, Any]) -> str | None:
         # An empty list: attached, and no log file was found to read (older recordings lack the key).
         if engine_info.get("log_paths") == []:
@@ -124,9 +140,15 @@ class LlamaCppEngine(Engine):
         return rows(window)
 
     def facts(self, engine_info: dict[str, Any]) -> EngineFacts:
-        return advice.facts(engine_info)
+        fx = advice.facts(engine_info)
+        gpus = engine_info.get("gpus")
+        layout = fx.layout
+        if isinstance(gpus, list) and gpus:  # tp/pp over the GPUs its process tree held
+            tp, pp = self.parallelism(typed(engine_info, "layout", dict, {}), len(gpus))
+            layout = Layout(tensor_parallel=tp, pipeline_parallel=pp, data_parallel=1, split_mode=layout.split_mode)
+        return dataclasses.replace(fx, layout=layout, timing=self.timing())
 
-    def advise(self, facts: EngineFacts, finding: dict[str, Any]) -> list[Advice]:
+    def advise(self, facts: EngineFacts, finding: FindingFacts) -> list[Advice]:
         return advice.advise(facts, finding)
 
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 import contextlib
 from typing import Any
 
-from pcie_tui.engines.base import Advice, EngineFacts, typed
+from pcie_tui.engines.base import Advice, EngineFacts, FindingFacts, Layout, typed
 
 _VALUE_FLAGS = {
     "-ngl": "n_gpu_layers",
@@ -110,11 +110,15 @@ def facts(engine_info: dict[str, Any]) -> EngineFacts:
     ]
     evidence = tuple(x for x in lines if MMAP_WARNING in x or "CUDA_Host" in x or "CPU_Mapped" in x or "offload" in x)
 
+    warnings = tuple(x for x in log.get("warnings") or () if isinstance(x, str))
     meta: dict[str, Any] = typed(engine_info, "model_meta", dict, {})
     n_layer: int | None = typed(meta, "block_count", int, None)
-    host_weights = _host_weights(f, n_layer if n_layer is not None and n_layer > 0 else None)
+    n_layer = n_layer if n_layer is not None and n_layer > 0 else None
+    host_weights = _host_weights(f, n_layer)
     pinned, why = _host_memory(f, lines)
     ub = f.get("ubatch")
+    layout: dict[str, Any] = typed(engine_info, "layout", dict, {})
+    split = layout.get("split_mode")
     return EngineFacts(
         kind="llamacpp",
         host_weights=host_weights,
@@ -124,9 +128,38 @@ def facts(engine_info: dict[str, Any]) -> EngineFacts:
         if f.get("no_kv_offload")
         else None,
         ubatch=ub if isinstance(ub, int) else None,
+        load_mode=load_mode(f),
+        host_layers=_host_layers(f, n_layer) if host_weights else None,
+        layout=Layout(split_mode=split if isinstance(split, str) else None),
         flags=f,
         log_evidence=evidence,
+        log_warnings=warnings,
     )
+
+
+def load_mode(f: dict[str, Any]) -> str:
+    """llama.cpp's load mode under the flags ``f``: ``-lm`` as given, else "none" for ``--no-mmap``
+    (old builds), else "auto" (the default: mmap)."""
+    return str(f.get("load_mode") or ("none" if f.get("no_mmap") else "auto")).lower()
+
+
+def _host_layers(f: dict[str, Any], n_layer: int | None) -> int | None:
+    """How many layers keep all or part of their weights in host memory under the flags ``f`` (None:
+    the flags do not say, e.g. -ot patterns or -ngl without the model's layer count).
+
+    -ngl N leaves the first ``n_layer - N`` layers on the CPU; --n-cpu-ffn N and --n-cpu-moe N keep
+    part of the first N layers there; --cpu-moe every layer's experts.
+    """
+    if f.get("cpu_moe"):
+        return n_layer
+    ngl = f.get("n_gpu_layers")
+    counts = [v for k in ("n_cpu_ffn", "n_cpu_moe") if isinstance(v := f.get(k), int) and v > 0]
+    if isinstance(ngl, int) and ngl >= 0 and n_layer is not None and ngl < n_layer:
+        counts.append(n_layer - ngl)
+    elif isinstance(ngl, int) and 0 <= ngl < 99 and n_layer is None:
+        return None  # layers beyond the first N, of a count not recorded
+    n = max(counts, default=None)
+    return min(n, n_layer) if n is not None and n_layer is not None else n
 
 
 def _host_weights(f: dict[str, Any], n_layer: int | None) -> str | None:
@@ -161,7 +194,7 @@ def _host_memory(f: dict[str, Any], lines: list[str]) -> tuple[bool | None, str]
 
     The loader's mmap warning among the load log's ``lines`` settles it: pageable.
     """
-    mode = str(f.get("load_mode") or ("none" if f.get("no_mmap") else "auto")).lower()
+    mode = load_mode(f)
     pinned: bool | None
     if f.get("no_host"):
         pinned, why = False, "--no-host bypasses the pinned host buffer"
@@ -186,15 +219,15 @@ def _gbs(v: float | None) -> str:
     return "n/a" if v is None else f"{v / 1e9:.1f} GB/s"
 
 
-def _vram(finding: dict[str, Any]) -> str | None:
-    used, total = finding.get("vram_used_bytes"), finding.get("vram_total_bytes")
+def _vram(finding: FindingFacts) -> str | None:
+    used, total = finding.vram_used_bytes, finding.vram_total_bytes
     if used is None or not total:
         return None
     return f"GPU memory used at most {used / 2**30:.1f} of {total / 2**30:.0f} GiB during the run"
 
 
-def advise(fx: EngineFacts, finding: dict[str, Any]) -> list[Advice]:
-    bound, phase = finding.get("bound"), finding.get("phase")
+def advise(fx: EngineFacts, finding: FindingFacts) -> list[Advice]:
+    bound, phase = finding.bound, finding.phase
     vram = _vram(finding)
     if bound == "transfer" and fx.host_weights and fx.host_pinned is False and phase != "loading":
         return [_pageable_advice(fx, finding)]
@@ -218,11 +251,10 @@ def advise(fx: EngineFacts, finding: dict[str, Any]) -> list[Advice]:
     return []
 
 
-def _pageable_advice(fx: EngineFacts, finding: dict[str, Any]) -> Advice:
+def _pageable_advice(fx: EngineFacts, finding: FindingFacts) -> Advice:
     """Transfer-bound with host weights in pageable memory: load them pinned (``-lm none``)."""
-    ceil = finding.get("ceilings") or {}
-    rate = finding.get("link_Bps")
-    pinned = ceil.get("pinned_Bps")
+    rate = finding.link_Bps
+    pinned = finding.pinned_ceiling_Bps
     ev = [f"host weights: {fx.host_weights}", fx.host_memory_why or "", *fx.log_evidence]
     pred = None
     fix = (
@@ -232,10 +264,8 @@ def _pageable_advice(fx: EngineFacts, finding: dict[str, Any]) -> Advice:
     )
     fix += ": host weights then load into pinned CUDA host buffers"
     if pinned and rate:
-        pred = finding.get("whatif_pinned")
-        fix += (
-            f"; pinned copies on this GPU reach {_gbs(pinned)} ({ceil.get('pinned_source')}) against {_gbs(rate)} now"
-        )
+        pred = finding.whatif_pinned
+        fix += f"; pinned copies on this GPU reach {_gbs(pinned)} ({finding.pinned_ceiling_source}) against {_gbs(rate)} now"
     return Advice(
         cause=f"{fx.host_weights} stay in host memory and are copied to the GPU from pageable memory "
         f"({fx.host_memory_why}); the driver stages every copy, so the link runs far below its capacity",

@@ -14,9 +14,10 @@ TTFT) and ``predicted_ms`` spans ``predicted_n - 1`` inter-token gaps.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from pcie_tui.engines.base import RequestTiming
 from pcie_tui.engines.stats import QUANTILES, quantile
 from pcie_tui.model import EngineSample
 
@@ -32,23 +33,31 @@ def _q3(vals: list[float]) -> dict[str, float] | None:
     return {name: quantile(v, q) for name, q in QUANTILES}
 
 
-def request_latencies(requests: Sequence[dict[str, Any]]) -> dict[str, dict[str, float] | None]:
-    """p50/p95/p99 of ttft_s, itl_s, prefill_s, decode_s over per-request llama-server timings.
+def request_timing(r: Mapping[str, Any]) -> RequestTiming | None:
+    """One finished llama-server request as typed latencies (None: it holds no timing to read).
 
-    prefill_s = ttft_s = prompt_ms / 1e3 (server side); decode_s = predicted_ms / 1e3 and
-    itl_s = predicted_ms / (predicted_n - 1) / 1e3 for requests that generated >= 2 tokens.
+    prefill_s = ttft_s = prompt_ms / 1e3 (server side), for a request with prompt tokens (or no
+    count); decode_s = predicted_ms / 1e3 and itl_mean_s = predicted_ms / (predicted_n - 1) / 1e3
+    for a request that generated at least 2 tokens.
     """
-    prefill: list[float] = []
-    decode: list[float] = []
-    itl: list[float] = []
-    for r in requests:
-        pn, pms = _num(r.get("prompt_n")), _num(r.get("prompt_ms"))
-        gn, gms = _num(r.get("predicted_n")), _num(r.get("predicted_ms"))
-        if pms is not None and pms >= 0 and (pn is None or pn > 0):
-            prefill.append(pms / 1e3)
-        if gn is not None and gms is not None and gn >= 2 and gms >= 0:
-            decode.append(gms / 1e3)
-            itl.append(gms / (gn - 1) / 1e3)
+    pn, pms = _num(r.get("prompt_n")), _num(r.get("prompt_ms"))
+    gn, gms = _num(r.get("predicted_n")), _num(r.get("predicted_ms"))
+    prompt_s = pms / 1e3 if pms is not None and pms >= 0 and (pn is None or pn > 0) else None
+    timed = gn is not None and gms is not None and gn >= 2 and gms >= 0
+    decode_s = gms / 1e3 if timed and gms is not None else None
+    itl = gms / (gn - 1) / 1e3 if timed and gms is not None and gn is not None else None
+    if prompt_s is None and decode_s is None:
+        return None
+    return RequestTiming(ttft_s=prompt_s, prefill_s=prompt_s, decode_s=decode_s, itl_mean_s=itl)
+
+
+def request_latencies(requests: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, float] | None]:
+    """p50/p95/p99 of ttft_s, itl_s, prefill_s, decode_s over per-request llama-server timings
+    (each request as :func:`request_timing` reads it; itl_s: each request's mean gap)."""
+    timings = [t for r in requests if (t := request_timing(r)) is not None]
+    prefill = [t.prefill_s for t in timings if t.prefill_s is not None]
+    decode = [t.decode_s for t in timings if t.decode_s is not None]
+    itl = [t.itl_mean_s for t in timings if t.itl_mean_s is not None]
     return {"ttft_s": _q3(prefill), "itl_s": _q3(itl), "prefill_s": _q3(prefill), "decode_s": _q3(decode)}
 
 

