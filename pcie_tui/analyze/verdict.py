@@ -21,6 +21,7 @@ card, and a saturated link starves the others.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -202,16 +203,22 @@ def _with_observed(
     once, in an H200 recording), not the link's ceiling: the running highest stops at the
     theoretical rate.
     """
+    if pc.size == 1:  # a live tick: plain floats, no numpy calls
+        gv, wv, r = float(gen[0]), float(width[0]), float(rate[0])
+        key = (-1.0 if gv != gv else gv, -1.0 if wv != wv else wv)
+        hi = observed.get(key)
+        if r == r:
+            cap = _theoretical(info, *key)
+            r = min(r, cap) if cap is not None else r
+            if hi is None or r > hi:
+                hi = observed[key] = r
+        base = float(pc[0])
+        return pc if hi is None or base != base or hi <= base else np.array([hi])
     g = np.where(np.isnan(gen), -1.0, gen)
     w = np.where(np.isnan(width), -1.0, width)
     out = pc.copy()
-    keys = (
-        [(float(g[0]), float(w[0]))]
-        if pc.size == 1
-        else sorted({(float(a), float(b)) for a, b in zip(g.tolist(), w.tolist(), strict=True)})
-    )
-    for key in keys:
-        idx = np.arange(1) if pc.size == 1 else np.flatnonzero((g == key[0]) & (w == key[1]))
+    for key in sorted({(float(a), float(b)) for a, b in zip(g.tolist(), w.tolist(), strict=True)}):
+        idx = np.flatnonzero((g == key[0]) & (w == key[1]))
         cap = _theoretical(info, *key)
         r = np.minimum(rate[idx], cap) if cap is not None else rate[idx]  # NaN (no reading) stays NaN
         run = np.fmax.accumulate(np.concatenate(([observed.get(key, np.nan)], r)))[1:]
@@ -221,6 +228,7 @@ def _with_observed(
     return out
 
 
+@functools.lru_cache(maxsize=256)
 def _theoretical(info: GpuInfo | None, gen: float, width: float) -> float | None:
     """The theoretical rate of the link at ``gen`` x ``width`` (-1: unknown, then the header's)."""
     theo = pcie_capacity_Bps(int(gen), int(width)) if gen > 0 and width > 0 else None
