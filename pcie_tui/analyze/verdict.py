@@ -220,8 +220,8 @@ def _with_observed(
     for key in sorted({(float(a), float(b)) for a, b in zip(g.tolist(), w.tolist(), strict=True)}):
         idx = np.flatnonzero((g == key[0]) & (w == key[1]))
         cap = _theoretical(info, *key)
-        r = np.minimum(rate[idx], cap) if cap is not None else rate[idx]  # NaN (no reading) stays NaN
-        run = np.fmax.accumulate(np.concatenate(([observed.get(key, np.nan)], r)))[1:]
+        rs = np.minimum(rate[idx], cap) if cap is not None else rate[idx]  # NaN (no reading) stays NaN
+        run = np.fmax.accumulate(np.concatenate(([observed.get(key, np.nan)], rs)))[1:]
         if run.size and run[-1] == run[-1]:
             observed[key] = float(run[-1])
         out[idx] = np.where(np.isnan(pc[idx]), np.nan, np.fmax(pc[idx], run))  # an unknown link stays unknown
