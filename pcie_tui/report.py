@@ -13,7 +13,7 @@ from rich.text import Text
 
 from pcie_tui.analyze.analysis import Analysis
 from pcie_tui.analyze.answer import engine_only_headline
-from pcie_tui.analyze.attribution import BOUND_SHORT, BOUND_WORDS, gpu_ceilings
+from pcie_tui.analyze.attribution import gpu_ceilings
 from pcie_tui.analyze.engine import engine_report
 from pcie_tui.analyze.linkmodel_report import report_linkmodel
 from pcie_tui.analyze.session import SessionAnalyzer
@@ -22,6 +22,10 @@ from pcie_tui.analyze.whatif import render_whatif, whatif_report
 from pcie_tui.doctor.cli import render_linkmodel
 from pcie_tui.model import EngineSample, Sample
 from pcie_tui.record.reader import Recording, SampleList, gc_paused
+from pcie_tui.units import bind_units, tokens_per_s, unbind_units
+from pcie_tui.units import pct as _pct
+from pcie_tui.units import rate as _gbs
+from pcie_tui.vocab import BOUND_SHORT, BOUND_WORDS
 
 # report --json: bump when a field changes meaning or goes away (docs/report-json.md).
 SCHEMA_VERSION = 3
@@ -99,17 +103,6 @@ def _build_report(rec: Recording, thresholds: Thresholds) -> tuple[dict[str, Any
 def _lazy(rec: Recording) -> Iterator[Sample]:
     """The recording's Samples, built only if the link model iterates them (it needs a known model)."""
     yield from rec.samples
-
-
-def _pct(v: float | None) -> str:
-    return "n/a" if v is None else f"{v * 100:.0f} %"
-
-
-def _gbs(v: float | None) -> str:
-    """GB/s from 1 GB/s up; below, MB/s or kB/s (a quiet link is "236 kB/s", never "0.0 GB/s")."""
-    from pcie_tui.analyze.linkmodel import fmt_gbs
-
-    return fmt_gbs(v)
 
 
 def render_text(report: dict[str, Any], rec: Recording, console: Console) -> None:
@@ -239,6 +232,7 @@ def _render_engine_facts(fx: dict[str, Any] | None, console: Console) -> None:
 
 
 HANG = 4  # a wrapped line's continuation sits this much further in than its first line
+GLUE = "\ue000"  # a private-use character: one cell wide, a word character to rich's wrapper
 
 
 def _render_attribution(report: dict[str, Any], console: Console) -> None:
@@ -274,7 +268,8 @@ def _render_attribution(report: dict[str, Any], console: Console) -> None:
 def _wrapped(console: Console, text: str) -> None:
     """Plain text (no markup) fitted to the console's width, line by line: a line too long
     for it wraps at word boundaries with its continuation indented under its own start
-    (rich's own wrapping would start the continuation at column 0)."""
+    (rich's own wrapping would start the continuation at column 0). A number never parts from its
+    unit: each pair is glued with :data:`GLUE` (one cell, not a space to rich) while wrapping."""
     width = console.width
     for line in text.split("\n"):
         body = line.lstrip(" ")
@@ -283,10 +278,10 @@ def _wrapped(console: Console, text: str) -> None:
             console.print(line, markup=False, highlight=False, crop=False, soft_wrap=True)
             continue
         hang = indent + HANG if width - indent - HANG >= 20 else indent
-        parts = Text(body).wrap(console, width - hang)
+        parts = Text(bind_units(body, GLUE)).wrap(console, width - hang)
         for i, part in enumerate(parts):
             pad = " " * (indent if i == 0 else hang)
-            part.rstrip()
+            part = Text(unbind_units(part.plain.rstrip(), GLUE))
             console.print(Text(pad) + part, markup=False, highlight=False, crop=False, soft_wrap=True)
 
 
@@ -306,9 +301,6 @@ def _q(d: dict[str, Any] | None, unit: str = "auto", scale: float = 1e3) -> str:
 
 
 def _render_engine(eng: dict[str, Any], console: Console) -> None:
-    def rate(v: float | None) -> str:
-        return "n/a" if v is None else f"{v:.1f} tok/s"
-
     def q_rate(d: dict[str, Any] | None) -> str:
         if not d or d.get("p50") is None:
             return "n/a"
@@ -321,7 +313,7 @@ def _render_engine(eng: dict[str, Any], console: Console) -> None:
     over = f" (token counters over {up_s:.1f} s up)" if isinstance(up_s, int | float) and up_s > 0 else ""
     _wrapped(
         console,
-        f"  prompt {rate(eng.get('prompt_tokens_per_s'))}, generation {rate(eng.get('generation_tokens_per_s'))}{over}",
+        f"  prompt {tokens_per_s(eng.get('prompt_tokens_per_s'))}, generation {tokens_per_s(eng.get('generation_tokens_per_s'))}{over}",
     )
     for label, key in (
         ("prefill (prompt eval)", "prefill_s"),

@@ -10,12 +10,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from pcie_tui.analyze.attribution import BOUND_WORDS, phase_findings
-from pcie_tui.analyze.phases import fmt_rate
+from pcie_tui import units
+from pcie_tui.analyze.attribution import phase_findings
 from pcie_tui.analyze.result import Answer, Finding, Headline
 from pcie_tui.analyze.session import SessionAnalyzer
 from pcie_tui.engines import EngineFacts, advise, engine_info, facts_for
 from pcie_tui.model import SessionHeader
+from pcie_tui.units import rate as fmt_rate
+from pcie_tui.vocab import BOUND_WORDS
 
 # Phases that are not work: a headline about them answers nothing.
 NOT_WORK = ("idle", "down", "unlabelled", "load", "gap")
@@ -23,7 +25,8 @@ ENGINE_PHASES = ("prefill", "decode", "mixed")
 
 
 def _pct(v: float | None) -> str:
-    return "n/a" if v is None else f"{v * 100:.0f}%"
+    """A share inside a sentence: "84%"."""
+    return units.pct(v, space=False)
 
 
 def predicted_range(pred: dict[str, Any]) -> str:

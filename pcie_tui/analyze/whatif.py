@@ -21,11 +21,13 @@ from typing import Any
 import numpy as np
 
 from pcie_tui.analyze.attribution import gpu_ceilings
-from pcie_tui.analyze.linkmodel import fmt_gbs
 from pcie_tui.analyze.series import tick_weights
 from pcie_tui.analyze.session import SessionAnalyzer
 from pcie_tui.ceiling import DEFAULT_PINNED_FRACTION
 from pcie_tui.model import SessionHeader, pcie_capacity_Bps
+from pcie_tui.units import pct
+from pcie_tui.units import rate as fmt_rate
+from pcie_tui.vocab import BOUND_WORDS
 
 # Per direction, theoretical: NVLink 3 bridge 4 links x 14.0625 GB/s = 56.25 GB/s;
 # NVLink 4 on H100 SXM 18 links x 25 GB/s = 450 GB/s (docs/whatif.md).
@@ -307,12 +309,12 @@ def render_whatif(rep: dict[str, Any]) -> str:
         cap = link["capacity_Bps"]
         lines.append(
             f"GPU{g['index']} {g['name'] or ''}: Gen{link['gen']} x{link['width']}"
-            + (f" ({fmt_gbs(cap)} per direction)" if cap else " (link unknown)")
+            + (f" ({fmt_rate(cap)} per direction)" if cap else " (link unknown)")
         )
         for ph, p in g["phases"].items():
             lines.append(
                 f"  {ph:<14} {p['duration_s']:7.1f} s  link busy {_pct(p['link_busy_share'])}  "
-                f"link-bound {_pct(p['link_bound_share'])}  ({p['basis']})"
+                f"{BOUND_WORDS['link']} {_pct(p['link_bound_share'])}  ({p['basis']})"
             )
         for s in g["scenarios"]:
             if s["time_ratio"] is None:
@@ -321,7 +323,7 @@ def render_whatif(rep: dict[str, Any]) -> str:
             how = (
                 f"x{s['bandwidth_ratio']:.2f} bandwidth"
                 if s.get("bandwidth_ratio")
-                else f"at {fmt_gbs(s['target_Bps'])}"
+                else f"at {fmt_rate(s['target_Bps'])}"
                 if s.get("target_Bps")
                 else "no link time at all"
             )
@@ -342,4 +344,5 @@ def render_whatif(rep: dict[str, Any]) -> str:
 
 
 def _pct(v: float | None) -> str:
-    return "  n/a" if v is None else f"{100 * v:4.1f}%"
+    """A share in the what-if table's column, one decimal, 5 wide: " 12.5%", "  n/a"."""
+    return pct(v, space=False, digits=1).rjust(5)
