@@ -20,7 +20,7 @@ from pcie_tui.analyze.session import SessionAnalyzer
 from pcie_tui.analyze.verdict import DEFAULT_THRESHOLDS, Thresholds
 from pcie_tui.analyze.whatif import render_whatif, whatif_report
 from pcie_tui.doctor.cli import render_linkmodel
-from pcie_tui.model import EngineSample, Sample
+from pcie_tui.model import EngineSample, GpuInfo, Sample
 from pcie_tui.record.reader import Recording, SampleList, gc_paused
 from pcie_tui.units import bind_units, tokens_per_s, unbind_units
 from pcie_tui.units import pct as _pct
@@ -106,7 +106,17 @@ def _lazy(rec: Recording) -> Iterator[Sample]:
 
 
 def render_text(report: dict[str, Any], rec: Recording, console: Console) -> None:
-    h = rec.header
+    """The report as text: the answer first, then what held each phase back, per GPU its verdict
+    time, use and events, the engine, the link budget model, the what-if table and warnings."""
+    _render_head(report, console)
+    _render_attribution(report, console)
+    for g in report["gpus"]:
+        _render_gpu(report, g, rec.header.gpu(g["index"]), console)
+    _render_tail(report, console)
+
+
+def _render_head(report: dict[str, Any], console: Console) -> None:
+    """The headline, the file it reads, and what the reading of that file had to allow for."""
     for line in report["headline"]["text"].splitlines():  # the answer first
         _wrapped(console, line)
     console.print()
@@ -126,79 +136,93 @@ def render_text(report: dict[str, Any], rec: Recording, console: Console) -> Non
             markup=False,
             highlight=False,
         )
-    _render_attribution(report, console)
-    for g in report["gpus"]:
-        info = h.gpu(g["index"])
-        link = ""
-        if info is not None and info.link.capacity_Bps:
-            # The theoretical rate is a spec fact; every share below is of the one ceiling.
-            c = g["ceiling"]
-            link = (
-                f"PCIe Gen{info.link.gen} x{info.link.width} (spec {_gbs(info.link.capacity_Bps)} per direction; "
-                f"ceiling {_gbs(c['Bps'])}, {c['detail']})"
-            )
-        console.print(f"\n[bold]GPU {g['index']}[/] {g['name'] or ''}  {link}")
-        t = Table("saturated", "time", "share", box=None)
-        total = sum(g["time_in_verdict_s"].values()) or 1.0
-        for v, secs in g["time_in_verdict_s"].items():
-            if secs > 0:
-                t.add_row(v, f"{secs:.1f} s", f"{secs / total * 100:.0f} %")
-        console.print(t)
-        st = Table("use", "peak", "median", "p95", box=None)
-        st.columns[0].no_wrap = True
-        st.add_row(
-            "link (% of ceiling)",
-            _pct(g["link_util"]["peak"]),
-            _pct(g["link_util"]["median"]),
-            _pct(g["link_util"]["p95"]),
+
+
+def _render_gpu(report: dict[str, Any], g: dict[str, Any], info: GpuInfo | None, console: Console) -> None:
+    """One GPU: its link and ceiling, time per verdict, use, phases and saturation events."""
+    link = ""
+    if info is not None and info.link.capacity_Bps:
+        # The theoretical rate is a spec fact; every share below is of the one ceiling.
+        c = g["ceiling"]
+        link = (
+            f"PCIe Gen{info.link.gen} x{info.link.width} (spec {_gbs(info.link.capacity_Bps)} per direction; "
+            f"ceiling {_gbs(c['Bps'])}, {c['detail']})"
         )
-        st.add_row("link rate", _gbs(g["link_Bps"]["peak"]), _gbs(g["link_Bps"]["median"]), _gbs(g["link_Bps"]["p95"]))
-        st.add_row(
-            "DRAM (proxy: busy %)" if "proxy" in g["dram_basis"] else "DRAM bandwidth",
-            _pct(g["dram_util"]["peak"]),
-            _pct(g["dram_util"]["median"]),
-            _pct(g["dram_util"]["p95"]),
+    console.print(f"\n[bold]GPU {g['index']}[/] {g['name'] or ''}  {link}")
+    console.print(_verdict_table(g))
+    console.print(_use_table(g))
+    if g["phases"]:
+        console.print(_phase_table(report, g))
+    if g["events"]:
+        console.print(_events_table(g, report["start"]))
+
+
+def _verdict_table(g: dict[str, Any]) -> Table:
+    """Time in each saturation verdict and its share of the GPU's time."""
+    t = Table("saturated", "time", "share", box=None)
+    total = sum(g["time_in_verdict_s"].values()) or 1.0
+    for v, secs in g["time_in_verdict_s"].items():
+        if secs > 0:
+            t.add_row(v, f"{secs:.1f} s", _pct(secs / total))
+    return t
+
+
+def _use_table(g: dict[str, Any]) -> Table:
+    """Peak, median and p95 of link, DRAM and SM use."""
+    st = Table("use", "peak", "median", "p95", box=None)
+    st.columns[0].no_wrap = True
+    q = ("peak", "median", "p95")
+    st.add_row("link (% of ceiling)", *(_pct(g["link_util"][k]) for k in q))
+    st.add_row("link rate", *(_gbs(g["link_Bps"][k]) for k in q))
+    dram = "DRAM (proxy: busy %)" if "proxy" in g["dram_basis"] else "DRAM bandwidth"
+    st.add_row(dram, *(_pct(g["dram_util"][k]) for k in q))
+    st.add_row("SM", *(_pct(g["sm_util"][k]) for k in q))
+    return st
+
+
+def _phase_table(report: dict[str, Any], g: dict[str, Any]) -> Table:
+    """Per phase: ticks, the saturation verdict's shares, what held it back, link and DRAM medians."""
+    # "saturated" is the link/DRAM verdict alone; "held back by" is the attribution above (a link
+    # far below capacity can still be what the phase waited on), so both stand side by side.
+    held = {
+        f["phase"]: f"{BOUND_SHORT[f['bound']]} {f['shares'][f['bound']] * 100:.0f}%"
+        for f in ((report.get("attribution") or {}).get("findings") or {}).get(str(g["index"]), ())
+    }
+    cols = ("phase", "ticks", "saturated", *(("held back by",) if held else ()))
+    pt = Table(*cols, "link median", "DRAM median", box=None)
+    pt.columns[0].no_wrap = True
+    if held:
+        pt.columns[3].no_wrap = True
+    for p, ph in g["phases"].items():
+        shares = ", ".join(f"{v} {sh * 100:.0f}%" for v, sh in ph["verdict_share"].items() if sh > 0)
+        why = (held.get(p, "n/a"),) if held else ()
+        pt.add_row(p, str(ph["ticks"]), shares, *why, _gbs(ph["link_Bps"]["median"]), _pct(ph["dram_util"]["median"]))
+    return pt
+
+
+def _events_table(g: dict[str, Any], t0: float) -> Table:
+    """The GPU's saturation events: resource, start (from the session's start), length, peak, mean."""
+    et = Table("saturated", "start", "dur", "peak", "mean", "dir", "phase", box=None)
+    et.columns[6].no_wrap = True
+    for e in g["events"]:
+        dur = (e["end"] - e["start"]) if e["end"] is not None else 0.0
+        peak = _pct(e["peak_util"])
+        if e["peak_Bps"] is not None:
+            peak += f" ({_gbs(e['peak_Bps'])} {e['bus']})"
+        et.add_row(
+            e["resource"] + (" (proxy)" if e["basis"] == "proxy" else ""),
+            f"+{e['start'] - t0:.1f} s",
+            f"{dur:.1f} s",
+            peak,
+            _pct(e["mean_util"]),
+            e["direction"] or "",
+            e["phase"] or "",
         )
-        st.add_row("SM", _pct(g["sm_util"]["peak"]), _pct(g["sm_util"]["median"]), _pct(g["sm_util"]["p95"]))
-        console.print(st)
-        if g["phases"]:
-            # "saturated" is the link/DRAM verdict alone; "held back by" is the attribution above (a link
-            # far below capacity can still be what the phase waited on), so both stand side by side.
-            held = {
-                f["phase"]: f"{BOUND_SHORT[f['bound']]} {f['shares'][f['bound']] * 100:.0f}%"
-                for f in ((report.get("attribution") or {}).get("findings") or {}).get(str(g["index"]), ())
-            }
-            cols = ("phase", "ticks", "saturated", *(("held back by",) if held else ()))
-            pt = Table(*cols, "link median", "DRAM median", box=None)
-            pt.columns[0].no_wrap = True
-            if held:
-                pt.columns[3].no_wrap = True
-            for p, ph in g["phases"].items():
-                shares = ", ".join(f"{v} {sh * 100:.0f}%" for v, sh in ph["verdict_share"].items() if sh > 0)
-                why = (held.get(p, "n/a"),) if held else ()
-                pt.add_row(
-                    p, str(ph["ticks"]), shares, *why, _gbs(ph["link_Bps"]["median"]), _pct(ph["dram_util"]["median"])
-                )
-            console.print(pt)
-        if g["events"]:
-            et = Table("saturated", "start", "dur", "peak", "mean", "dir", "phase", box=None)
-            et.columns[6].no_wrap = True
-            t0 = report["start"]
-            for e in g["events"]:
-                dur = (e["end"] - e["start"]) if e["end"] is not None else 0.0
-                peak = _pct(e["peak_util"])
-                if e["peak_Bps"] is not None:
-                    peak += f" ({_gbs(e['peak_Bps'])} {e['bus']})"
-                et.add_row(
-                    e["resource"] + (" (proxy)" if e["basis"] == "proxy" else ""),
-                    f"+{e['start'] - t0:.1f} s",
-                    f"{dur:.1f} s",
-                    peak,
-                    _pct(e["mean_util"]),
-                    e["direction"] or "",
-                    e["phase"] or "",
-                )
-            console.print(et)
+    return et
+
+
+def _render_tail(report: dict[str, Any], console: Console) -> None:
+    """After the GPUs: the engine and its facts, the link budget model, the what-if table, warnings."""
     eng = report.get("engine")
     if eng:
         _render_engine(eng, console)

@@ -199,87 +199,9 @@ def whatif_report(
     gpus = []
     any_staged = False
     for index in sorted(analyzer.series):
-        info = header.gpu(index)
-        gen = info.link.max_gen or info.link.gen if info else None
-        width = info.link.max_width or info.link.width if info else None
-        cur = pcie_capacity_Bps(gen, width)
-        phases = link_shares(header, analyzer, index)
-        total = sum(p["duration_s"] for p in phases.values())
-        busy_basis = (
-            f"link busy share per phase against the {gpu_ceilings(analyzer, index).pinned.detail} ceiling"
-            "; link time never hidden behind compute (upper bound both ways)"
-        )
-        rows = []
-        by_phase = {f["phase"]: f for f in (findings or {}).get(index, [])}
-        staged = _staged_transfers(phases, by_phase)
-        any_staged = any_staged or bool(staged)
-        if staged:
-            busy_basis += (
-                "; transfer-bound time on pageable (staged) memory runs at its own rate, capped by the new link"
-            )
-        for name, target in scenarios(gen, width, max(len(header.gpus), len(analyzer.series))):
-            r = target / cur if cur else None
-
-            def link_ratio(
-                ph: str, p: dict[str, Any], r: float | None = r, target: float = target, staged: dict = staged
-            ) -> float | None:
-                f = p["link_busy_share"]
-                if f is None or r is None:
-                    return None
-                st = staged.get(ph)
-                if st is None:
-                    return time_ratio(f, r)
-                t_f, rate, f_other = st
-                achievable = target * COUNTER_AT_SATURATION
-                return (1.0 - f_other - t_f) + f_other / r + t_f * max(1.0, rate / achievable)
-
-            rows.append(_row(name, "link", target, r, phases, link_ratio, busy_basis))
-        pinned = {ph: f["whatif_pinned"] for ph, f in by_phase.items() if f.get("whatif_pinned") and f["bound_s"] > 0}
-        if pinned:
-            target = next(iter(by_phase.values()))["ceilings"]["pinned_Bps"]
-
-            def pin_ratio(ph: str, p: dict[str, Any], pinned: dict[str, Any] = pinned) -> float:
-                w = pinned.get(ph)
-                return w["phase_s_at_best"] / w["phase_s"] if w and w["phase_s"] > 0 else 1.0
-
-            rows.append(
-                _row(
-                    "pinned instead of pageable host memory",
-                    "pinned",
-                    target,
-                    None,
-                    phases,
-                    pin_ratio,
-                    "bytes moved while transfer-bound, at the pinned ceiling, hidden behind the rest of the phase "
-                    "(at best; the report's attribution also gives the no-overlap time)",
-                )
-            )
-
-        def infinite(ph: str, p: dict[str, Any], staged: dict = staged) -> float | None:
-            f = p["link_busy_share"]
-            if f is None:
-                return None
-            st = staged.get(ph)
-            return 1.0 - (st[2] if st is not None else min(max(f, 0.0), 1.0))
-
-        rows.append(_row("infinitely fast link", "infinite", None, None, phases, infinite, busy_basis))
-        held = [f"{ph} {st[0]:.0%}" for ph, st in staged.items() if st[0] >= STAGED_NOTE_SHARE and ph in pinned]
-        if held:
-            # Why the link scenarios barely move a phase the headline says a fix would shorten.
-            rows[-1]["note"] = (
-                f"waiting on staged (pageable) copies: {', '.join(held)} of the phase; no link speed changes "
-                "those, pinned host memory does (the pinned scenario)"
-            )
-        gpus.append(
-            {
-                "index": index,
-                "name": info.name if info else None,
-                "link": {"gen": gen, "width": width, "capacity_Bps": cur},
-                "phases": phases,
-                "duration_s": total,
-                "scenarios": rows,
-            }
-        )
+        gpu, staged = _gpu_whatif(header, analyzer, index, (findings or {}).get(index, []))
+        gpus.append(gpu)
+        any_staged = any_staged or staged
     formula = "T_new/T_old = (1 - f) + f / r; f = link busy share, r = new/old bandwidth; upper bound (no overlap)"
     if any_staged:
         # The rule the rows follow where a phase waited on pageable copies (docs/whatif.md, "Staged copies").
@@ -288,6 +210,106 @@ def whatif_report(
             f" reachable rate ({COUNTER_AT_SATURATION:.2f} x theoretical)) in place of its share of f / r"
         )
     return {"formula": formula, "gpus": gpus}
+
+
+def _gpu_whatif(
+    header: SessionHeader, analyzer: SessionAnalyzer, index: int, findings: list[dict[str, Any]]
+) -> tuple[dict[str, Any], bool]:
+    """One GPU's what-if entry (its link, phases and scenario rows), and whether any of its phases
+    waited on staged (pageable) copies."""
+    info = header.gpu(index)
+    gen = info.link.max_gen or info.link.gen if info else None
+    width = info.link.max_width or info.link.width if info else None
+    cur = pcie_capacity_Bps(gen, width)
+    phases = link_shares(header, analyzer, index)
+    busy_basis = (
+        f"link busy share per phase against the {gpu_ceilings(analyzer, index).pinned.detail} ceiling"
+        "; link time never hidden behind compute (upper bound both ways)"
+    )
+    by_phase = {f["phase"]: f for f in findings}
+    staged = _staged_transfers(phases, by_phase)
+    if staged:
+        busy_basis += "; transfer-bound time on pageable (staged) memory runs at its own rate, capped by the new link"
+    n_gpus = max(len(header.gpus), len(analyzer.series))
+    rows = [
+        _row(name, "link", target, target / cur if cur else None, phases, _link_ratio(cur, target, staged), busy_basis)
+        for name, target in scenarios(gen, width, n_gpus)
+    ]
+    pinned = {ph: f["whatif_pinned"] for ph, f in by_phase.items() if f.get("whatif_pinned") and f["bound_s"] > 0}
+    if pinned:
+        rows.append(_pinned_row(by_phase, phases, pinned))
+    rows.append(_infinite_row(phases, staged, pinned, busy_basis))
+    gpu = {
+        "index": index,
+        "name": info.name if info else None,
+        "link": {"gen": gen, "width": width, "capacity_Bps": cur},
+        "phases": phases,
+        "duration_s": sum(p["duration_s"] for p in phases.values()),
+        "scenarios": rows,
+    }
+    return gpu, bool(staged)
+
+
+def _link_ratio(cur: float | None, target: float, staged: dict[str, tuple[float, float, float]]) -> Any:
+    """``ratio(phase, entry)`` for a link of ``target`` bytes/s in place of ``cur``: Amdahl on the link
+    busy share, with staged (pageable) copies at their own rate, capped by the new link."""
+    r = target / cur if cur else None
+
+    def link_ratio(ph: str, p: dict[str, Any]) -> float | None:
+        f = p["link_busy_share"]
+        if f is None or r is None:
+            return None
+        st = staged.get(ph)
+        if st is None:
+            return time_ratio(f, r)
+        t_f, rate, f_other = st
+        achievable = target * COUNTER_AT_SATURATION
+        return (1.0 - f_other - t_f) + f_other / r + t_f * max(1.0, rate / achievable)
+
+    return link_ratio
+
+
+def _pinned_row(by_phase: dict[str, Any], phases: dict[str, Any], pinned: dict[str, Any]) -> dict[str, Any]:
+    """The "pinned instead of pageable host memory" scenario, from the findings' pinned predictions."""
+    target = next(iter(by_phase.values()))["ceilings"]["pinned_Bps"]
+
+    def pin_ratio(ph: str, p: dict[str, Any]) -> float:
+        w = pinned.get(ph)
+        return w["phase_s_at_best"] / w["phase_s"] if w and w["phase_s"] > 0 else 1.0
+
+    return _row(
+        "pinned instead of pageable host memory",
+        "pinned",
+        target,
+        None,
+        phases,
+        pin_ratio,
+        "bytes moved while transfer-bound, at the pinned ceiling, hidden behind the rest of the phase "
+        "(at best; the report's attribution also gives the no-overlap time)",
+    )
+
+
+def _infinite_row(
+    phases: dict[str, Any], staged: dict[str, tuple[float, float, float]], pinned: dict[str, Any], basis: str
+) -> dict[str, Any]:
+    """The "infinitely fast link" scenario, with a note where staged copies hold a phase anyway."""
+
+    def infinite(ph: str, p: dict[str, Any]) -> float | None:
+        f = p["link_busy_share"]
+        if f is None:
+            return None
+        st = staged.get(ph)
+        return 1.0 - (st[2] if st is not None else min(max(f, 0.0), 1.0))
+
+    row = _row("infinitely fast link", "infinite", None, None, phases, infinite, basis)
+    held = [f"{ph} {st[0]:.0%}" for ph, st in staged.items() if st[0] >= STAGED_NOTE_SHARE and ph in pinned]
+    if held:
+        # Why the link scenarios barely move a phase the headline says a fix would shorten.
+        row["note"] = (
+            f"waiting on staged (pageable) copies: {', '.join(held)} of the phase; no link speed changes "
+            "those, pinned host memory does (the pinned scenario)"
+        )
+    return row
 
 
 def _signed(v: float) -> str:
