@@ -185,7 +185,7 @@ def _phase_table(report: dict[str, Any], g: dict[str, Any]) -> Table:
     # "saturated" is the link/DRAM verdict alone; "held back by" is the attribution above (a link
     # far below capacity can still be what the phase waited on), so both stand side by side.
     held = {
-        f["phase"]: f"{BOUND_SHORT[f['bound']]} {f['shares'][f['bound']] * 100:.0f}%"
+        f["phase"]: f"{BOUND_SHORT[f['bound']]} {_pct(f['shares'][f['bound']], space=False)}"
         for f in ((report.get("attribution") or {}).get("findings") or {}).get(str(g["index"]), ())
     }
     cols = ("phase", "ticks", "saturated", *(("held back by",) if held else ()))
@@ -194,7 +194,7 @@ def _phase_table(report: dict[str, Any], g: dict[str, Any]) -> Table:
     if held:
         pt.columns[3].no_wrap = True
     for p, ph in g["phases"].items():
-        shares = ", ".join(f"{v} {sh * 100:.0f}%" for v, sh in ph["verdict_share"].items() if sh > 0)
+        shares = ", ".join(f"{v} {_pct(sh, space=False)}" for v, sh in ph["verdict_share"].items() if sh > 0)
         why = (held.get(p, "n/a"),) if held else ()
         pt.add_row(p, str(ph["ticks"]), shares, *why, _gbs(ph["link_Bps"]["median"]), _pct(ph["dram_util"]["median"]))
     return pt
@@ -273,13 +273,15 @@ def _render_attribution(report: dict[str, Any], console: Console) -> None:
     for gpu, fs in shown.items():
         for f in fs:
             others = ", ".join(
-                f"{BOUND_WORDS[b]} {v * 100:.0f} %" for b, v in f["shares"].items() if b != f["bound"] and v >= 0.05
+                f"{BOUND_WORDS[b]} {_pct(v)}" for b, v in f["shares"].items() if b != f["bound"] and v >= 0.05
             )
             who = f"GPU {gpu} " if len(findings) > 1 else ""
             _wrapped(
                 console,
                 f"  {who}{f['phase']} {f['duration_s']:.1f} s: {BOUND_WORDS[f['bound']]} "
-                f"{f['shares'][f['bound']] * 100:.0f} %" + (f" ({others})" if others else "") + f"; {f['evidence']}",
+                + _pct(f["shares"][f["bound"]])
+                + (f" ({others})" if others else "")
+                + f"; {f['evidence']}",
             )
             for a in f.get("advice") or ():
                 _wrapped(console, f"      cause: {a['cause']}")

@@ -37,7 +37,7 @@ from urllib.parse import urlsplit
 from pcie_tui.engines.base import Advice, Engine, EngineClient, EngineFacts, Role, SourceRow, typed
 from pcie_tui.engines.http import SCRAPE_TIMEOUT_S, failure_reason, http_get, normalize_url
 from pcie_tui.model import EngineSample
-from pcie_tui.units import size
+from pcie_tui.units import pct, size
 
 DOCS = (
     "https://github.com/ollama/ollama/blob/main/docs/api.md#list-running-models",
@@ -197,7 +197,7 @@ def vram_sentence(m: dict[str, Any]) -> str | None:
     if m.get("vram_frac") is None:
         return None
     return (
-        f"Ollama placed {m['vram_frac'] * 100:.0f} % of {m['name']} in VRAM "
+        f"Ollama placed {pct(m['vram_frac'])} of {m['name']} in VRAM "
         f"(/api/ps size_vram {size(m['vram_bytes'])} of {size(m['size_bytes'])})"
     )
 
@@ -363,7 +363,7 @@ class OllamaEngine(Engine):
         host = None
         if partial:
             host = "; ".join(
-                f"{size(m.get('host_bytes'))} of {m.get('name')} ({(1 - m['vram_frac']) * 100:.0f} %)" for m in partial
+                f"{size(m.get('host_bytes'))} of {m.get('name')} ({pct(1 - m['vram_frac'])})" for m in partial
             )
             host += " (/api/ps size - size_vram)"
         line = off.get("line") if isinstance(off.get("line"), str) else None
