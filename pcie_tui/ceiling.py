@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pcie_tui.model import GpuInfo, pcie_capacity_Bps
+from pcie_tui.units import rate
 
 # What a PCIe counter reads at saturation, as a share of the link's theoretical rate, when this link
 # was not calibrated: the H200's Gen5 x16 read 56.7-59.4 of 63.0 GB/s on saturating pinned copies
@@ -83,7 +84,7 @@ def pinned_ceiling(
     if observed_Bps is not None and base.Bps is not None and observed_Bps > base.Bps:
         return Ceiling(
             observed_Bps, "pinned", "observed",
-            f"observed: highest reading, above the {base.source} {base.Bps / 1e9:.1f} GB/s", theo,
+            f"observed: highest reading, above the {base.source} {rate(base.Bps)}", theo,
         )  # fmt: skip
     return base
 

@@ -16,10 +16,12 @@ from pcie_tui import metrics
 from pcie_tui.engines import registry
 from pcie_tui.engines.stats import REQUEST_IDENTITY
 from pcie_tui.model import Sample, SessionHeader
+from pcie_tui.vocab import TICK_BOUNDS, VERDICTS
 
 DEFAULT_PORT = 9842
-VERDICT_NAMES = ("link", "memory", "compute", "none")
-BOUND_NAMES = ("link", "transfer", "host", "memory", "compute", "idle")  # = analyze.attribution.BOUNDS
+# Label values of pcie_verdict and pcie_bound: the one vocabulary (pcie_tui.vocab).
+VERDICT_NAMES = VERDICTS
+BOUND_NAMES = TICK_BOUNDS
 PHASES = ("loading", "prefill", "decode", "mixed", "idle", "down")
 # Engine histograms (engine.extra["hist"]), re-exposed with the engine's own buckets: key -> metric stem.
 HIST_STEMS = {f"{k}_s": k for k in ("ttft", "itl", "prefill", "decode", "queue", "e2e")}

@@ -26,6 +26,7 @@ from pcie_tui.errors import UserError
 from pcie_tui.model import EngineSample, GpuInfo
 from pcie_tui.plotstrip import STRIP, STRIP_COLOURS, attribution_strip, strip_colour, verdict_strip  # noqa: F401
 from pcie_tui.record.reader import Recording
+from pcie_tui.units import rate, seconds
 
 FORMATS = {".svg": "svg", ".png": "png", ".pdf": "pdf"}
 
@@ -87,7 +88,7 @@ def ceiling_label(info: GpuInfo | None, observed_Bps: float | None = None) -> tu
     c = pinned_ceiling(info, observed_Bps=observed_Bps)
     if c.Bps is None:
         return None, "PCIe ceiling unknown (no link gen/width)"
-    return c.Bps, f"PCIe ceiling {c.Bps / 1e9:.1f} GB/s per direction ({c.detail})"
+    return c.Bps, f"PCIe ceiling {rate(c.Bps)} per direction ({c.detail})"
 
 
 def phase_runs(times: Sequence[float], phases: Sequence[str | None]) -> list[tuple[float, float, str]]:
@@ -124,7 +125,7 @@ def first_token_marks(rows: Sequence[dict[str, Any]]) -> tuple[list[dict[str, An
         if not isinstance(t, int | float) or not isinstance(pms, int | float):
             continue
         first = t - float(gms) / 1e3
-        marks.append({"t": first, "start": first - pms / 1e3, "text": _secs(pms / 1e3)})
+        marks.append({"t": first, "start": first - pms / 1e3, "text": seconds(pms / 1e3)})
     if marks:
         return marks, f"first token, with its TTFT\n({registry.display(engines[0].kind)} log; bar = prompt eval)"
     prev: dict[str, Any] | None = None
@@ -138,12 +139,8 @@ def first_token_marks(rows: Sequence[dict[str, Any]]) -> tuple[list[dict[str, An
         prev = cur
         n = (delta or {}).get("count") or 0
         if n > 0 and delta is not None:
-            marks.append({"t": float(d["t"]), "start": None, "text": f"{n:g} x {_secs(delta['sum'] / n)}"})
+            marks.append({"t": float(d["t"]), "start": None, "text": f"{n:g} x {seconds(delta['sum'] / n)}"})
     return marks, "first tokens since the previous scrape\n(vLLM histogram: count x mean TTFT)"
-
-
-def _secs(s: float) -> str:
-    return f"{s:.2f} s" if s >= 1 else f"{s * 1e3:.0f} ms"
 
 
 # ---- drawing ------------------------------------------------------------------
@@ -215,7 +212,7 @@ def _pageable_line(ax: Any, info: GpuInfo | None) -> None:
     if c.pageable_Bps:
         src = c.pageable.source
         ax.axhline(c.pageable_Bps / 1e9, color="#e67e22", ls=":", lw=1,
-                   label=f"pageable-copy ceiling {c.pageable_Bps / 1e9:.1f} GB/s ({src})")  # fmt: skip
+                   label=f"pageable-copy ceiling {rate(c.pageable_Bps)} ({src})")  # fmt: skip
 
 
 def _gpu_title(index: int, info: GpuInfo | None) -> str:
@@ -334,7 +331,7 @@ def _link_axis(
         ax.set_title(_gpu_title(i, info), loc="left", fontsize=10, fontweight="bold")
     else:
         nc = info.nvlink_capacity_Bps if info is not None else None
-        text = f"NVLink ceiling {nc / 1e9:.1f} GB/s per direction (theoretical)" if nc else "NVLink ceiling unknown"  # fmt: skip
+        text = f"NVLink ceiling {rate(nc)} per direction (theoretical)" if nc else "NVLink ceiling unknown"  # fmt: skip
         ceiling = {"value": nc, "text": text, "unit": "NVLink (GB/s)"}
         pairs = [("NVLink RX", tr["nv_rx"], "#17becf"), ("NVLink TX", tr["nv_tx"], "#bcbd22")]
     top = _rate_axis(ax, x, pairs, ceiling)

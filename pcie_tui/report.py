@@ -13,15 +13,19 @@ from rich.text import Text
 
 from pcie_tui.analyze.analysis import Analysis
 from pcie_tui.analyze.answer import engine_only_headline
-from pcie_tui.analyze.attribution import BOUND_SHORT, BOUND_WORDS, gpu_ceilings
+from pcie_tui.analyze.attribution import gpu_ceilings
 from pcie_tui.analyze.engine import engine_report
 from pcie_tui.analyze.linkmodel_report import report_linkmodel
 from pcie_tui.analyze.session import SessionAnalyzer
 from pcie_tui.analyze.verdict import DEFAULT_THRESHOLDS, Thresholds
 from pcie_tui.analyze.whatif import render_whatif, whatif_report
 from pcie_tui.doctor.cli import render_linkmodel
-from pcie_tui.model import EngineSample, Sample
+from pcie_tui.model import EngineSample, GpuInfo, Sample
 from pcie_tui.record.reader import Recording, SampleList, gc_paused
+from pcie_tui.units import bind_units, tokens_per_s, unbind_units
+from pcie_tui.units import pct as _pct
+from pcie_tui.units import rate as _gbs
+from pcie_tui.vocab import BOUND_SHORT, BOUND_WORDS
 
 # report --json: bump when a field changes meaning or goes away (docs/report-json.md).
 SCHEMA_VERSION = 3
@@ -101,19 +105,18 @@ def _lazy(rec: Recording) -> Iterator[Sample]:
     yield from rec.samples
 
 
-def _pct(v: float | None) -> str:
-    return "n/a" if v is None else f"{v * 100:.0f} %"
-
-
-def _gbs(v: float | None) -> str:
-    """GB/s from 1 GB/s up; below, MB/s or kB/s (a quiet link is "236 kB/s", never "0.0 GB/s")."""
-    from pcie_tui.analyze.linkmodel import fmt_gbs
-
-    return fmt_gbs(v)
-
-
 def render_text(report: dict[str, Any], rec: Recording, console: Console) -> None:
-    h = rec.header
+    """The report as text: the answer first, then what held each phase back, per GPU its verdict
+    time, use and events, the engine, the link budget model, the what-if table and warnings."""
+    _render_head(report, console)
+    _render_attribution(report, console)
+    for g in report["gpus"]:
+        _render_gpu(report, g, rec.header.gpu(g["index"]), console)
+    _render_tail(report, console)
+
+
+def _render_head(report: dict[str, Any], console: Console) -> None:
+    """The headline, the file it reads, and what the reading of that file had to allow for."""
     for line in report["headline"]["text"].splitlines():  # the answer first
         _wrapped(console, line)
     console.print()
@@ -133,79 +136,93 @@ def render_text(report: dict[str, Any], rec: Recording, console: Console) -> Non
             markup=False,
             highlight=False,
         )
-    _render_attribution(report, console)
-    for g in report["gpus"]:
-        info = h.gpu(g["index"])
-        link = ""
-        if info is not None and info.link.capacity_Bps:
-            # The theoretical rate is a spec fact; every share below is of the one ceiling.
-            c = g["ceiling"]
-            link = (
-                f"PCIe Gen{info.link.gen} x{info.link.width} (spec {_gbs(info.link.capacity_Bps)} per direction; "
-                f"ceiling {_gbs(c['Bps'])}, {c['detail']})"
-            )
-        console.print(f"\n[bold]GPU {g['index']}[/] {g['name'] or ''}  {link}")
-        t = Table("saturated", "time", "share", box=None)
-        total = sum(g["time_in_verdict_s"].values()) or 1.0
-        for v, secs in g["time_in_verdict_s"].items():
-            if secs > 0:
-                t.add_row(v, f"{secs:.1f} s", f"{secs / total * 100:.0f} %")
-        console.print(t)
-        st = Table("use", "peak", "median", "p95", box=None)
-        st.columns[0].no_wrap = True
-        st.add_row(
-            "link (% of ceiling)",
-            _pct(g["link_util"]["peak"]),
-            _pct(g["link_util"]["median"]),
-            _pct(g["link_util"]["p95"]),
+
+
+def _render_gpu(report: dict[str, Any], g: dict[str, Any], info: GpuInfo | None, console: Console) -> None:
+    """One GPU: its link and ceiling, time per verdict, use, phases and saturation events."""
+    link = ""
+    if info is not None and info.link.capacity_Bps:
+        # The theoretical rate is a spec fact; every share below is of the one ceiling.
+        c = g["ceiling"]
+        link = (
+            f"PCIe Gen{info.link.gen} x{info.link.width} (spec {_gbs(info.link.capacity_Bps)} per direction; "
+            f"ceiling {_gbs(c['Bps'])}, {c['detail']})"
         )
-        st.add_row("link rate", _gbs(g["link_Bps"]["peak"]), _gbs(g["link_Bps"]["median"]), _gbs(g["link_Bps"]["p95"]))
-        st.add_row(
-            "DRAM (proxy: busy %)" if "proxy" in g["dram_basis"] else "DRAM bandwidth",
-            _pct(g["dram_util"]["peak"]),
-            _pct(g["dram_util"]["median"]),
-            _pct(g["dram_util"]["p95"]),
+    console.print(f"\n[bold]GPU {g['index']}[/] {g['name'] or ''}  {link}")
+    console.print(_verdict_table(g))
+    console.print(_use_table(g))
+    if g["phases"]:
+        console.print(_phase_table(report, g))
+    if g["events"]:
+        console.print(_events_table(g, report["start"]))
+
+
+def _verdict_table(g: dict[str, Any]) -> Table:
+    """Time in each saturation verdict and its share of the GPU's time."""
+    t = Table("saturated", "time", "share", box=None)
+    total = sum(g["time_in_verdict_s"].values()) or 1.0
+    for v, secs in g["time_in_verdict_s"].items():
+        if secs > 0:
+            t.add_row(v, f"{secs:.1f} s", _pct(secs / total))
+    return t
+
+
+def _use_table(g: dict[str, Any]) -> Table:
+    """Peak, median and p95 of link, DRAM and SM use."""
+    st = Table("use", "peak", "median", "p95", box=None)
+    st.columns[0].no_wrap = True
+    q = ("peak", "median", "p95")
+    st.add_row("link (% of ceiling)", *(_pct(g["link_util"][k]) for k in q))
+    st.add_row("link rate", *(_gbs(g["link_Bps"][k]) for k in q))
+    dram = "DRAM (proxy: busy %)" if "proxy" in g["dram_basis"] else "DRAM bandwidth"
+    st.add_row(dram, *(_pct(g["dram_util"][k]) for k in q))
+    st.add_row("SM", *(_pct(g["sm_util"][k]) for k in q))
+    return st
+
+
+def _phase_table(report: dict[str, Any], g: dict[str, Any]) -> Table:
+    """Per phase: ticks, the saturation verdict's shares, what held it back, link and DRAM medians."""
+    # "saturated" is the link/DRAM verdict alone; "held back by" is the attribution above (a link
+    # far below capacity can still be what the phase waited on), so both stand side by side.
+    held = {
+        f["phase"]: f"{BOUND_SHORT[f['bound']]} {_pct(f['shares'][f['bound']], space=False)}"
+        for f in ((report.get("attribution") or {}).get("findings") or {}).get(str(g["index"]), ())
+    }
+    cols = ("phase", "ticks", "saturated", *(("held back by",) if held else ()))
+    pt = Table(*cols, "link median", "DRAM median", box=None)
+    pt.columns[0].no_wrap = True
+    if held:
+        pt.columns[3].no_wrap = True
+    for p, ph in g["phases"].items():
+        shares = ", ".join(f"{v} {_pct(sh, space=False)}" for v, sh in ph["verdict_share"].items() if sh > 0)
+        why = (held.get(p, "n/a"),) if held else ()
+        pt.add_row(p, str(ph["ticks"]), shares, *why, _gbs(ph["link_Bps"]["median"]), _pct(ph["dram_util"]["median"]))
+    return pt
+
+
+def _events_table(g: dict[str, Any], t0: float) -> Table:
+    """The GPU's saturation events: resource, start (from the session's start), length, peak, mean."""
+    et = Table("saturated", "start", "dur", "peak", "mean", "dir", "phase", box=None)
+    et.columns[6].no_wrap = True
+    for e in g["events"]:
+        dur = (e["end"] - e["start"]) if e["end"] is not None else 0.0
+        peak = _pct(e["peak_util"])
+        if e["peak_Bps"] is not None:
+            peak += f" ({_gbs(e['peak_Bps'])} {e['bus']})"
+        et.add_row(
+            e["resource"] + (" (proxy)" if e["basis"] == "proxy" else ""),
+            f"+{e['start'] - t0:.1f} s",
+            f"{dur:.1f} s",
+            peak,
+            _pct(e["mean_util"]),
+            e["direction"] or "",
+            e["phase"] or "",
         )
-        st.add_row("SM", _pct(g["sm_util"]["peak"]), _pct(g["sm_util"]["median"]), _pct(g["sm_util"]["p95"]))
-        console.print(st)
-        if g["phases"]:
-            # "saturated" is the link/DRAM verdict alone; "held back by" is the attribution above (a link
-            # far below capacity can still be what the phase waited on), so both stand side by side.
-            held = {
-                f["phase"]: f"{BOUND_SHORT[f['bound']]} {f['shares'][f['bound']] * 100:.0f}%"
-                for f in ((report.get("attribution") or {}).get("findings") or {}).get(str(g["index"]), ())
-            }
-            cols = ("phase", "ticks", "saturated", *(("held back by",) if held else ()))
-            pt = Table(*cols, "link median", "DRAM median", box=None)
-            pt.columns[0].no_wrap = True
-            if held:
-                pt.columns[3].no_wrap = True
-            for p, ph in g["phases"].items():
-                shares = ", ".join(f"{v} {sh * 100:.0f}%" for v, sh in ph["verdict_share"].items() if sh > 0)
-                why = (held.get(p, "n/a"),) if held else ()
-                pt.add_row(
-                    p, str(ph["ticks"]), shares, *why, _gbs(ph["link_Bps"]["median"]), _pct(ph["dram_util"]["median"])
-                )
-            console.print(pt)
-        if g["events"]:
-            et = Table("saturated", "start", "dur", "peak", "mean", "dir", "phase", box=None)
-            et.columns[6].no_wrap = True
-            t0 = report["start"]
-            for e in g["events"]:
-                dur = (e["end"] - e["start"]) if e["end"] is not None else 0.0
-                peak = _pct(e["peak_util"])
-                if e["peak_Bps"] is not None:
-                    peak += f" ({_gbs(e['peak_Bps'])} {e['bus']})"
-                et.add_row(
-                    e["resource"] + (" (proxy)" if e["basis"] == "proxy" else ""),
-                    f"+{e['start'] - t0:.1f} s",
-                    f"{dur:.1f} s",
-                    peak,
-                    _pct(e["mean_util"]),
-                    e["direction"] or "",
-                    e["phase"] or "",
-                )
-            console.print(et)
+    return et
+
+
+def _render_tail(report: dict[str, Any], console: Console) -> None:
+    """After the GPUs: the engine and its facts, the link budget model, the what-if table, warnings."""
     eng = report.get("engine")
     if eng:
         _render_engine(eng, console)
@@ -239,6 +256,7 @@ def _render_engine_facts(fx: dict[str, Any] | None, console: Console) -> None:
 
 
 HANG = 4  # a wrapped line's continuation sits this much further in than its first line
+GLUE = "\ue000"  # a private-use character: one cell wide, a word character to rich's wrapper
 
 
 def _render_attribution(report: dict[str, Any], console: Console) -> None:
@@ -255,13 +273,15 @@ def _render_attribution(report: dict[str, Any], console: Console) -> None:
     for gpu, fs in shown.items():
         for f in fs:
             others = ", ".join(
-                f"{BOUND_WORDS[b]} {v * 100:.0f} %" for b, v in f["shares"].items() if b != f["bound"] and v >= 0.05
+                f"{BOUND_WORDS[b]} {_pct(v)}" for b, v in f["shares"].items() if b != f["bound"] and v >= 0.05
             )
             who = f"GPU {gpu} " if len(findings) > 1 else ""
             _wrapped(
                 console,
                 f"  {who}{f['phase']} {f['duration_s']:.1f} s: {BOUND_WORDS[f['bound']]} "
-                f"{f['shares'][f['bound']] * 100:.0f} %" + (f" ({others})" if others else "") + f"; {f['evidence']}",
+                + _pct(f["shares"][f["bound"]])
+                + (f" ({others})" if others else "")
+                + f"; {f['evidence']}",
             )
             for a in f.get("advice") or ():
                 _wrapped(console, f"      cause: {a['cause']}")
@@ -274,7 +294,8 @@ def _render_attribution(report: dict[str, Any], console: Console) -> None:
 def _wrapped(console: Console, text: str) -> None:
     """Plain text (no markup) fitted to the console's width, line by line: a line too long
     for it wraps at word boundaries with its continuation indented under its own start
-    (rich's own wrapping would start the continuation at column 0)."""
+    (rich's own wrapping would start the continuation at column 0). A number never parts from its
+    unit: each pair is glued with :data:`GLUE` (one cell, not a space to rich) while wrapping."""
     width = console.width
     for line in text.split("\n"):
         body = line.lstrip(" ")
@@ -283,10 +304,10 @@ def _wrapped(console: Console, text: str) -> None:
             console.print(line, markup=False, highlight=False, crop=False, soft_wrap=True)
             continue
         hang = indent + HANG if width - indent - HANG >= 20 else indent
-        parts = Text(body).wrap(console, width - hang)
+        parts = Text(bind_units(body, GLUE)).wrap(console, width - hang)
         for i, part in enumerate(parts):
             pad = " " * (indent if i == 0 else hang)
-            part.rstrip()
+            part = Text(unbind_units(part.plain.rstrip(), GLUE))
             console.print(Text(pad) + part, markup=False, highlight=False, crop=False, soft_wrap=True)
 
 
@@ -306,9 +327,6 @@ def _q(d: dict[str, Any] | None, unit: str = "auto", scale: float = 1e3) -> str:
 
 
 def _render_engine(eng: dict[str, Any], console: Console) -> None:
-    def rate(v: float | None) -> str:
-        return "n/a" if v is None else f"{v:.1f} tok/s"
-
     def q_rate(d: dict[str, Any] | None) -> str:
         if not d or d.get("p50") is None:
             return "n/a"
@@ -321,7 +339,7 @@ def _render_engine(eng: dict[str, Any], console: Console) -> None:
     over = f" (token counters over {up_s:.1f} s up)" if isinstance(up_s, int | float) and up_s > 0 else ""
     _wrapped(
         console,
-        f"  prompt {rate(eng.get('prompt_tokens_per_s'))}, generation {rate(eng.get('generation_tokens_per_s'))}{over}",
+        f"  prompt {tokens_per_s(eng.get('prompt_tokens_per_s'))}, generation {tokens_per_s(eng.get('generation_tokens_per_s'))}{over}",
     )
     for label, key in (
         ("prefill (prompt eval)", "prefill_s"),

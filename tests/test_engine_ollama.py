@@ -156,8 +156,8 @@ def test_ps_maps_vram_share_and_leaves_the_rest_none(fake, tmp_path):
     assert d["version"] == "0.5.1" and d["model"] == "gemma4" and d["tested"] is False
     assert d["offload"] == {"gpu_layers": 20, "total_layers": 35, "line": "offloaded 20/35 layers to GPU"}
     fx = ollama.ENGINE.facts(d)
-    assert fx.host_weights.startswith("1.3 GB of gemma4 (19 %) (/api/ps size - size_vram)")
-    assert "Ollama placed 81 % of gemma4 in VRAM (/api/ps size_vram 5.3 GB of 6.6 GB)" in fx.log_evidence
+    assert fx.host_weights.startswith("1.26 GB of gemma4 (19 %) (/api/ps size - size_vram)")
+    assert "Ollama placed 81 % of gemma4 in VRAM (/api/ps size_vram 5.33 GB of 6.59 GB)" in fx.log_evidence
     assert "offloaded 20/35 layers to GPU" in fx.log_evidence
     adv = ollama.ENGINE.advise(fx, FindingFacts(bound="transfer"))
     assert (

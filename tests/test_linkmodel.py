@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from pcie_tui import units
 from pcie_tui.analyze import linkmodel as lm
 from pcie_tui.analyze import linkmodel_report as lmr
 from pcie_tui.doctor.cli import linkmodel_main
@@ -259,11 +260,9 @@ def test_single_gpu_layout_says_there_is_no_inter_gpu_traffic(capsys):
 
 
 def test_small_rates_and_singulars_are_formatted(capsys):
-    assert lm.fmt_rate(0.000249e9) == "249 kB/s" and lm.fmt_rate(63e9) == "63.0 GB/s"
-    assert lm.fmt_gbs(0.000249e9) == "249 kB/s" and lm.fmt_gbs(53.84e9) == "53.8 GB/s"
-    assert (
-        lm.fmt_bytes(2_621_440) == "2.62 MB" and lm.count(1, "token") == "1 token" and lm.count(2, "tick") == "2 ticks"
-    )
+    assert units.rate_sig(0.000249e9) == "249 kB/s" and units.rate_sig(63e9) == "63.0 GB/s"
+    assert units.rate(0.000249e9) == "249 kB/s" and units.rate(53.84e9) == "53.8 GB/s"
+    assert units.size(2_621_440) == "2.62 MB" and lm.count(1, "token") == "1 token" and lm.count(2, "tick") == "2 ticks"
     rc, out, _ = _cli(
         ["linkmodel", "--hidden", "8192", "--layers", "80", "--tp", "2", "--ceiling-gbps", "0.000249"], capsys
     )

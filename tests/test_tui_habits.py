@@ -301,3 +301,18 @@ def test_headline_takes_the_rows_its_lines_need_four_at_most(llama):
     narrow = regions(llama, pos, (100, 30))
     assert narrow["#headline"].height == min(4, -(-len(head) // 98) + -(-len(fix) // 98))
     assert regions(llama, pos, (40, 30))["#headline"].height == 4
+
+
+@pytest.mark.parametrize("width", [50, 80, 100, 130])
+def test_headline_bar_never_parts_a_number_from_its_unit(llama, width):
+    """The bar wraps its lines itself (pcie_tui.units.wrap): at any width a number and its unit
+    share a row, and the text shown is the headline's, word for word."""
+    from pcie_tui import units
+
+    pos = saturated_moment(llama, "link", "prefill", peak=True)
+    r = regions(llama, pos, (width, 40))
+    shown = r["headline_shown"].split("\n")
+    assert shown == [part for ln in r["headline"].split("\n") for part in units.wrap(ln, width - 2)]
+    unit = re.compile("(?:" + "|".join(re.escape(u) for u in units.UNITS) + r")(?![\w/])")
+    for a, b in zip(shown, shown[1:], strict=False):
+        assert not (re.search(r"\d$", a.rstrip()) and unit.match(b.lstrip())), (a, b)

@@ -10,12 +10,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from pcie_tui.analyze.attribution import BOUND_WORDS, phase_findings
-from pcie_tui.analyze.phases import fmt_rate
+from pcie_tui import units
+from pcie_tui.analyze.attribution import phase_findings
 from pcie_tui.analyze.result import Answer, Finding, Headline
 from pcie_tui.analyze.session import SessionAnalyzer
 from pcie_tui.engines import EngineFacts, FindingFacts, advise, engine_info, facts_for
 from pcie_tui.model import SessionHeader
+from pcie_tui.units import rate as fmt_rate
+from pcie_tui.vocab import BOUND_WORDS
 
 # Phases that are not work: a headline about them answers nothing.
 NOT_WORK = ("idle", "down", "unlabelled", "load", "gap")
@@ -23,7 +25,8 @@ ENGINE_PHASES = ("prefill", "decode", "mixed")
 
 
 def _pct(v: float | None) -> str:
-    return "n/a" if v is None else f"{v * 100:.0f}%"
+    """A share inside a sentence: "84%"."""
+    return units.pct(v, space=False)
 
 
 def predicted_range(pred: dict[str, Any]) -> str:
@@ -160,7 +163,7 @@ def headline(f: Finding | None, several_gpus: bool, final: bool = True) -> Headl
     # One screen line where it can be: the evidence in short (the detail below has it in full).
     line1 = (
         f"{f.phase}{where}{so_far} ({f.duration_s:.1f} s): {BOUND_WORDS[f.bound]} "
-        f"{f.share * 100:.0f}% of the time: {evidence_text(f, short=True)}."
+        f"{_pct(f.share)} of the time: {evidence_text(f, short=True)}."
     )
     adv = f.advice[0] if f.advice else None
     pred = adv.predicted if adv else None
@@ -222,7 +225,7 @@ def unlabelled_headline(findings: dict[int, list[Finding]]) -> Headline:
     f, _ = max(busy, key=lambda fb: (fb[1], -fb[0].gpu))
     order = sorted(f.shares, key=lambda b: -f.shares[b])
     bound = next(b for b in order if b != "idle")
-    parts = [f"{BOUND_WORDS[b]} {f.shares[b] * 100:.0f}%" for b in order if f.shares[b] >= 0.01]
+    parts = [f"{BOUND_WORDS[b]} {_pct(f.shares[b])}" for b in order if f.shares[b] >= 0.01]
     where = f"GPU {f.gpu}" if len(findings) > 1 else "the GPU"
     line1 = f"No phases to tie it to (no engine, no labels): over {f.duration_s:.1f} s {where} was {', '.join(parts)}."
     line2 = "Attach to the engine (--pid or --url) to see which phase held it; the detail below has rates and ceilings."
@@ -242,7 +245,7 @@ def engine_only_headline(engine: dict[str, Any], why: str | None) -> Headline:
     if not work:
         return headline(None, False)
     ran = ", ".join(
-        f"{p} {v['time_s']:.1f} s" + (f" ({v['share'] * 100:.0f}% of the session)" if i == 0 and v.get("share") else "")
+        f"{p} {v['time_s']:.1f} s" + (f" ({_pct(v['share'])} of the session)" if i == 0 and v.get("share") else "")
         for i, (p, v) in enumerate(work)
     )
     because = f" ({why})" if why else ""

@@ -33,18 +33,12 @@ from pcie_tui.analyze.verdict import VERDICTS
 from pcie_tui.ceiling import Ceiling, DEFAULT_PAGEABLE_Bps, pageable_ceiling, pinned_ceiling
 from pcie_tui.engines import EngineFacts
 from pcie_tui.model import GpuInfo, SessionHeader
+from pcie_tui.vocab import BOUND_SHORT as BOUND_SHORT
+from pcie_tui.vocab import BOUND_WORDS as BOUND_WORDS
+from pcie_tui.vocab import TICK_BOUNDS
 
-BOUNDS = ("link", "transfer", "host", "memory", "compute", "idle")
-BOUND_WORDS = {
-    "link": "link-saturated",
-    "transfer": "transfer-bound below link capacity",
-    "host": "host-bound",
-    "memory": "memory-bound",
-    "compute": "compute-bound",
-    "idle": "idle",
-}
-# Short words for one screen row or table cell; the report and docs/attribution.md say them in full.
-BOUND_SHORT = {**BOUND_WORDS, "transfer": "transfer-bound"}
+# The per-tick bound codes (index = code) and their words: the one table, pcie_tui.vocab.
+BOUNDS = TICK_BOUNDS
 # The GPU counts as busy at these (GPM SM_UTIL / DRAM_BW_UTIL); batch-1 decode of a fully
 # offloaded model reads SM ~0.8, DRAM ~0.5 on the H200, a CPU-bound phase SM < 0.05.
 GPU_BUSY_SM = 0.50

@@ -368,32 +368,6 @@ def count(n: float, word: str) -> str:
     return f"{n:g} {_plural(n, word)}"
 
 
-def fmt_rate(Bps: float | None) -> str:
-    """Bytes/s with a unit that keeps 3 significant digits: 63.0 GB/s, 249 kB/s, 0 B/s."""
-    return "n/a" if Bps is None else _fmt(Bps, "/s")
-
-
-def fmt_gbs(Bps: float | None) -> str:
-    """Link rates: GB/s with one decimal from 1 GB/s up (53.8 GB/s); below, MB/s or kB/s (249 kB/s, not 0.0 GB/s)."""
-    if Bps is None:
-        return "n/a"
-    return f"{Bps / 1e9:.1f} GB/s" if Bps >= 0.9995e9 else fmt_rate(Bps)
-
-
-def fmt_bytes(n: float | None) -> str:
-    """Bytes with a unit that keeps 3 significant digits: 2.62 MB, 16.4 kB."""
-    return "n/a" if n is None else _fmt(n, "")
-
-
-def _fmt(v: float, suffix: str) -> str:
-    a = abs(v)
-    for scale, unit in ((1e12, "TB"), (1e9, "GB"), (1e6, "MB"), (1e3, "kB")):
-        if a >= scale * 0.9995:
-            x = v / scale
-            return f"{x:.{0 if abs(x) >= 99.95 else 1 if abs(x) >= 9.995 else 2}f} {unit}{suffix}"
-    return f"{v:.0f} B{suffix}" if a >= 1 or v == 0 else f"{v:.2g} B{suffix}"
-
-
 def _phase(s: Sample) -> str | None:
     if s.engine is not None and s.engine.phase:
         return s.engine.phase

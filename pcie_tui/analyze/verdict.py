@@ -27,12 +27,13 @@ from typing import Any
 
 import numpy as np
 
+from pcie_tui import vocab
 from pcie_tui.analyze.columns import KEYS, from_samples
 from pcie_tui.ceiling import Ceiling, pinned_ceiling
 from pcie_tui.model import GpuInfo, GpuSample, Sample, pcie_capacity_Bps
 
 RESOURCES = ("link", "memory", "compute")
-VERDICTS = ("link", "memory", "compute", "none")
+VERDICTS = vocab.VERDICTS  # the saturation verdict names, in the one vocabulary
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,11 +21,13 @@ from typing import Any
 import numpy as np
 
 from pcie_tui.analyze.attribution import gpu_ceilings
-from pcie_tui.analyze.linkmodel import fmt_gbs
 from pcie_tui.analyze.series import tick_weights
 from pcie_tui.analyze.session import SessionAnalyzer
 from pcie_tui.ceiling import DEFAULT_PINNED_FRACTION
 from pcie_tui.model import SessionHeader, pcie_capacity_Bps
+from pcie_tui.units import pct
+from pcie_tui.units import rate as fmt_rate
+from pcie_tui.vocab import BOUND_WORDS
 
 # Per direction, theoretical: NVLink 3 bridge 4 links x 14.0625 GB/s = 56.25 GB/s;
 # NVLink 4 on H100 SXM 18 links x 25 GB/s = 450 GB/s (docs/whatif.md).
@@ -197,87 +199,9 @@ def whatif_report(
     gpus = []
     any_staged = False
     for index in sorted(analyzer.series):
-        info = header.gpu(index)
-        gen = info.link.max_gen or info.link.gen if info else None
-        width = info.link.max_width or info.link.width if info else None
-        cur = pcie_capacity_Bps(gen, width)
-        phases = link_shares(header, analyzer, index)
-        total = sum(p["duration_s"] for p in phases.values())
-        busy_basis = (
-            f"link busy share per phase against the {gpu_ceilings(analyzer, index).pinned.detail} ceiling"
-            "; link time never hidden behind compute (upper bound both ways)"
-        )
-        rows = []
-        by_phase = {f["phase"]: f for f in (findings or {}).get(index, [])}
-        staged = _staged_transfers(phases, by_phase)
-        any_staged = any_staged or bool(staged)
-        if staged:
-            busy_basis += (
-                "; transfer-bound time on pageable (staged) memory runs at its own rate, capped by the new link"
-            )
-        for name, target in scenarios(gen, width, max(len(header.gpus), len(analyzer.series))):
-            r = target / cur if cur else None
-
-            def link_ratio(
-                ph: str, p: dict[str, Any], r: float | None = r, target: float = target, staged: dict = staged
-            ) -> float | None:
-                f = p["link_busy_share"]
-                if f is None or r is None:
-                    return None
-                st = staged.get(ph)
-                if st is None:
-                    return time_ratio(f, r)
-                t_f, rate, f_other = st
-                achievable = target * COUNTER_AT_SATURATION
-                return (1.0 - f_other - t_f) + f_other / r + t_f * max(1.0, rate / achievable)
-
-            rows.append(_row(name, "link", target, r, phases, link_ratio, busy_basis))
-        pinned = {ph: f["whatif_pinned"] for ph, f in by_phase.items() if f.get("whatif_pinned") and f["bound_s"] > 0}
-        if pinned:
-            target = next(iter(by_phase.values()))["ceilings"]["pinned_Bps"]
-
-            def pin_ratio(ph: str, p: dict[str, Any], pinned: dict[str, Any] = pinned) -> float:
-                w = pinned.get(ph)
-                return w["phase_s_at_best"] / w["phase_s"] if w and w["phase_s"] > 0 else 1.0
-
-            rows.append(
-                _row(
-                    "pinned instead of pageable host memory",
-                    "pinned",
-                    target,
-                    None,
-                    phases,
-                    pin_ratio,
-                    "bytes moved while transfer-bound, at the pinned ceiling, hidden behind the rest of the phase "
-                    "(at best; the report's attribution also gives the no-overlap time)",
-                )
-            )
-
-        def infinite(ph: str, p: dict[str, Any], staged: dict = staged) -> float | None:
-            f = p["link_busy_share"]
-            if f is None:
-                return None
-            st = staged.get(ph)
-            return 1.0 - (st[2] if st is not None else min(max(f, 0.0), 1.0))
-
-        rows.append(_row("infinitely fast link", "infinite", None, None, phases, infinite, busy_basis))
-        held = [f"{ph} {st[0]:.0%}" for ph, st in staged.items() if st[0] >= STAGED_NOTE_SHARE and ph in pinned]
-        if held:
-            # Why the link scenarios barely move a phase the headline says a fix would shorten.
-            rows[-1]["note"] = (
-                f"waiting on staged (pageable) copies: {', '.join(held)} of the phase; no link speed changes "
-                "those, pinned host memory does (the pinned scenario)"
-            )
-        gpus.append(
-            {
-                "index": index,
-                "name": info.name if info else None,
-                "link": {"gen": gen, "width": width, "capacity_Bps": cur},
-                "phases": phases,
-                "duration_s": total,
-                "scenarios": rows,
-            }
-        )
+        gpu, staged = _gpu_whatif(header, analyzer, index, (findings or {}).get(index, []))
+        gpus.append(gpu)
+        any_staged = any_staged or staged
     formula = "T_new/T_old = (1 - f) + f / r; f = link busy share, r = new/old bandwidth; upper bound (no overlap)"
     if any_staged:
         # The rule the rows follow where a phase waited on pageable copies (docs/whatif.md, "Staged copies").
@@ -286,6 +210,106 @@ def whatif_report(
             f" reachable rate ({COUNTER_AT_SATURATION:.2f} x theoretical)) in place of its share of f / r"
         )
     return {"formula": formula, "gpus": gpus}
+
+
+def _gpu_whatif(
+    header: SessionHeader, analyzer: SessionAnalyzer, index: int, findings: list[dict[str, Any]]
+) -> tuple[dict[str, Any], bool]:
+    """One GPU's what-if entry (its link, phases and scenario rows), and whether any of its phases
+    waited on staged (pageable) copies."""
+    info = header.gpu(index)
+    gen = info.link.max_gen or info.link.gen if info else None
+    width = info.link.max_width or info.link.width if info else None
+    cur = pcie_capacity_Bps(gen, width)
+    phases = link_shares(header, analyzer, index)
+    busy_basis = (
+        f"link busy share per phase against the {gpu_ceilings(analyzer, index).pinned.detail} ceiling"
+        "; link time never hidden behind compute (upper bound both ways)"
+    )
+    by_phase = {f["phase"]: f for f in findings}
+    staged = _staged_transfers(phases, by_phase)
+    if staged:
+        busy_basis += "; transfer-bound time on pageable (staged) memory runs at its own rate, capped by the new link"
+    n_gpus = max(len(header.gpus), len(analyzer.series))
+    rows = [
+        _row(name, "link", target, target / cur if cur else None, phases, _link_ratio(cur, target, staged), busy_basis)
+        for name, target in scenarios(gen, width, n_gpus)
+    ]
+    pinned = {ph: f["whatif_pinned"] for ph, f in by_phase.items() if f.get("whatif_pinned") and f["bound_s"] > 0}
+    if pinned:
+        rows.append(_pinned_row(by_phase, phases, pinned))
+    rows.append(_infinite_row(phases, staged, pinned, busy_basis))
+    gpu = {
+        "index": index,
+        "name": info.name if info else None,
+        "link": {"gen": gen, "width": width, "capacity_Bps": cur},
+        "phases": phases,
+        "duration_s": sum(p["duration_s"] for p in phases.values()),
+        "scenarios": rows,
+    }
+    return gpu, bool(staged)
+
+
+def _link_ratio(cur: float | None, target: float, staged: dict[str, tuple[float, float, float]]) -> Any:
+    """``ratio(phase, entry)`` for a link of ``target`` bytes/s in place of ``cur``: Amdahl on the link
+    busy share, with staged (pageable) copies at their own rate, capped by the new link."""
+    r = target / cur if cur else None
+
+    def link_ratio(ph: str, p: dict[str, Any]) -> float | None:
+        f = p["link_busy_share"]
+        if f is None or r is None:
+            return None
+        st = staged.get(ph)
+        if st is None:
+            return time_ratio(f, r)
+        t_f, rate, f_other = st
+        achievable = target * COUNTER_AT_SATURATION
+        return (1.0 - f_other - t_f) + f_other / r + t_f * max(1.0, rate / achievable)
+
+    return link_ratio
+
+
+def _pinned_row(by_phase: dict[str, Any], phases: dict[str, Any], pinned: dict[str, Any]) -> dict[str, Any]:
+    """The "pinned instead of pageable host memory" scenario, from the findings' pinned predictions."""
+    target = next(iter(by_phase.values()))["ceilings"]["pinned_Bps"]
+
+    def pin_ratio(ph: str, p: dict[str, Any]) -> float:
+        w = pinned.get(ph)
+        return w["phase_s_at_best"] / w["phase_s"] if w and w["phase_s"] > 0 else 1.0
+
+    return _row(
+        "pinned instead of pageable host memory",
+        "pinned",
+        target,
+        None,
+        phases,
+        pin_ratio,
+        "bytes moved while transfer-bound, at the pinned ceiling, hidden behind the rest of the phase "
+        "(at best; the report's attribution also gives the no-overlap time)",
+    )
+
+
+def _infinite_row(
+    phases: dict[str, Any], staged: dict[str, tuple[float, float, float]], pinned: dict[str, Any], basis: str
+) -> dict[str, Any]:
+    """The "infinitely fast link" scenario, with a note where staged copies hold a phase anyway."""
+
+    def infinite(ph: str, p: dict[str, Any]) -> float | None:
+        f = p["link_busy_share"]
+        if f is None:
+            return None
+        st = staged.get(ph)
+        return 1.0 - (st[2] if st is not None else min(max(f, 0.0), 1.0))
+
+    row = _row("infinitely fast link", "infinite", None, None, phases, infinite, basis)
+    held = [f"{ph} {st[0]:.0%}" for ph, st in staged.items() if st[0] >= STAGED_NOTE_SHARE and ph in pinned]
+    if held:
+        # Why the link scenarios barely move a phase the headline says a fix would shorten.
+        row["note"] = (
+            f"waiting on staged (pageable) copies: {', '.join(held)} of the phase; no link speed changes "
+            "those, pinned host memory does (the pinned scenario)"
+        )
+    return row
 
 
 def _signed(v: float) -> str:
@@ -307,12 +331,12 @@ def render_whatif(rep: dict[str, Any]) -> str:
         cap = link["capacity_Bps"]
         lines.append(
             f"GPU{g['index']} {g['name'] or ''}: Gen{link['gen']} x{link['width']}"
-            + (f" ({fmt_gbs(cap)} per direction)" if cap else " (link unknown)")
+            + (f" ({fmt_rate(cap)} per direction)" if cap else " (link unknown)")
         )
         for ph, p in g["phases"].items():
             lines.append(
                 f"  {ph:<14} {p['duration_s']:7.1f} s  link busy {_pct(p['link_busy_share'])}  "
-                f"link-bound {_pct(p['link_bound_share'])}  ({p['basis']})"
+                f"{BOUND_WORDS['link']} {_pct(p['link_bound_share'])}  ({p['basis']})"
             )
         for s in g["scenarios"]:
             if s["time_ratio"] is None:
@@ -321,7 +345,7 @@ def render_whatif(rep: dict[str, Any]) -> str:
             how = (
                 f"x{s['bandwidth_ratio']:.2f} bandwidth"
                 if s.get("bandwidth_ratio")
-                else f"at {fmt_gbs(s['target_Bps'])}"
+                else f"at {fmt_rate(s['target_Bps'])}"
                 if s.get("target_Bps")
                 else "no link time at all"
             )
@@ -342,4 +366,5 @@ def render_whatif(rep: dict[str, Any]) -> str:
 
 
 def _pct(v: float | None) -> str:
-    return "  n/a" if v is None else f"{100 * v:4.1f}%"
+    """A share in the what-if table's column, one decimal, 5 wide: " 12.5%", "  n/a"."""
+    return pct(v, space=False, digits=1).rjust(5)

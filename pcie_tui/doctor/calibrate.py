@@ -263,8 +263,8 @@ def _save_calibration_baseline(
 
 def add_calibration_items(report: dict[str, Any]) -> None:
     """One item per GPU: is the stored ceiling still valid for this link?"""
-    from pcie_tui.analyze.linkmodel import fmt_gbs
     from pcie_tui.calibration import lookup_entry, shape_matches
+    from pcie_tui.units import rate as fmt_gbs
 
     for g in report["gpus"]:
         links = report["load"]["links"]

@@ -307,7 +307,9 @@ def linkmodel_main(args: argparse.Namespace) -> int:
 
 
 def render_linkmodel(p: dict[str, Any]) -> str:
-    from pcie_tui.analyze.linkmodel import count, fmt_bytes, fmt_rate
+    from pcie_tui.analyze.linkmodel import count
+    from pcie_tui.units import rate_sig as fmt_rate
+    from pcie_tui.units import size as fmt_bytes
 
     m, lay = p["model"], p["layout"]
     lines = [

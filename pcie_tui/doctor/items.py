@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from pcie_tui import units
 from pcie_tui.doctor.load import LoadReadings
 from pcie_tui.doctor.numa import ProcPlacement
 from pcie_tui.doctor.nvmlfacts import GpuFacts, Read
@@ -48,11 +49,8 @@ class DoctorData:
     pid_errors: dict[int, str] = field(default_factory=dict)
 
 
-def gb(bps: float | None) -> str:
-    """A link rate with its unit (GB/s; MB/s or kB/s below 1 GB/s; n/a when unknown)."""
-    from pcie_tui.analyze.linkmodel import fmt_gbs
-
-    return fmt_gbs(bps)
+# A link rate with its unit (GB/s; MB/s or kB/s below 1 GB/s; n/a when unknown): the one rate format.
+gb = units.rate
 
 
 def link_name(gen: Any, width: Any) -> str:

@@ -6,6 +6,8 @@ import json
 import sys
 from typing import Any
 
+from pcie_tui.units import rate
+
 _MARK = {"pass": "PASS", "warn": "WARN", "fail": "FAIL"}
 
 
@@ -48,7 +50,7 @@ def render_calibration(result: dict[str, Any]) -> str:
     for e in result["gpus"]:
         lines.append(
             f"GPU{e['index']} {e['name']} ({e['uuid']}) link Gen{e['gen']} x{e['width']}, "
-            f"theoretical {_gb(e['theoretical_Bps'])} per direction"
+            f"theoretical {rate(e['theoretical_Bps'])} per direction"
         )
         for d in ("h2d", "d2h"):
             r = e[d]
@@ -58,29 +60,23 @@ def render_calibration(result: dict[str, Any]) -> str:
                 else ""
             )
             lines.append(
-                f"    {d.upper()}: payload {_gb(r['payload_Bps'])}{pct}; counter ({r['counter_source'] or 'n/a'}) "
-                f"reads {_gb(r['counter_Bps'])}"
+                f"    {d.upper()}: payload {rate(r['payload_Bps'])}{pct}; counter ({r['counter_source'] or 'n/a'}) "
+                f"reads {rate(r['counter_Bps'])}"
             )
         for d in ("h2d", "d2h"):
             r = e.get(f"{d}_pageable")
             if r:
                 lines.append(
-                    f"    {d.upper()} pageable: payload {_gb(r['payload_Bps'])}; counter ({r['counter_source'] or 'n/a'}) "
-                    f"reads {_gb(r['counter_Bps'])}"
+                    f"    {d.upper()} pageable: payload {rate(r['payload_Bps'])}; counter ({r['counter_source'] or 'n/a'}) "
+                    f"reads {rate(r['counter_Bps'])}"
                 )
         lines.append(
-            f"    ceiling stored for the monitor: {_gb(e['counter_Bps'])} pinned (what the counter reads at saturation)"
-            + (f", {_gb(e['pageable_counter_Bps'])} pageable host->device" if e.get("pageable_counter_Bps") else "")
+            f"    ceiling stored for the monitor: {rate(e['counter_Bps'])} pinned (what the counter reads at saturation)"
+            + (f", {rate(e['pageable_counter_Bps'])} pageable host->device" if e.get("pageable_counter_Bps") else "")
         )
         for peer, bps in (e.get("peers") or {}).items():
-            lines.append(f"    -> {peer}: {_gb(bps)} device-to-device")
+            lines.append(f"    -> {peer}: {rate(bps)} device-to-device")
     return "\n".join(lines)
-
-
-def _gb(v: float | None) -> str:
-    from pcie_tui.analyze.linkmodel import fmt_gbs
-
-    return fmt_gbs(v)
 
 
 def print_json(obj: Any) -> None:

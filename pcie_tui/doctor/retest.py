@@ -15,6 +15,7 @@ from typing import Any
 
 from pcie_tui.doctor import fingerprint as fpm
 from pcie_tui.errors import NoGpuError
+from pcie_tui.units import gib
 
 MEMORY_TOLERANCE = 0.01  # MemTotal moves by a few MiB with kernel reservations
 
@@ -44,10 +45,6 @@ def _trained(now: dict[str, Any], base: dict[str, Any]) -> str:
     if now["width"] == base["width"]:
         return f"Gen{now['gen']} instead of Gen{base['gen']}"
     return f"{_link(now['gen'], now['width'])} instead of {_link(base['gen'], base['width'])}"
-
-
-def _gib(b: int) -> str:
-    return f"{b / 2**30:.1f} GiB"
 
 
 def compare(base: dict[str, Any], now: dict[str, Any]) -> dict[str, Any]:
@@ -184,7 +181,7 @@ def _compare_host(b: dict[str, Any], n: dict[str, Any], changes: list[Change], c
             else (f" (under {MEMORY_TOLERANCE:.0%}: kernel reservations)")
         )
         big = big and not vm
-        a, z = (_gib(bm), _gib(nm)) if _gib(bm) != _gib(nm) else (f"{bm / 2**20:.0f} MiB", f"{nm / 2**20:.0f} MiB")
+        a, z = (gib(bm), gib(nm)) if gib(bm) != gib(nm) else (f"{bm / 2**20:.0f} MiB", f"{nm / 2**20:.0f} MiB")
         changes.append(Change("memory", f"host memory {a} -> {z}{note}", big))
     if b.get("hostname") != n.get("hostname"):
         changes.append(Change("hostname", f"hostname {_na(b.get('hostname'))} -> {_na(n.get('hostname'))}", False))

@@ -47,6 +47,7 @@ from pcie_tui.engines.base import (
 )
 from pcie_tui.engines.http import SCRAPE_TIMEOUT_S, failure_reason, http_get, normalize_url
 from pcie_tui.model import EngineSample
+from pcie_tui.units import pct, size
 
 DOCS = (
     "https://github.com/ollama/ollama/blob/main/docs/api.md#list-running-models",
@@ -201,17 +202,13 @@ def offload_from_log(text: bytes) -> dict[str, Any] | None:
     return {"gpu_layers": a, "total_layers": b, "line": f"offloaded {a}/{b} layers to GPU"}
 
 
-def _gb(n: int | None) -> str:
-    return f"{n / 1e9:.1f} GB" if n is not None else "n/a"
-
-
 def vram_sentence(m: dict[str, Any]) -> str | None:
-    """E.g. "Ollama placed 62 % of qwen3:14b in VRAM (/api/ps size_vram 9.1 GB of 14.7 GB)"."""
+    """E.g. "Ollama placed 62 % of qwen3:14b in VRAM (/api/ps size_vram 9.10 GB of 14.7 GB)"."""
     if m.get("vram_frac") is None:
         return None
     return (
-        f"Ollama placed {m['vram_frac'] * 100:.0f} % of {m['name']} in VRAM "
-        f"(/api/ps size_vram {_gb(m['vram_bytes'])} of {_gb(m['size_bytes'])})"
+        f"Ollama placed {pct(m['vram_frac'])} of {m['name']} in VRAM "
+        f"(/api/ps size_vram {size(m['vram_bytes'])} of {size(m['size_bytes'])})"
     )
 
 
@@ -383,7 +380,7 @@ class OllamaEngine(Engine):
         host = None
         if partial:
             host = "; ".join(
-                f"{_gb(m.get('host_bytes'))} of {m.get('name')} ({(1 - m['vram_frac']) * 100:.0f} %)" for m in partial
+                f"{size(m.get('host_bytes'))} of {m.get('name')} ({pct(1 - m['vram_frac'])})" for m in partial
             )
             host += " (/api/ps size - size_vram)"
         line = off.get("line") if isinstance(off.get("line"), str) else None

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from pcie_tui import vocab
 from pcie_tui.analyze.verdict import Utilisation, tick_ceiling
 from pcie_tui.tui import fmt
 
@@ -21,7 +22,7 @@ if TYPE_CHECKING:
 RANK = {"link": 3, "memory": 2, "compute": 1, "none": 0}
 BUS = {"pcie": "PCIe", "nvlink": "NVLink"}
 DIRECTION = {"rx": "RX", "tx": "TX"}
-VERDICT_WORDS = {"link": "link-saturated", "memory": "memory-bound", "compute": "compute-bound"}
+VERDICT_WORDS = vocab.VERDICT_WORDS
 
 
 def _load(verdict: str, u: Utilisation) -> float:

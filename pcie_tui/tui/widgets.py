@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from rich.cells import cell_len
 from rich.segment import Segment
 from rich.text import Text
 from textual.app import ComposeResult
@@ -13,6 +12,7 @@ from textual.strip import Strip
 from textual.widget import Widget
 from textual.widgets import Static
 
+from pcie_tui import units
 from pcie_tui.model import SessionHeader
 from pcie_tui.tui import fmt, spark
 from pcie_tui.tui.state import Frame
@@ -181,16 +181,17 @@ class HeadlineBar(Static):
             if self.display:
                 self.display = False
             return
-        set_text(self, text)
         self.fit()
         if not self.display:
             self.display = True
 
     def fit(self) -> None:
-        """As many rows as its lines need at this width (after a resize too), four at most."""
+        """Its lines wrapped to this width (after a resize too), never between a number and its unit
+        (:func:`pcie_tui.units.wrap`), in as many rows as they take, four at most."""
         room = max(1, self.app.size.width - 2)  # the bar spans the screen; padding 0 1
-        lines = (self.text or "").split("\n")
-        rows = min(4, sum(max(1, -(-cell_len(ln) // room)) for ln in lines))
+        lines = [part for ln in (self.text or "").split("\n") for part in units.wrap(ln, room)]
+        set_text(self, "\n".join(lines))
+        rows = min(4, max(1, len(lines)))
         if self.styles.height is None or self.styles.height.value != rows:
             self.styles.height = rows
 

@@ -22,6 +22,7 @@ import contextlib
 from typing import Any
 
 from pcie_tui.engines.base import Advice, EngineFacts, FindingFacts, Layout, typed
+from pcie_tui.units import rate as fmt_rate
 
 _VALUE_FLAGS = {
     "-ngl": "n_gpu_layers",
@@ -215,10 +216,6 @@ def _host_memory(f: dict[str, Any], lines: list[str]) -> tuple[bool | None, str]
     return pinned, why
 
 
-def _gbs(v: float | None) -> str:
-    return "n/a" if v is None else f"{v / 1e9:.1f} GB/s"
-
-
 def _vram(finding: FindingFacts) -> str | None:
     used, total = finding.vram_used_bytes, finding.vram_total_bytes
     if used is None or not total:
@@ -265,14 +262,14 @@ def _pageable_advice(fx: EngineFacts, finding: FindingFacts) -> Advice:
     fix += ": host weights then load into pinned CUDA host buffers"
     if pinned and rate:
         pred = finding.whatif_pinned
-        fix += f"; pinned copies on this GPU reach {_gbs(pinned)} ({finding.pinned_ceiling_source}) against {_gbs(rate)} now"
+        fix += f"; pinned copies on this GPU reach {fmt_rate(pinned)} ({finding.pinned_ceiling_source}) against {fmt_rate(rate)} now"
     return Advice(
         cause=f"{fx.host_weights} stay in host memory and are copied to the GPU from pageable memory "
         f"({fx.host_memory_why}); the driver stages every copy, so the link runs far below its capacity",
         fix=fix,
         evidence=tuple(x for x in ev if x),
         predicted=pred,
-        short=f"{fx.host_weights} are copied from pageable memory; pinned copies reach {_gbs(pinned)} here",
+        short=f"{fx.host_weights} are copied from pageable memory; pinned copies reach {fmt_rate(pinned)} here",
     )
 
 
