@@ -53,7 +53,7 @@ elif fake == "none":
         def find_spec(self, name, path=None, target=None):
             if name == "pynvml": raise ImportError("pynvml hidden by the bench (engine alone)")
     sys.meta_path.insert(0, _Block())
-from pcie_tui.cli import main
+from pcie_tui.cli.main import main
 raise SystemExit(main())
 """
 
@@ -70,7 +70,7 @@ def _cpu_s(pid: int) -> float | None:
 def gpu_mode() -> str:
     """ "real" when NVML sees a GPU here, else "fake" (the replayed H200)."""
     try:
-        from pcie_tui.collect.nvml import nvml_unavailable_reason
+        from pcie_tui.sources.nvml import nvml_unavailable_reason
 
         return "real" if nvml_unavailable_reason() is None else "fake"
     except Exception:

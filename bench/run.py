@@ -28,9 +28,9 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from pcie_tui.model import Sample  # noqa: E402
-from pcie_tui.record.reader import read_recording  # noqa: E402
-from pcie_tui.record.writer import RecordingWriter  # noqa: E402
+from pcie_tui.core.model import Sample  # noqa: E402
+from pcie_tui.recording.reader import read_recording  # noqa: E402
+from pcie_tui.recording.writer import RecordingWriter  # noqa: E402
 
 BUNDLED = ROOT / "pcie_tui" / "data" / "h200-reference.jsonl.gz"
 FALLBACK = ROOT / "tests" / "fixtures" / "h200-probe.jsonl"
@@ -74,7 +74,7 @@ def one_hour(src: Path, hours: float = 1.0, n_gpus: int = 1) -> tuple[Any, list[
 
 
 def bench_replay(src: Path, n_gpus: int = 1) -> list[tuple[str, str]]:
-    from pcie_tui.report import build_report
+    from pcie_tui.report.text import build_report
 
     header, samples = one_hour(src, n_gpus=n_gpus)
     n_gpu = sum(len(s.gpus) for s in samples)
@@ -273,7 +273,7 @@ class _TimedNvml:
 
 
 def bench_sampler(seconds: float = 3.0) -> list[tuple[str, str]]:
-    from pcie_tui.collect.nvml import NvmlCollector
+    from pcie_tui.sources.nvml import NvmlCollector
 
     rows: list[tuple[str, str]] = []
     col = NvmlCollector()
@@ -343,8 +343,8 @@ def bench_sampler(seconds: float = 3.0) -> list[tuple[str, str]]:
 
 def save_fingerprint(directory: Path) -> str:
     """This machine's baseline (GPUs, links, driver, CPU, memory) beside the results; its file name."""
+    from pcie_tui.core.errors import UserError
     from pcie_tui.doctor import fingerprint
-    from pcie_tui.errors import UserError
 
     try:
         path = fingerprint.write(fingerprint.snapshot(source="bench"), directory)

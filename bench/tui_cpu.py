@@ -16,8 +16,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 CHILD = """
 import sys, threading
-from pcie_tui.record.reader import read_recording
-from pcie_tui.record.replay import ReplaySource
+from pcie_tui.recording.reader import read_recording
+from pcie_tui.recording.replay import ReplaySource
 from pcie_tui.tui.app import make_app
 rec = read_recording(sys.argv[1], warn=False)
 src = ReplaySource(rec, speed=1.0, loop=True)

@@ -1,3 +1,3 @@
-from pcie_tui.cli import main
+from pcie_tui.cli.main import main
 
 raise SystemExit(main())

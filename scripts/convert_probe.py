@@ -17,8 +17,8 @@ import math
 import sys
 from datetime import datetime, timezone
 
-from pcie_tui.model import GpuInfo, GpuSample, LinkInfo, Sample, SessionHeader, pcie_capacity_Bps
-from pcie_tui.record.writer import RecordingWriter
+from pcie_tui.core.model import GpuInfo, GpuSample, LinkInfo, Sample, SessionHeader, pcie_capacity_Bps
+from pcie_tui.recording.writer import RecordingWriter
 
 
 def _finite(v: object) -> float | None:

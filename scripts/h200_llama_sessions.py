@@ -36,13 +36,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from pcie_tui import __version__  # noqa: E402
 from pcie_tui.analyze.phases import phase_verdicts  # noqa: E402
 from pcie_tui.analyze.session import analyze  # noqa: E402
-from pcie_tui.collect.nvml import NvmlCollector  # noqa: E402
+from pcie_tui.core.model import Sample, SessionHeader  # noqa: E402
 from pcie_tui.engines.llamacpp.client import LlamaCppClient
 from pcie_tui.engines.llamacpp.log import request_stats  # noqa: E402
 from pcie_tui.engines.llamacpp.scrape import slot_phase  # noqa: E402
 from pcie_tui.engines.poller import EnginePoller  # noqa: E402
-from pcie_tui.model import Sample, SessionHeader  # noqa: E402
-from pcie_tui.record.writer import RecordingWriter  # noqa: E402
+from pcie_tui.recording.writer import RecordingWriter  # noqa: E402
+from pcie_tui.sources.nvml import NvmlCollector  # noqa: E402
 
 INTERVAL_S = 0.1
 N_VOCAB = 259  # tests/engines/gguf_model.py: <unk> <s> </s> + 256 byte tokens

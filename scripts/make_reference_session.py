@@ -20,9 +20,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.traffic import PHASES, Traffic, sample_phases  # noqa: E402
 from pcie_tui import __version__  # noqa: E402
-from pcie_tui.collect.nvml import NvmlCollector  # noqa: E402
-from pcie_tui.model import Sample, SessionHeader  # noqa: E402
-from pcie_tui.record.writer import RecordingWriter  # noqa: E402
+from pcie_tui.core.model import Sample, SessionHeader  # noqa: E402
+from pcie_tui.recording.writer import RecordingWriter  # noqa: E402
+from pcie_tui.sources.nvml import NvmlCollector  # noqa: E402
 
 DEFAULT_OUT = "pcie_tui/data/h200-reference.jsonl.gz"
 INTERVAL_S = 0.1

@@ -16,8 +16,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from pcie_tui.record.reader import read_recording
-from pcie_tui.record.replay import ReplaySource
+from pcie_tui.recording.reader import read_recording
+from pcie_tui.recording.replay import ReplaySource
 from pcie_tui.tui.app import make_app
 from pcie_tui.tui.headless import frame_at, run, saturated_moment, wait_until
 

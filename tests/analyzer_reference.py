@@ -1,6 +1,6 @@
 """The analyzer as it was before it took chunks: per-tick scalar utilisation and hysteresis, verbatim.
 
-tests/test_chunked.py holds the chunked analyzer to this reference on random and real recordings,
+tests/test_chunks_equal_ticks.py holds the chunked analyzer to this reference on random and real recordings,
 so the unification changed no figure and no event.
 """
 
@@ -16,8 +16,8 @@ from pcie_tui.analyze.verdict import (
     Thresholds,
     Utilisation,
 )
-from pcie_tui.ceiling import pinned_ceiling
-from pcie_tui.model import GpuInfo, GpuSample, Sample, SessionHeader
+from pcie_tui.core.ceiling import pinned_ceiling
+from pcie_tui.core.model import GpuInfo, GpuSample, Sample, SessionHeader
 
 
 def ref_utilisation(info: GpuInfo | None, s: GpuSample, observed: dict | None = None) -> Utilisation:

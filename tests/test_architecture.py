@@ -23,7 +23,7 @@ def test_data_layer_imports_without_textual():
     code = (
         "import sys, importlib, pkgutil\n"
         "import pcie_tui\n"
-        "for pkg in ('pcie_tui.model', 'pcie_tui.collect', 'pcie_tui.engines', 'pcie_tui.analyze', 'pcie_tui.record'):\n"
+        "for pkg in ('pcie_tui.core.model', 'pcie_tui.sources', 'pcie_tui.engines', 'pcie_tui.analyze', 'pcie_tui.recording'):\n"
         "    m = importlib.import_module(pkg)\n"
         "    for info in pkgutil.walk_packages(getattr(m, '__path__', []), pkg + '.'):\n"
         "        importlib.import_module(info.name)\n"
@@ -43,11 +43,11 @@ def test_layers_and_cycles_are_enforced(tmp_path):
     shutil.copy(REPO / "pyproject.toml", tmp_path / "pyproject.toml")
     http = tmp_path / "pcie_tui" / "engines" / "http.py"
     http.write_text(http.read_text() + "\nfrom pcie_tui.analyze import session as _s  # noqa\n")
-    errors = tmp_path / "pcie_tui" / "errors.py"
-    errors.write_text(errors.read_text() + "\nfrom pcie_tui import model as _m  # noqa\n")
-    model = tmp_path / "pcie_tui" / "model.py"
-    if "pcie_tui.errors" not in model.read_text():
-        model.write_text(model.read_text() + "\nfrom pcie_tui import errors as _e  # noqa\n")
+    errors = tmp_path / "pcie_tui" / "core" / "errors.py"
+    errors.write_text(errors.read_text() + "\nfrom pcie_tui.core import model as _m  # noqa\n")
+    model = tmp_path / "pcie_tui" / "core" / "model.py"
+    if "pcie_tui.core.errors" not in model.read_text():
+        model.write_text(model.read_text() + "\nfrom pcie_tui.core import errors as _e  # noqa\n")
     p = subprocess.run([exe], cwd=tmp_path, capture_output=True, text=True)
     assert p.returncode != 0
     assert "pcie_tui.engines is not allowed to import pcie_tui.analyze" in p.stdout, p.stdout
@@ -115,4 +115,4 @@ def test_pynvml_is_imported_in_one_place():
         or isinstance(n, ast.ImportFrom)
         and n.module == "pynvml"
     )
-    assert seen == ["pcie_tui/collect/nvml.py"], seen
+    assert seen == ["pcie_tui/sources/nvml.py"], seen

@@ -10,10 +10,10 @@ import pytest
 from pcie_tui.analyze import attribution as at
 from pcie_tui.analyze.answer import answer
 from pcie_tui.analyze.session import analyze
+from pcie_tui.core.model import EngineSample, GpuInfo, GpuSample, LinkInfo, Sample, SessionHeader, pcie_capacity_Bps
 from pcie_tui.engines import EngineFacts, facts_for
 from pcie_tui.engines.llamacpp.advice import parse_flags
-from pcie_tui.model import EngineSample, GpuInfo, GpuSample, LinkInfo, Sample, SessionHeader, pcie_capacity_Bps
-from pcie_tui.record.reader import read_recording
+from pcie_tui.recording.reader import read_recording
 
 DATA = Path(__file__).parents[1] / "pcie_tui" / "data"
 CAP = pcie_capacity_Bps(5, 16)
@@ -180,7 +180,7 @@ def test_report_applies_this_gpus_stored_calibration(tmp_path, monkeypatch):
     """A recording made before `calibrate` ran is compared with the calibration stored since, for that GPU."""
     import json
 
-    from pcie_tui.report import build_report
+    from pcie_tui.report.text import build_report
 
     rec = read_recording(DATA / "h200-llama-partial.jsonl.gz")
     g = rec.header.gpus[0]
@@ -214,7 +214,7 @@ def test_a_gpu_only_session_without_phases_still_gets_an_answer():
     """Recorded on the H200 with `record --no-engine` (scripts/device_smoke.sh): pinned host->GPU
     copies for 5 s, then a device copy for 4 s, no engine and no labels. The headline must not
     say nothing was in flight; it gives the share of each bound and says what would tie it to a phase."""
-    from pcie_tui.report import build_report
+    from pcie_tui.report.text import build_report
 
     rec = read_recording(Path(__file__).parent / "fixtures" / "h200-runs" / "smoke-gpu-only.jsonl.gz")
     h = build_report(rec)[0]["headline"]
@@ -235,7 +235,7 @@ def test_an_engine_only_recording_says_what_ran_and_that_its_bound_is_unknown():
 
     from rich.console import Console
 
-    from pcie_tui.report import build_report, render_text
+    from pcie_tui.report.text import build_report, render_text
 
     rec = read_recording(Path(__file__).parent / "fixtures" / "vllm-cpu-session.jsonl")
     rep = build_report(rec)[0]
@@ -293,7 +293,7 @@ def test_report_engine_section_states_placement_and_keeps_one_unit_per_line():
 
     from rich.console import Console
 
-    from pcie_tui.report import build_report, render_text
+    from pcie_tui.report.text import build_report, render_text
 
     rec = read_recording(DATA / "h200-pageable.jsonl.gz")
     rep = build_report(rec)[0]
@@ -341,14 +341,14 @@ def test_the_final_code_on_the_h200_matches_the_timed_copies():
 
 
 def build_report_json(rec):
-    from pcie_tui.report import build_report
+    from pcie_tui.report.text import build_report
 
     return build_report(rec)[0]
 
 
 def test_report_headline_above_a_default_ceiling_says_to_calibrate():
-    from pcie_tui import demos
-    from pcie_tui.report import build_report
+    from pcie_tui.recording import demos
+    from pcie_tui.report.text import build_report
 
     probe, _ = build_report(read_recording(demos.resolve("h200-probe")))
     line1, line2 = probe["headline"]["text"].split("\n")
@@ -371,7 +371,7 @@ def test_a_session_without_phases_gets_no_empty_what_held_section():
 
     from rich.console import Console
 
-    from pcie_tui.report import build_report, render_text
+    from pcie_tui.report.text import build_report, render_text
 
     rec = read_recording(Path(__file__).parent / "fixtures" / "h200-runs" / "smoke-gpu-only.jsonl.gz")
     rep, _ = build_report(rec)

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from pcie_tui.analyze.attribution import BOUNDS
-from pcie_tui.record.reader import read_recording
-from pcie_tui.report import SCHEMA_VERSION, build_report
+from pcie_tui.recording.reader import read_recording
+from pcie_tui.report.text import SCHEMA_VERSION, build_report
 
 DATA = Path(__file__).parents[1] / "pcie_tui" / "data"
 

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from pcie_tui.record.reader import read_recording
-from pcie_tui.report import build_report
+from pcie_tui.recording.reader import read_recording
+from pcie_tui.report.text import build_report
 
 RUN = Path(__file__).parent / "fixtures" / "h200-runs" / "rerun-20261204"
 
@@ -138,7 +138,7 @@ def test_facts_that_came_after_the_header_reach_report_replay_live_and_export():
     using --load-mode none"; the engine_ready event 1.5 s later carries the complete load log.
     The report, the TUI (replay, and live through note_events) and the exporter all use it."""
     from pcie_tui.engines import engine_info, facts_for
-    from pcie_tui.export import ExportState
+    from pcie_tui.export.prometheus import ExportState
     from pcie_tui.tui.state import ViewModel
 
     rec = read_recording(RUN / "h200-pageable-run3.jsonl.gz")

@@ -9,12 +9,12 @@ import time
 
 import pytest
 
-from pcie_tui.collect.live import LiveSource
+from pcie_tui.core.model import GpuInfo, GpuSample, LinkInfo
 from pcie_tui.engines.http import MAX_BODY_BYTES, http_get
 from pcie_tui.engines.llamacpp.client import LlamaCppClient
 from pcie_tui.engines.poller import EnginePoller
 from pcie_tui.engines.vllm.client import VllmClient
-from pcie_tui.model import GpuInfo, GpuSample, LinkInfo
+from pcie_tui.sources.live import LiveSource
 
 
 class _Slow(http.server.BaseHTTPRequestHandler):

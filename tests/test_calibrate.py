@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from pcie_tui import calibration
+from pcie_tui.core import calibration
+from pcie_tui.core.errors import UserError
 from pcie_tui.doctor.calibrate import add_calibration_items, calibrate_main, measure
 from pcie_tui.doctor.copybench import load_backend
-from pcie_tui.errors import UserError
 
 FIX = Path(__file__).parent / "fixtures"
 H200_RUN = json.loads((FIX / "h200-calibrate.json").read_text())

@@ -161,7 +161,7 @@ def test_report_takes_a_demo_name():
 
 
 def test_replay_takes_a_demo_name(monkeypatch):
-    from pcie_tui import cli
+    from pcie_tui.cli import main as cli
 
     seen = {}
 
@@ -203,9 +203,9 @@ def test_a_log_file_that_is_not_there_gets_one_warning_line(monkeypatch, capsys,
     """--log naming a missing file still attaches (the engine may create it), with one line saying so."""
     import argparse
 
-    from pcie_tui import cli
+    from pcie_tui.cli import main as cli
+    from pcie_tui.core.errors import UserError
     from pcie_tui.engines import discover
-    from pcie_tui.errors import UserError
 
     seen = {}
 
@@ -239,7 +239,7 @@ def test_the_cli_keeps_numpys_blas_to_one_thread_unless_told():
     on the H200's 16-core host. pcie-tui does no BLAS work: the CLI asks for one thread, and a
     user's own OPENBLAS_NUM_THREADS wins."""
     tasks = "import os, numpy; print(len(os.listdir('/proc/self/task')), os.environ.get('OPENBLAS_NUM_THREADS'))"
-    via_cli = f"from pcie_tui import cli; cli.main(['report', 'h200-pinned', '--json']); {tasks}"  # report loads numpy
+    via_cli = f"from pcie_tui.cli import main as cli; cli.main(['report', 'h200-pinned', '--json']); {tasks}"  # report loads numpy
     blas_env = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "GOTO_NUM_THREADS")
     env = {k: v for k, v in os.environ.items() if k not in blas_env}
 
@@ -261,8 +261,8 @@ def test_the_cli_keeps_numpys_blas_to_one_thread_unless_told():
 
 def test_the_terminal_check_steps_aside_for_textual_drivers(monkeypatch):
     """`textual serve "pcie-tui demo"` runs the app over pipes with TEXTUAL_DRIVER set: not refused."""
-    from pcie_tui.cli_args import need_terminal
-    from pcie_tui.errors import UserError
+    from pcie_tui.cli.args import need_terminal
+    from pcie_tui.core.errors import UserError
 
     monkeypatch.delenv("TEXTUAL_DRIVER", raising=False)
     monkeypatch.setattr(sys, "__stdin__", io.StringIO())  # a pipe: no terminal

@@ -11,6 +11,7 @@ import time
 
 import pytest
 
+from pcie_tui.core.errors import UserError
 from pcie_tui.engines import registry
 from pcie_tui.engines.argv import flag_values
 from pcie_tui.engines.discover import (
@@ -24,7 +25,6 @@ from pcie_tui.engines.llamacpp.proc import parse_layout as parse_llama_layout
 from pcie_tui.engines.poller import EnginePoller
 from pcie_tui.engines.vllm.client import VllmClient
 from pcie_tui.engines.vllm.layout import parse_layout as parse_vllm_layout
-from pcie_tui.errors import UserError
 
 API = ["/venv/bin/python", "-m", "vllm.entrypoints.openai.api_server", "--model", "/m"]
 
@@ -263,8 +263,8 @@ def test_pid_of_a_launcher_attaches_but_pid_1_never_does(monkeypatch):
     every process, so it never picks some other user's engine."""
     import subprocess as sp
 
+    from pcie_tui.core.errors import UserError as UErr
     from pcie_tui.engines import discover as pr
-    from pcie_tui.errors import UserError as UErr
 
     child = sp.Popen(["sleep", "30"])
     try:

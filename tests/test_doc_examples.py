@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from pcie_tui import demos
-from pcie_tui.record.reader import read_recording
+from pcie_tui.recording import demos
+from pcie_tui.recording.reader import read_recording
 from pcie_tui.tui.headline import headline_text
 from pcie_tui.tui.sources import figure_sources
 from pcie_tui.tui.state import ViewModel
@@ -56,7 +56,7 @@ def test_old_saturation_form_only_without_a_phase_of_work():
 
 
 def test_readme_report_example_is_the_report_headline():
-    from pcie_tui.report import build_report
+    from pcie_tui.report.text import build_report
 
     rep = build_report(read_recording(demos.resolve("h200-pageable")))[0]
     assert _flat(rep["headline"]["text"]) in _flat((ROOT / "README.md").read_text())
@@ -76,8 +76,9 @@ def test_sources_page_says_the_calibrated_ceiling_is_the_counter_reading():
 
 
 def test_plots_doc_names_the_strip_the_plot_draws():
-    from pcie_tui import plot, plotstrip
+    from pcie_tui.plot import figure as plot
+    from pcie_tui.plot import strip as plotstrip
 
     assert plot.STRIP is plotstrip.attribution_strip
     doc = _flat((ROOT / "docs" / "plots.md").read_text())
-    assert "`STRIP = attribution_strip`" in doc and "pcie_tui/plotstrip.py" in doc
+    assert "`STRIP = attribution_strip`" in doc and "pcie_tui/plot/strip.py" in doc

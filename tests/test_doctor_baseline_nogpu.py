@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from pcie_tui.core.errors import NoGpuError
 from pcie_tui.doctor.cli import doctor_main
-from pcie_tui.errors import NoGpuError
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -32,7 +32,7 @@ def no_nvml(monkeypatch):
 @pytest.mark.parametrize("entry", ["pcie-tui", "python -m pcie_tui.doctor"])
 def test_bad_flags_are_one_line_before_nvml(argv, entry, no_nvml, capsys):
     if entry == "pcie-tui":
-        from pcie_tui.cli import main
+        from pcie_tui.cli.main import main
     else:
         from pcie_tui.doctor.__main__ import main
     with pytest.raises(SystemExit) as e:

@@ -8,9 +8,9 @@ import pynvml
 import pytest
 from test_doctor_standin import Gpu, StandInLoad, StandInNvml, symmetric
 
+from pcie_tui.core.errors import NoGpuError, UserError
 from pcie_tui.doctor.run import run_doctor
 from pcie_tui.doctor.topology import read_chain
-from pcie_tui.errors import NoGpuError, UserError
 
 SYSFS = Path(__file__).parent / "fixtures" / "sysfs"
 OK = pynvml.NVML_P2P_STATUS_OK

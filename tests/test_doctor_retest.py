@@ -306,7 +306,7 @@ import sys
 sys.path.insert(0, "tests")
 import fakenvml
 sys.modules["pynvml"] = fakenvml.FakeNvml(fakenvml.load_capture())
-from pcie_tui.cli import main
+from pcie_tui.cli.main import main
 sys.exit(main(sys.argv[1:]))
 """
 

@@ -19,7 +19,6 @@ from typing import Any
 
 import pytest
 
-from pcie_tui import demos
 from pcie_tui.analyze.analysis import Analysis
 from pcie_tui.engines import (
     EngineFacts,
@@ -34,8 +33,9 @@ from pcie_tui.engines import (
     sglang,
 )
 from pcie_tui.engines.stats import unique_requests
-from pcie_tui.export import REQUEST_LE, ExportState
-from pcie_tui.record.reader import read_recording
+from pcie_tui.export.prometheus import REQUEST_LE, ExportState
+from pcie_tui.recording import demos
+from pcie_tui.recording.reader import read_recording
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "tests" / "fixtures"
@@ -187,7 +187,7 @@ def _num(v: Any) -> float | None:
 
 
 def old_export_observations(r: dict[str, Any]) -> list[tuple[str, float]]:
-    """What pcie_tui/export.py observed for one request before the engine read its own timings."""
+    """What pcie_tui/export/prometheus.py observed for one request before the engine read its own timings."""
     out: list[tuple[str, float]] = []
     pn, pms = _num(r.get("prompt_n")), _num(r.get("prompt_ms"))
     gn, gms = _num(r.get("predicted_n")), _num(r.get("predicted_ms"))

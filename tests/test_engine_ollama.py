@@ -218,8 +218,8 @@ def test_record_and_report_through_the_cli(fake, tmp_path):
     assert rep.returncode == 0, rep.stderr
     assert json.loads(rep.stdout)["engine"]["kind"] == "ollama"
     # The exporter carries the placement as gauges (export --prometheus --replay reads the same file).
-    from pcie_tui.export import ExportState, PrometheusCollector
-    from pcie_tui.record.reader import read_recording
+    from pcie_tui.export.prometheus import ExportState, PrometheusCollector
+    from pcie_tui.recording.reader import read_recording
 
     r = read_recording(out)
     st = ExportState()

@@ -36,9 +36,9 @@ def test_nothing_to_watch_is_one_line_that_does_not_promise_gpus(tmp_path, monke
     """No NVML and no engine found: one line that says both, without "showing GPUs only" (there are
     none). NVML and discovery are stood in for, so it runs the same next to the suite's vLLM server
     and on a GPU machine."""
-    from pcie_tui import cli
+    from pcie_tui.cli import main as cli
+    from pcie_tui.core.errors import NoGpuError
     from pcie_tui.engines import discover as process
-    from pcie_tui.errors import NoGpuError
 
     def no_nvml(indices):
         raise NoGpuError("NVML could not start (NVML Shared Library Not Found)")

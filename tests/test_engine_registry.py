@@ -15,10 +15,10 @@ from typing import Any
 
 import pytest
 
+from pcie_tui.core.errors import UserError
+from pcie_tui.core.model import EngineSample
 from pcie_tui.engines import registry
 from pcie_tui.engines.base import Engine, EngineClient, SourceRow
-from pcie_tui.errors import UserError
-from pcie_tui.model import EngineSample
 
 PKG = Path(__file__).resolve().parents[1] / "pcie_tui"
 

@@ -21,7 +21,7 @@ from pcie_tui.analyze.engine import (
     hist_window,
     per_request_summary,
 )
-from pcie_tui.model import EngineSample, Sample
+from pcie_tui.core.model import EngineSample, Sample
 
 
 def make_hist(values: list[float], bounds: list[float]) -> dict:
@@ -224,7 +224,7 @@ def test_engine_report_rate_leaves_a_gap_out_of_both_tokens_and_time():
     # 5 tok/s for 10 s, an unwatched 4 s gap in which 100 tokens were made, then 5 tok/s
     # again. The gap is out of the rate's time and tokens alike (the totals keep them).
     from pcie_tui.analyze.session import SessionAnalyzer
-    from pcie_tui.model import SessionHeader
+    from pcie_tui.core.model import SessionHeader
 
     samples, g = [], 0.0
     for t in [float(i) for i in range(11)] + [14.0 + i for i in range(11)]:

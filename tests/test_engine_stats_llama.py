@@ -18,11 +18,11 @@ from pcie_tui.analyze.engine import (
     engine_report,
 )
 from pcie_tui.analyze.session import quantile
+from pcie_tui.core.model import EngineSample, Sample
 from pcie_tui.engines.llamacpp.timing import request_latencies, slot_tokens_total
 from pcie_tui.engines.registry import get as engine_kind
 from pcie_tui.engines.stats import unique_requests
-from pcie_tui.model import EngineSample, Sample
-from pcie_tui.record.reader import read_recording
+from pcie_tui.recording.reader import read_recording
 
 DATA = Path(__file__).resolve().parents[1] / "pcie_tui" / "data"
 QUANTILE_METHOD_LLAMA = engine_kind("llamacpp").quantile_method
@@ -133,7 +133,7 @@ def test_no_log_read_claims_no_log_timings():
     """llama-server attached with no log file found (header ``log_paths`` []): the TUI's quantile
     line says so instead of "from llama-server's log timings", and a session with no timed request
     reports no quantile method. An older header without the key keeps the engine's own words."""
-    from pcie_tui.model import SessionHeader
+    from pcie_tui.core.model import SessionHeader
     from pcie_tui.tui.state import ViewModel
 
     samples = [
@@ -224,7 +224,7 @@ def test_request_latencies_and_duplicates():
 def test_report_text_shows_llama_latencies_with_units_and_basis():
     from rich.console import Console
 
-    from pcie_tui.report import _render_engine
+    from pcie_tui.report.text import _render_engine
 
     con = Console(record=True, width=400)
     _render_engine(engine_report(_samples("ngl4")), con)

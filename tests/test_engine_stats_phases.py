@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from pcie_tui.core.model import EngineSample, GpuSample, Sample
 from pcie_tui.engines.phases import PhaseTracker, counter_phase, engine_rx_Bps, tick_phase
-from pcie_tui.model import EngineSample, GpuSample, Sample
-from pcie_tui.record.reader import read_recording
+from pcie_tui.recording.reader import read_recording
 
 
 def e(p=None, g=None, up=True, running=0.0):

@@ -24,12 +24,12 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from pcie_tui import demos
+from pcie_tui.core.model import pcie_capacity_Bps
 from pcie_tui.engines.stats import unique_requests
-from pcie_tui.export import REQUEST_LE
-from pcie_tui.export_cmd import _is_loopback
-from pcie_tui.model import pcie_capacity_Bps
-from pcie_tui.record.reader import read_recording
+from pcie_tui.export.command import _is_loopback
+from pcie_tui.export.prometheus import REQUEST_LE
+from pcie_tui.recording import demos
+from pcie_tui.recording.reader import read_recording
 
 REPO = Path(__file__).resolve().parents[1]
 VLLM_SESSION = REPO / "tests" / "fixtures" / "vllm-cpu-session.jsonl"
@@ -305,8 +305,8 @@ def test_vllm_histograms_are_reexposed_with_their_own_buckets(exporters):
 
 LIVE = """
 import sys, fakenvml
-from pcie_tui import cli
-from pcie_tui.collect.nvml import NvmlCollector
+from pcie_tui.cli import main as cli
+from pcie_tui.sources.nvml import NvmlCollector
 cli.open_gpus = lambda idx: NvmlCollector(idx, nvml=fakenvml.FakeNvml(fakenvml.load_capture()))
 sys.exit(cli.main(sys.argv[1:]))
 """
@@ -400,7 +400,7 @@ def test_loopback_detection():
 
 
 def exposed_names() -> set[str]:
-    from pcie_tui.export import COUNTERS, HELP
+    from pcie_tui.export.prometheus import COUNTERS, HELP
 
     return {f"{n}_total" if n in COUNTERS else n for n in HELP}
 
@@ -444,7 +444,7 @@ def test_grafana_dashboard_is_importable_and_uses_exposed_metrics():
 def test_status_line_says_when_the_gpu_side_is_absent():
     from types import SimpleNamespace
 
-    from pcie_tui.export_cmd import _open_source
+    from pcie_tui.export.command import _open_source
 
     args = SimpleNamespace(replay=None)
     alone = SimpleNamespace(gpus=None, engine=object())
@@ -458,7 +458,7 @@ def test_status_line_says_when_the_gpu_side_is_absent():
 def test_pcie_bound_carries_the_answer_tick_by_tick():
     """The pageable H200 session: its prefill is transfer-bound below link capacity (no saturation
     verdict ever says so); pcie_bound says it while pcie_verdict says none, as the report does."""
-    from pcie_tui.export import BOUND_NAMES, ExportState, PrometheusCollector
+    from pcie_tui.export.prometheus import BOUND_NAMES, ExportState, PrometheusCollector
 
     rec = read_recording(demos.resolve("h200-pageable"))
     st = ExportState()

@@ -41,7 +41,7 @@ def _gpu_ready() -> str | None:
         return "needs an NVIDIA GPU and torch to drive timed copies (torch is not installed); run on a GPU machine with make test-gpu"
     if not torch.cuda.is_available():
         return "no CUDA device"
-    from pcie_tui.collect.nvml import nvml_unavailable_reason
+    from pcie_tui.sources.nvml import nvml_unavailable_reason
 
     return nvml_unavailable_reason()
 
@@ -54,8 +54,8 @@ def run() -> dict[str, Any]:
     sys.path.insert(0, str(ROOT))
     from bench.traffic import PHASES, Traffic, sample_phases
     from pcie_tui.analyze.session import analyze
-    from pcie_tui.collect.nvml import NvmlCollector
-    from pcie_tui.model import Sample, SessionHeader
+    from pcie_tui.core.model import Sample, SessionHeader
+    from pcie_tui.sources.nvml import NvmlCollector
 
     col = NvmlCollector(indices=[0])
     try:

@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from pcie_tui import units
 from pcie_tui.analyze import linkmodel as lm
 from pcie_tui.analyze import linkmodel_report as lmr
+from pcie_tui.core import units
+from pcie_tui.core.errors import UserError
+from pcie_tui.core.model import EngineSample, GpuSample, Sample, SessionHeader, pcie_capacity_Bps
 from pcie_tui.doctor.cli import linkmodel_main
-from pcie_tui.errors import UserError
-from pcie_tui.model import EngineSample, GpuSample, Sample, SessionHeader, pcie_capacity_Bps
 
 LLAMA70B = lm.ModelShape(hidden_size=8192, num_layers=80, dtype_bytes=2, name="llama-70b")
 REFERENCE_SESSION = Path(__file__).parent.parent / "pcie_tui" / "data" / "h200-reference.jsonl.gz"
@@ -96,7 +96,7 @@ def test_reads_gguf_metadata(tmp_path):
 
 def _two_gpu_session(pred_bytes_per_token: float, tokens_per_s: float, seconds: int = 10):
     """A TP=2 decode whose link moves exactly the modelled bytes (a consistency check of the arithmetic)."""
-    from pcie_tui.model import GpuInfo, LinkInfo
+    from pcie_tui.core.model import GpuInfo, LinkInfo
 
     link = LinkInfo(4, 16, 4, 16, pcie_capacity_Bps(4, 16))
     header = SessionHeader(
@@ -125,7 +125,7 @@ def test_comparison_with_a_recording():
 
 
 def test_real_recording_without_engine_has_no_token_counts():
-    from pcie_tui.record.reader import read_recording
+    from pcie_tui.recording.reader import read_recording
 
     rec = read_recording(REFERENCE_SESSION)
     m = lm.measured_bytes_per_token(rec.header, rec.samples)
@@ -202,7 +202,7 @@ LLAMA_PARTIAL = Path(__file__).parent.parent / "pcie_tui" / "data" / "h200-llama
 
 
 def _cli(argv, capsys):
-    from pcie_tui.cli import main
+    from pcie_tui.cli.main import main
 
     try:
         rc = main(argv)
@@ -243,7 +243,7 @@ def test_cli_direct_call_does_not_silently_replace_zero(capsys):
 
 
 def test_every_linkmodel_option_has_help():
-    from pcie_tui.cli import build_parser
+    from pcie_tui.cli.main import build_parser
 
     sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
     for cmd in ("linkmodel", "doctor", "calibrate"):
@@ -273,7 +273,7 @@ def test_small_rates_and_singulars_are_formatted(capsys):
 
 def test_llama_server_recording_counts_tokens_per_finished_request(capsys):
     """llama-server's counters move at request end; the finished requests carry prompt_n / predicted_n."""
-    from pcie_tui.record.reader import read_recording
+    from pcie_tui.recording.reader import read_recording
 
     rec = read_recording(LLAMA_PARTIAL)
     reqs = {r["seq"]: r for s in rec.samples if s.engine for r in s.engine.extra.get("requests", [])}
@@ -320,7 +320,7 @@ def test_a_corrupt_gguf_is_refused_from_its_header_alone(tmp_path):
     a file). A real header still reads (test above)."""
     import struct
 
-    from pcie_tui.errors import UserError
+    from pcie_tui.core.errors import UserError
 
     p = tmp_path / "model.gguf"
     with open(p, "wb") as f:

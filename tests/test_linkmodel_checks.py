@@ -13,14 +13,14 @@ import pytest
 
 from pcie_tui.analyze import linkmodel as lm
 from pcie_tui.analyze import linkmodel_report as lmr
+from pcie_tui.core.model import EngineSample, GpuInfo, GpuSample, LinkInfo, Sample, SessionHeader, pcie_capacity_Bps
 from pcie_tui.doctor.cli import linkmodel_main
-from pcie_tui.model import EngineSample, GpuInfo, GpuSample, LinkInfo, Sample, SessionHeader, pcie_capacity_Bps
 
 REPO = Path(__file__).resolve().parents[1]
 
 
 def _cli(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    from pcie_tui.cli import main
+    from pcie_tui.cli.main import main
 
     try:
         rc = main(argv)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from test_linkmodel_checks import _cli
 
+from pcie_tui.core.errors import UserError
 from pcie_tui.doctor.cli import parse_link
-from pcie_tui.errors import UserError
 
 
 @pytest.mark.parametrize(

@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pytest
 
+from pcie_tui.core.model import EngineSample
 from pcie_tui.engines.llamacpp.client import LlamaCppClient
 from pcie_tui.engines.llamacpp.proc import parse_layout
 from pcie_tui.engines.llamacpp.scrape import parse_metrics as _parse_metrics
 from pcie_tui.engines.llamacpp.scrape import slot_numbers as _slot_numbers
 from pcie_tui.engines.llamacpp.scrape import slot_phase
-from pcie_tui.model import EngineSample
 
 FIX = Path(__file__).parent / "fixtures"
 

@@ -22,13 +22,13 @@ from engines.gguf_model import write_llama_gguf
 from engines.llama_server import LlamaServer, llama_available, random_prompt, stream_completion
 
 from pcie_tui.analyze.engine import EngineStats
+from pcie_tui.core.model import Sample
 from pcie_tui.engines.llamacpp.client import METRICS_OFF_NOTE, LlamaCppClient
 from pcie_tui.engines.llamacpp.log import request_stats
 from pcie_tui.engines.llamacpp.scrape import slot_phase
 from pcie_tui.engines.llamacpp.timing import slot_tokens_total
 from pcie_tui.engines.phases import counter_phase
 from pcie_tui.engines.registry import get as engine_kind
-from pcie_tui.model import Sample
 
 pytestmark = pytest.mark.engine
 QUANTILE_METHOD_LLAMA = engine_kind("llamacpp").quantile_method

@@ -13,7 +13,7 @@ import pytest
 
 from pcie_tui.analyze.session import analyze
 from pcie_tui.engines.llamacpp.log import request_stats
-from pcie_tui.record.reader import read_recording
+from pcie_tui.recording.reader import read_recording
 
 DATA = Path(__file__).resolve().parents[1] / "pcie_tui" / "data"
 

@@ -14,15 +14,15 @@ from pathlib import Path
 import pytest
 from fakenvml import FakeNvml, ManualClock, load_capture
 
-from pcie_tui import metrics
 from pcie_tui.analyze.session import analyze_rows
-from pcie_tui.collect.nvml import NvmlCollector
-from pcie_tui.export import ExportState, PrometheusCollector
-from pcie_tui.model import TYPED_METRICS, GpuSample, Sample, SessionHeader
-from pcie_tui.record import reader, validate
-from pcie_tui.record.reader import read_recording, read_rows
-from pcie_tui.record.replay import ReplaySource
-from pcie_tui.record.writer import RecordingWriter
+from pcie_tui.core import metrics
+from pcie_tui.core.model import TYPED_METRICS, GpuSample, Sample, SessionHeader
+from pcie_tui.export.prometheus import ExportState, PrometheusCollector
+from pcie_tui.recording import reader, validate
+from pcie_tui.recording.reader import read_recording, read_rows
+from pcie_tui.recording.replay import ReplaySource
+from pcie_tui.recording.writer import RecordingWriter
+from pcie_tui.sources.nvml import NvmlCollector
 from pcie_tui.tui import fmt
 from pcie_tui.tui.app import make_app
 from pcie_tui.tui.gpu_panel import GpuPanel

@@ -13,10 +13,10 @@ import pynvml
 import pytest
 from fakenvml import FakeNvml, ManualClock, from_probe, load_capture, probe_path
 
-from pcie_tui.collect.gpm import GpmSampler
-from pcie_tui.collect.nvml import NvmlCollector, nvml_unavailable_reason
-from pcie_tui.errors import NoGpuError, UserError
-from pcie_tui.model import pcie_capacity_Bps
+from pcie_tui.core.errors import NoGpuError, UserError
+from pcie_tui.core.model import pcie_capacity_Bps
+from pcie_tui.sources.gpm import GpmSampler
+from pcie_tui.sources.nvml import NvmlCollector, nvml_unavailable_reason
 
 MiB = 1 << 20
 ROOT = Path(__file__).resolve().parents[1]
@@ -339,7 +339,7 @@ def test_close_frees_everything_and_is_idempotent(cap):
 
 def test_bundled_reference_session_verdicts():
     from pcie_tui.analyze.session import analyze
-    from pcie_tui.record.reader import read_recording
+    from pcie_tui.recording.reader import read_recording
 
     assert BUNDLED.stat().st_size < 1_000_000
     rec = read_recording(BUNDLED, warn=False)

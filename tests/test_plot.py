@@ -13,12 +13,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pcie_tui import demos
 from pcie_tui.analyze.attribution import BOUNDS, gpu_ceilings, tick_bounds
 from pcie_tui.analyze.engine import hist_delta
-from pcie_tui.cli import main
+from pcie_tui.cli.main import main
 from pcie_tui.engines import facts_for
-from pcie_tui.plot import (
+from pcie_tui.plot.figure import (
     STRIP,
     attribution_strip,
     check_plot_path,
@@ -27,8 +26,9 @@ from pcie_tui.plot import (
     strip_colour,
     verdict_strip,
 )
-from pcie_tui.record.reader import read_recording
-from pcie_tui.report import build_report
+from pcie_tui.recording import demos
+from pcie_tui.recording.reader import read_recording
+from pcie_tui.report.text import build_report
 
 FIXTURES = Path(__file__).parent / "fixtures"
 VLLM_CPU = FIXTURES / "vllm-cpu-session.jsonl"  # a real vLLM (CPU) session: an engine, no GPU
@@ -236,7 +236,7 @@ def test_lone_readings_get_a_dot() -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from pcie_tui.plot import _line
+    from pcie_tui.plot.figure import _line
 
     fig, ax = plt.subplots()
     _line(ax, np.arange(6.0), np.array([1.0, np.nan, 3.0, 4.0, np.nan, np.nan]), color="k")
@@ -291,7 +291,7 @@ def test_bad_plot_paths_fail_first_with_one_line(
 
 
 def test_unwritable_folder_fails_first(tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch) -> None:
-    import pcie_tui.plot as plot
+    import pcie_tui.plot.figure as plot
 
     # Tests may run as root, for whom every folder is writable: ask os.access to answer as for a user.
     monkeypatch.setattr(plot.os, "access", lambda path, mode: Path(path) != tmp_path)
@@ -301,7 +301,7 @@ def test_unwritable_folder_fails_first(tmp_path: Path, capsys: pytest.CaptureFix
 
 
 def test_unwritable_target_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch) -> None:
-    import pcie_tui.plot as plot
+    import pcie_tui.plot.figure as plot
 
     out = tmp_path / "x.svg"
     rec = read_recording(demos.resolve("h200-llama-full"), warn=False)
@@ -318,7 +318,7 @@ def test_unwritable_target_is_one_line(tmp_path: Path, capsys: pytest.CaptureFix
 
 def test_plain_report_does_not_import_matplotlib() -> None:
     code = (
-        "import sys, io, contextlib; from pcie_tui.cli import main; from pcie_tui import demos\n"
+        "import sys, io, contextlib; from pcie_tui.cli.main import main; from pcie_tui.recording import demos\n"
         "with contextlib.redirect_stdout(io.StringIO()): rc = main(['report', str(demos.resolve(None))])\n"
         "print(rc, 'matplotlib' in sys.modules)"
     )

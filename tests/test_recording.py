@@ -16,10 +16,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pcie_tui.errors import UserError
-from pcie_tui.model import EngineSample, GpuSample, Sample
-from pcie_tui.record.reader import read_recording
-from pcie_tui.record.writer import RecordingWriter
+from pcie_tui.core.errors import UserError
+from pcie_tui.core.model import EngineSample, GpuSample, Sample
+from pcie_tui.recording.reader import read_recording
+from pcie_tui.recording.writer import RecordingWriter
 
 REPO = Path(__file__).parent.parent
 
@@ -105,8 +105,8 @@ def test_garbage_and_foreign_files_are_one_line_errors(tmp_path):
 
 _WRITER = """
 import sys, time
-from pcie_tui.record.reader import read_recording
-from pcie_tui.record.writer import RecordingWriter
+from pcie_tui.recording.reader import read_recording
+from pcie_tui.recording.writer import RecordingWriter
 rec = read_recording(sys.argv[1], warn=False)
 w = RecordingWriter(sys.argv[2], rec.header)
 for i, s in enumerate(rec.samples):

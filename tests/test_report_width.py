@@ -13,9 +13,9 @@ import pytest
 from rich.cells import cell_len
 from rich.console import Console
 
-from pcie_tui import demos
-from pcie_tui.record.reader import read_recording
-from pcie_tui.report import build_report, render_text
+from pcie_tui.recording import demos
+from pcie_tui.recording.reader import read_recording
+from pcie_tui.report.text import build_report, render_text
 
 REPO = Path(__file__).parent.parent
 RECORDINGS = {**demos.available(), "probe": REPO / "tests" / "fixtures" / "h200-probe.jsonl"}

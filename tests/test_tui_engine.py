@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from pcie_tui.analyze.engine import EngineStats
-from pcie_tui.record.reader import Recording, read_recording
-from pcie_tui.record.replay import ReplaySource
+from pcie_tui.recording.reader import Recording, read_recording
+from pcie_tui.recording.replay import ReplaySource
 from pcie_tui.tui import fmt
 from pcie_tui.tui.app import make_app
 from pcie_tui.tui.engine_panel import EnginePanel
@@ -114,7 +114,7 @@ def test_engine_not_answering_and_no_engine(rec):
 
 
 def test_engine_panel_says_what_the_engine_keeps_in_host_memory():
-    from pcie_tui.record.reader import read_recording
+    from pcie_tui.recording.reader import read_recording
     from pcie_tui.tui.engine_panel import engine_lines
     from pcie_tui.tui.state import ViewModel
 

@@ -11,10 +11,10 @@ import re
 
 import pytest
 
-from pcie_tui.collect.live import LiveSource
-from pcie_tui.collect.nvml import NvmlCollector
-from pcie_tui.record.reader import read_recording
-from pcie_tui.record.writer import RecordingWriter
+from pcie_tui.recording.reader import read_recording
+from pcie_tui.recording.writer import RecordingWriter
+from pcie_tui.sources.live import LiveSource
+from pcie_tui.sources.nvml import NvmlCollector
 from pcie_tui.tui.app import make_app
 from pcie_tui.tui.gpu_panel import GpuPanel
 from pcie_tui.tui.headless import run, wait_until

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from pcie_tui.record.reader import read_recording
+from pcie_tui.recording.reader import read_recording
 from pcie_tui.tui.state import ViewModel
 
 DATA = Path(__file__).parent.parent / "pcie_tui" / "data"

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from pcie_tui.record.reader import read_recording
-from pcie_tui.record.replay import ReplaySource
+from pcie_tui.recording.reader import read_recording
+from pcie_tui.recording.replay import ReplaySource
 from pcie_tui.tui.app import make_app
 from pcie_tui.tui.headless import frame_at, saturated_moment, wait_until
 

@@ -9,9 +9,10 @@ import re
 import pytest
 from rich.console import Console
 
-from pcie_tui import demos, units
-from pcie_tui.record.reader import read_recording
-from pcie_tui.report import _wrapped, build_report
+from pcie_tui.core import units
+from pcie_tui.recording import demos
+from pcie_tui.recording.reader import read_recording
+from pcie_tui.report.text import _wrapped, build_report
 
 UNIT_START = re.compile(
     r"(?:" + "|".join(re.escape(u) for u in sorted(units.UNITS, key=len, reverse=True)) + r")(?![\w/])"

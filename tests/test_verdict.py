@@ -8,8 +8,8 @@ from hypothesis import strategies as st
 from pcie_tui.analyze.session import analyze
 from pcie_tui.analyze.tracker import GpuVerdictTracker
 from pcie_tui.analyze.verdict import Thresholds, tick_ceiling, utilisation
-from pcie_tui.model import GpuInfo, GpuSample, LinkInfo, pcie_capacity_Bps
-from pcie_tui.record.reader import read_recording
+from pcie_tui.core.model import GpuInfo, GpuSample, LinkInfo, pcie_capacity_Bps
+from pcie_tui.recording.reader import read_recording
 
 GEN5X16 = pcie_capacity_Bps(5, 16)
 
@@ -173,7 +173,7 @@ def test_link_verdict_needs_sustained_reading(rates):
 @given(st.lists(st.floats(min_value=0, max_value=1.0), min_size=2, max_size=80))
 def test_timeline_covers_the_session_without_gaps(utils):
     from pcie_tui.analyze.session import SessionAnalyzer
-    from pcie_tui.model import Sample, SessionHeader
+    from pcie_tui.core.model import Sample, SessionHeader
 
     hdr = SessionHeader("now", "h", "t", (_info(),))
     an = SessionAnalyzer(hdr)

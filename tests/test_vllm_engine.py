@@ -26,7 +26,7 @@ from pcie_tui.analyze.engine import EngineStats, engine_report, hist_window, rea
 from pcie_tui.engines.discover import attach, discover
 from pcie_tui.engines.poller import EnginePoller
 from pcie_tui.engines.vllm.client import VllmClient
-from pcie_tui.record.reader import read_recording
+from pcie_tui.recording.reader import read_recording
 
 pytestmark = pytest.mark.engine
 

@@ -11,7 +11,7 @@ from collections import Counter
 from pathlib import Path
 
 from pcie_tui.analyze.engine import EngineStats, engine_report
-from pcie_tui.record.reader import read_recording
+from pcie_tui.recording.reader import read_recording
 
 PATH = Path(__file__).parent / "fixtures" / "vllm-cpu-session.jsonl"
 

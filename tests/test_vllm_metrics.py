@@ -194,8 +194,8 @@ def test_poller_rides_out_a_short_stall_then_goes_down():
 def test_poller_rides_out_one_dropped_connection_too():
     """Not only a timeout: one failed scrape of any kind while the engine lives keeps the last reading
     (marked stale with the reason); only a failure past the grace is 'down'."""
+    from pcie_tui.core.model import EngineSample
     from pcie_tui.engines.poller import EnginePoller
-    from pcie_tui.model import EngineSample
 
     class Flaky:
         kind, url, pid, info = "vllm", "http://127.0.0.1:1", None, {}

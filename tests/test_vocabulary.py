@@ -1,4 +1,4 @@
-"""One vocabulary: every surface says what held a GPU back with the words of pcie_tui.vocab, and no
+"""One vocabulary: every surface says what held a GPU back with the words of pcie_tui.core.vocab, and no
 surface, doc or README says "link" + "-bound" (a link at its ceiling is "link-saturated")."""
 
 from __future__ import annotations
@@ -11,10 +11,12 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from pcie_tui import demos, export, vocab
 from pcie_tui.analyze import attribution, verdict
-from pcie_tui.record.reader import read_recording
-from pcie_tui.report import build_report, render_text
+from pcie_tui.core import vocab
+from pcie_tui.export import prometheus as export
+from pcie_tui.recording import demos
+from pcie_tui.recording.reader import read_recording
+from pcie_tui.report.text import build_report, render_text
 from pcie_tui.tui import headline
 
 REPO = Path(__file__).parent.parent
@@ -87,7 +89,7 @@ def test_report_text_and_json_use_only_the_table(reports):
 
 
 def test_tui_headline_words_come_from_the_table(reports):
-    """At the end of a replay the TUI shows the report's headline word for word (test_one_analysis);
+    """At the end of a replay the TUI shows the report's headline word for word (test_tui_report_export_say_the_same);
     its own live saturation line names other GPUs with vocab.VERDICT_WORDS."""
     for name, (report, _) in reports.items():
         used = set(BOUND_WORD.findall(report["headline"]["text"]))
@@ -98,7 +100,7 @@ def test_tui_headline_words_come_from_the_table(reports):
 
 @pytest.mark.parametrize("name", sorted(demos.available()))
 def test_export_label_values_use_only_the_table(name):
-    from pcie_tui.export import ExportState, PrometheusCollector
+    from pcie_tui.export.prometheus import ExportState, PrometheusCollector
 
     rec = read_recording(demos.resolve(name), warn=False)
     st = ExportState()

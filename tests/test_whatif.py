@@ -17,8 +17,8 @@ import pytest
 from pcie_tui.analyze import linkmodel as lm
 from pcie_tui.analyze.session import analyze
 from pcie_tui.analyze.whatif import render_whatif, speedup, time_ratio, whatif_report
-from pcie_tui.model import pcie_capacity_Bps
-from pcie_tui.record.reader import read_recording
+from pcie_tui.core.model import pcie_capacity_Bps
+from pcie_tui.recording.reader import read_recording
 
 REFERENCE_SESSION = Path(__file__).parent.parent / "pcie_tui" / "data" / "h200-reference.jsonl.gz"
 # docs/whatif.md link table: Gen4 x16 pinned copies reach ~25 GB/s of 31.5; assume the same
@@ -175,7 +175,7 @@ def test_nvlink_on_two_gpus_is_labelled_an_upper_bound_on_peer_traffic():
 def test_a_hole_in_the_recording_is_left_out_and_phases_last_as_in_the_attribution():
     """Two halves of the pageable session 100 s apart: the what-if's prefill is 20.1 s, not 120 s,
     and every phase lasts what the attribution says (both weigh ticks by series.tick_weights)."""
-    from pcie_tui.report import build_report
+    from pcie_tui.report.text import build_report
 
     rec = read_recording(Path(__file__).parents[1] / "pcie_tui" / "data" / "h200-pageable.jsonl.gz")
     mid = len(rec.samples) // 2
@@ -192,7 +192,7 @@ def test_a_hole_in_the_recording_is_left_out_and_phases_last_as_in_the_attributi
 def test_the_infinite_link_row_says_why_it_buys_nothing_for_staged_copies():
     """h200-pageable: every link scenario leaves the prefill as it is (its copies are staged), while
     the headline prices -lm none: the infinite row says why. The pinned session has no such note."""
-    from pcie_tui.report import build_report
+    from pcie_tui.report.text import build_report
 
     def rows(name: str) -> dict:
         rep, _ = build_report(read_recording(Path(__file__).parents[1] / "pcie_tui" / "data" / f"{name}.jsonl.gz"))
@@ -208,7 +208,7 @@ def test_staged_copies_keep_their_rate_and_the_formula_line_says_so():
     """h200-pageable's prefill waited on pageable copies at 8.9 GB/s: a Gen4 x16 link (29.6 GB/s
     reachable) leaves it as it is and only a link slower than 8.9 GB/s (chipset Gen4 x4, 7.4)
     lengthens it; the printed formula names that rule. The pinned session's line does not."""
-    from pcie_tui.report import build_report
+    from pcie_tui.report.text import build_report
 
     def report(name: str) -> dict:
         rep, _ = build_report(read_recording(Path(__file__).parents[1] / "pcie_tui" / "data" / f"{name}.jsonl.gz"))

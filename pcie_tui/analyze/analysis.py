@@ -17,8 +17,8 @@ from pcie_tui.analyze.attribution import BOUNDS, tick_bounds
 from pcie_tui.analyze.result import Answer
 from pcie_tui.analyze.session import SessionAnalyzer
 from pcie_tui.analyze.verdict import DEFAULT_THRESHOLDS, Thresholds
+from pcie_tui.core.model import Sample, SessionHeader
 from pcie_tui.engines import EngineFacts, engine_info, facts_for
-from pcie_tui.model import Sample, SessionHeader
 
 
 class Analysis:

@@ -10,14 +10,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from pcie_tui import units
 from pcie_tui.analyze.attribution import phase_findings
 from pcie_tui.analyze.result import Answer, Finding, Headline
 from pcie_tui.analyze.session import SessionAnalyzer
+from pcie_tui.core import units
+from pcie_tui.core.model import SessionHeader
+from pcie_tui.core.units import rate as fmt_rate
+from pcie_tui.core.vocab import BOUND_WORDS
 from pcie_tui.engines import EngineFacts, FindingFacts, advise, engine_info, facts_for
-from pcie_tui.model import SessionHeader
-from pcie_tui.units import rate as fmt_rate
-from pcie_tui.vocab import BOUND_WORDS
 
 # Phases that are not work: a headline about them answers nothing.
 NOT_WORK = ("idle", "down", "unlabelled", "load", "gap")
@@ -37,7 +37,7 @@ def predicted_range(pred: dict[str, Any]) -> str:
 
 def over_default_ceiling(f: Finding) -> bool:
     """The link read above its calibrated or default ceiling, so its highest reading became the
-    ceiling (:mod:`pcie_tui.ceiling`, "observed"): calibrate measures the link's own."""
+    ceiling (:mod:`pcie_tui.core.ceiling`, "observed"): calibrate measures the link's own."""
     return f.ceilings.pinned.source == "observed"
 
 

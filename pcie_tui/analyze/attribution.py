@@ -30,14 +30,14 @@ from pcie_tui.analyze.result import Finding
 from pcie_tui.analyze.series import series_array, tick_weights
 from pcie_tui.analyze.session import SessionAnalyzer
 from pcie_tui.analyze.verdict import VERDICTS
-from pcie_tui.ceiling import Ceiling, DEFAULT_PAGEABLE_Bps, pageable_ceiling, pinned_ceiling
+from pcie_tui.core.ceiling import Ceiling, DEFAULT_PAGEABLE_Bps, pageable_ceiling, pinned_ceiling
+from pcie_tui.core.model import GpuInfo, SessionHeader
+from pcie_tui.core.vocab import BOUND_SHORT as BOUND_SHORT
+from pcie_tui.core.vocab import BOUND_WORDS as BOUND_WORDS
+from pcie_tui.core.vocab import TICK_BOUNDS
 from pcie_tui.engines import EngineFacts
-from pcie_tui.model import GpuInfo, SessionHeader
-from pcie_tui.vocab import BOUND_SHORT as BOUND_SHORT
-from pcie_tui.vocab import BOUND_WORDS as BOUND_WORDS
-from pcie_tui.vocab import TICK_BOUNDS
 
-# The per-tick bound codes (index = code) and their words: the one table, pcie_tui.vocab.
+# The per-tick bound codes (index = code) and their words: the one table, pcie_tui.core.vocab.
 BOUNDS = TICK_BOUNDS
 # The GPU counts as busy at these (GPM SM_UTIL / DRAM_BW_UTIL); batch-1 decode of a fully
 # offloaded model reads SM ~0.8, DRAM ~0.5 on the H200, a CPU-bound phase SM < 0.05.
@@ -53,7 +53,7 @@ QUIET_PHASES = (None, "idle", "down")
 
 @dataclass(frozen=True)
 class Ceilings:
-    """A GPU's link ceilings for pinned and pageable copies (:mod:`pcie_tui.ceiling`), as a finding names them."""
+    """A GPU's link ceilings for pinned and pageable copies (:mod:`pcie_tui.core.ceiling`), as a finding names them."""
 
     pinned: Ceiling
     pageable: Ceiling

@@ -6,7 +6,7 @@ analyzer takes one chunk at a time, whatever its length: a live tick is a chunk 
 or a report feeds the recording in chunks of :data:`CHUNK_TICKS`. Chunks come from Samples
 (:func:`from_samples`) or, for a recording read from a file, straight from its raw tick dicts
 (:func:`from_rows`: no Sample is built, and the reader's validation hands over the columns it
-already built through :func:`pcie_tui.record.validate.cached_columns`).
+already built through :func:`pcie_tui.recording.validate.cached_columns`).
 """
 
 from __future__ import annotations
@@ -19,10 +19,10 @@ from typing import Any
 
 import numpy as np
 
-from pcie_tui.model import Sample
-from pcie_tui.record.validate import cached_columns
+from pcie_tui.core.model import Sample
+from pcie_tui.recording.validate import cached_columns
 
-# Every per-GPU reading, in the order record/validate.py builds its columns in.
+# Every per-GPU reading, in the order recording/validate.py builds its columns in.
 KEYS = (
     "pcie_rx_Bps",
     "pcie_tx_Bps",
@@ -102,7 +102,7 @@ def _own_phase(s: Sample) -> str | None:
 
 
 def from_rows(rows: Sequence[dict[str, Any]], ticks: int = CHUNK_TICKS) -> Iterator[Chunk]:
-    """Raw tick dicts (as :func:`pcie_tui.record.reader.read_rows` returns them) in chunks of ``ticks``.
+    """Raw tick dicts (as :func:`pcie_tui.recording.reader.read_rows` returns them) in chunks of ``ticks``.
 
     ``rows`` must be well-formed ticks (the reader drops the others): a number ``t``, and ``gpus`` a
     list of dicts with an integer ``index``.

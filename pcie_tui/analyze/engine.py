@@ -1,6 +1,6 @@
 """Engine token timing over a sliding window and over a whole session.
 
-Pure functions over :class:`~pcie_tui.model.Sample` ticks; no I/O.
+Pure functions over :class:`~pcie_tui.core.model.Sample` ticks; no I/O.
 
 Counters (prompt/generation tokens) become rates from deltas between ticks; a
 counter that goes down means the engine restarted, and the new value is the
@@ -25,10 +25,10 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from pcie_tui.analyze.engine_requests import per_request_summary
+from pcie_tui.core.model import EngineSample, Sample
 from pcie_tui.engines import registry
 from pcie_tui.engines.base import Engine
 from pcie_tui.engines.stats import QUANTILES, unique_requests
-from pcie_tui.model import EngineSample, Sample
 
 QUANTILE_METHOD = "interpolated within histogram buckets"
 # Histograms the snapshot reports, by their key in extra["hist"].

@@ -24,10 +24,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from pcie_tui.core.errors import UserError
+from pcie_tui.core.model import EngineSample, Sample, SessionHeader
 from pcie_tui.engines import registry
 from pcie_tui.engines.base import default_parallelism
-from pcie_tui.errors import UserError
-from pcie_tui.model import EngineSample, Sample, SessionHeader
 
 DTYPE_BYTES = {"float32": 4, "float": 4, "fp32": 4, "bfloat16": 2, "bf16": 2, "float16": 2, "fp16": 2, "half": 2}
 # Default per all-reduce latency on PCIe (~20-40 us: launch + sync + hops; docs/whatif.md).
@@ -138,9 +138,9 @@ def from_gguf(path: str | Path, dtype_bytes: int = 4) -> ModelShape:
 
     llama.cpp keeps activations in f32 between layers, hence 4 bytes by default.
     """
-    # The header's key/values only, bounded (pcie_tui/gguf.py): the gguf package's reader maps
+    # The header's key/values only, bounded (pcie_tui/core/gguf.py): the gguf package's reader maps
     # and indexes every tensor, and a corrupt file of a model's size once took it to 13 GB of memory.
-    from pcie_tui.gguf import gguf_meta
+    from pcie_tui.core.gguf import gguf_meta
 
     if not Path(path).is_file():
         raise UserError(f"cannot read GGUF {path}: no such file")

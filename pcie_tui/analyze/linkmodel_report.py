@@ -19,10 +19,10 @@ from pcie_tui.analyze.linkmodel import (
     from_hf_config,
     predict,
 )
+from pcie_tui.core.errors import UserError
+from pcie_tui.core.model import Sample, SessionHeader
 from pcie_tui.engines import registry
 from pcie_tui.engines.base import default_parallelism
-from pcie_tui.errors import UserError
-from pcie_tui.model import Sample, SessionHeader
 
 _META_KEYS = ("file_bytes", "embedding_length", "block_count")  # what a GGUF is checked by
 

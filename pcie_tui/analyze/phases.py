@@ -1,4 +1,4 @@
-"""Phase names (:mod:`pcie_tui.engines.phases`); rates are formatted by :mod:`pcie_tui.units`."""
+"""Phase names (:mod:`pcie_tui.engines.phases`); rates are formatted by :mod:`pcie_tui.core.units`."""
 
 from __future__ import annotations
 

@@ -40,7 +40,7 @@ from pcie_tui.analyze.verdict import (
     Thresholds,
     utilisation_columns,
 )
-from pcie_tui.model import Sample, SessionHeader
+from pcie_tui.core.model import Sample, SessionHeader
 
 _VERDICT_NAMES = np.array(VERDICTS, dtype=object)
 

@@ -32,7 +32,7 @@ from pcie_tui.analyze.verdict import (
     last_utilisation,
     utilisation_columns,
 )
-from pcie_tui.model import GpuInfo, GpuSample, Sample
+from pcie_tui.core.model import GpuInfo, GpuSample, Sample
 
 
 class _ResourceTracker:

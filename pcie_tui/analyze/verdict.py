@@ -27,10 +27,10 @@ from typing import Any
 
 import numpy as np
 
-from pcie_tui import vocab
 from pcie_tui.analyze.columns import KEYS, from_samples
-from pcie_tui.ceiling import Ceiling, pinned_ceiling
-from pcie_tui.model import GpuInfo, GpuSample, Sample, pcie_capacity_Bps
+from pcie_tui.core import vocab
+from pcie_tui.core.ceiling import Ceiling, pinned_ceiling
+from pcie_tui.core.model import GpuInfo, GpuSample, Sample, pcie_capacity_Bps
 
 RESOURCES = ("link", "memory", "compute")
 VERDICTS = vocab.VERDICTS  # the saturation verdict names, in the one vocabulary
@@ -85,7 +85,7 @@ class Utilisation:
 
 
 def tick_ceiling(info: GpuInfo | None, sample: GpuSample | None, observed: dict[tuple[float, float], float]) -> Ceiling:
-    """The PCIe ceiling a tick's link share was taken against (:func:`pcie_tui.ceiling.pinned_ceiling`
+    """The PCIe ceiling a tick's link share was taken against (:func:`pcie_tui.core.ceiling.pinned_ceiling`
     at the tick's gen x width, with the highest reading seen at that gen x width so far)."""
     gen = sample.link_gen if sample is not None else None
     width = sample.link_width if sample is not None else None
@@ -117,7 +117,7 @@ def utilisation_columns(
     PCIe ceilings of this GPU already worked out, by link gen x width (kept by the caller).
     ``observed``: the highest PCIe reading so far by gen x width (kept and updated here): a reading
     above the ceiling makes it the ceiling from that tick on, so no share exceeds 1
-    (:mod:`pcie_tui.ceiling`, "observed").
+    (:mod:`pcie_tui.core.ceiling`, "observed").
     """
     size = cols.shape[1]
     # PCIe RX, TX, NVLink RX, TX (the first four columns) over their ceilings; NaN where a rate

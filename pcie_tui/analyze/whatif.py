@@ -23,11 +23,11 @@ import numpy as np
 from pcie_tui.analyze.attribution import gpu_ceilings
 from pcie_tui.analyze.series import tick_weights
 from pcie_tui.analyze.session import SessionAnalyzer
-from pcie_tui.ceiling import DEFAULT_PINNED_FRACTION
-from pcie_tui.model import SessionHeader, pcie_capacity_Bps
-from pcie_tui.units import pct
-from pcie_tui.units import rate as fmt_rate
-from pcie_tui.vocab import BOUND_WORDS
+from pcie_tui.core.ceiling import DEFAULT_PINNED_FRACTION
+from pcie_tui.core.model import SessionHeader, pcie_capacity_Bps
+from pcie_tui.core.units import pct
+from pcie_tui.core.units import rate as fmt_rate
+from pcie_tui.core.vocab import BOUND_WORDS
 
 # Per direction, theoretical: NVLink 3 bridge 4 links x 14.0625 GB/s = 56.25 GB/s;
 # NVLink 4 on H100 SXM 18 links x 25 GB/s = 450 GB/s (docs/whatif.md).
@@ -118,7 +118,7 @@ def link_shares(header: SessionHeader, analyzer: SessionAnalyzer, index: int) ->
 # A phase this much transfer-bound on staged copies gets a note on the "infinitely fast link" row.
 STAGED_NOTE_SHARE = 0.3
 # What the PCIe counter of another link would read saturated: the same share of its theoretical rate
-# as the default ceiling (pcie_tui.ceiling): the rate a staged stream would have to fit under.
+# as the default ceiling (pcie_tui.core.ceiling): the rate a staged stream would have to fit under.
 COUNTER_AT_SATURATION = DEFAULT_PINNED_FRACTION
 
 

@@ -6,8 +6,8 @@ import argparse
 import sys
 from typing import NoReturn
 
+from pcie_tui.core.errors import UserError
 from pcie_tui.doctor.cli import register
-from pcie_tui.errors import UserError
 
 
 class _Parser(argparse.ArgumentParser):

@@ -1,6 +1,6 @@
 """``pcie-tui calibrate``: time pinned and pageable copies per GPU and store them as link ceilings.
 
-The measuring half of :mod:`pcie_tui.calibration` (which only stores and looks
+The measuring half of :mod:`pcie_tui.core.calibration` (which only stores and looks
 entries up): copies run on a copy backend (:mod:`pcie_tui.doctor.copybench`)
 while both PCIe counters are read (GPM ``PCIE_RX/TX_PER_SEC`` where supported,
 and ``nvmlDeviceGetPcieThroughput``). Also doctor's calibration item: is the
@@ -16,8 +16,8 @@ import sys
 import time
 from typing import Any
 
-from pcie_tui.errors import UserError
-from pcie_tui.model import pcie_capacity_Bps
+from pcie_tui.core.errors import UserError
+from pcie_tui.core.model import pcie_capacity_Bps
 
 GPM_PCIE_TX_PER_SEC = 20  # MiB/s, leaving the GPU (nvml.h)
 GPM_PCIE_RX_PER_SEC = 21  # MiB/s, into the GPU
@@ -214,7 +214,7 @@ def _entry(
 
 
 def calibrate_main(args: argparse.Namespace, nvml: Any = None) -> int:
-    from pcie_tui import calibration
+    from pcie_tui.core import calibration
     from pcie_tui.doctor.copybench import load_backend
     from pcie_tui.doctor.nvmlfacts import open_nvml
     from pcie_tui.doctor.render import print_json, render_calibration
@@ -263,8 +263,8 @@ def _save_calibration_baseline(
 
 def add_calibration_items(report: dict[str, Any]) -> None:
     """One item per GPU: is the stored ceiling still valid for this link?"""
-    from pcie_tui.calibration import lookup_entry, shape_matches
-    from pcie_tui.units import rate as fmt_gbs
+    from pcie_tui.core.calibration import lookup_entry, shape_matches
+    from pcie_tui.core.units import rate as fmt_gbs
 
     for g in report["gpus"]:
         links = report["load"]["links"]

@@ -5,11 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 from pcie_tui.analyze.linkmodel import PCIE_ALLREDUCE_LATENCY_S, Layout, ModelShape, predict
+from pcie_tui.core.model import pcie_capacity_Bps
 from pcie_tui.doctor.items import FAIL, PASS, WARN, Item, gb, link_name
 from pcie_tui.doctor.load import LoadReadings
 from pcie_tui.doctor.nvmlfacts import GpuFacts, LinkRead, Read
 from pcie_tui.doctor.topology import Chain
-from pcie_tui.model import pcie_capacity_Bps
 
 # The reference workload doctor prices links with (override nothing: it is an illustration).
 REFERENCE_MODEL = ModelShape(

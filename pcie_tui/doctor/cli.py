@@ -11,10 +11,10 @@ import argparse
 import sys
 from typing import Any
 
+from pcie_tui.core.errors import NoGpuError, UserError
+from pcie_tui.core.model import PCIE_LANE_Bps, pcie_capacity_Bps
 from pcie_tui.doctor.calibrate import add_calibration_items, calibrate_main
 from pcie_tui.doctor.render import print_json
-from pcie_tui.errors import NoGpuError, UserError
-from pcie_tui.model import PCIE_LANE_Bps, pcie_capacity_Bps
 
 
 def _number(kind: type, minimum: float, inclusive: bool) -> Any:
@@ -294,8 +294,8 @@ def linkmodel_main(args: argparse.Namespace) -> int:
     pred = lm.predict(shape, layout, ceiling, args.latency_us * 1e-6)
     pred["ceiling_label"] = label
     if args.recording:
-        from pcie_tui.demos import recording_path
-        from pcie_tui.record.reader import read_recording
+        from pcie_tui.recording.demos import recording_path
+        from pcie_tui.recording.reader import read_recording
 
         rec = read_recording(recording_path(args.recording)[0])  # a file or a bundled demo's name
         lm.compare_with_recording(pred, layout, rec.header, rec.samples)
@@ -308,8 +308,8 @@ def linkmodel_main(args: argparse.Namespace) -> int:
 
 def render_linkmodel(p: dict[str, Any]) -> str:
     from pcie_tui.analyze.linkmodel import count
-    from pcie_tui.units import rate_sig as fmt_rate
-    from pcie_tui.units import size as fmt_bytes
+    from pcie_tui.core.units import rate_sig as fmt_rate
+    from pcie_tui.core.units import size as fmt_bytes
 
     m, lay = p["model"], p["layout"]
     lines = [

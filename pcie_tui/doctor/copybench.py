@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from pcie_tui.errors import UserError
+from pcie_tui.core.errors import UserError
 
 MISSING_BACKEND = (
     "calibrate needs PyTorch with CUDA or cuda-python: pip install 'pcie-tui[calibrate]' (installs cuda-python)"

@@ -24,7 +24,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from pcie_tui.errors import NoGpuError, UserError
+from pcie_tui.core.errors import NoGpuError, UserError
 
 FORMAT = "pcie-tui/baseline"
 VERSION = 1
@@ -193,8 +193,8 @@ def engine_from_pid(pid: int) -> dict[str, Any] | None:
 
 
 def engine_from_recording(path: str) -> dict[str, Any] | None:
-    from pcie_tui.demos import recording_path
-    from pcie_tui.record.reader import read_recording
+    from pcie_tui.recording.demos import recording_path
+    from pcie_tui.recording.reader import read_recording
 
     return engine_facts(read_recording(recording_path(path)[0]).header.engine)
 
@@ -290,7 +290,7 @@ def _tool_version() -> str:
 
 def default_dir() -> Path:
     """Where baselines go by default: beside the calibration (``$XDG_CONFIG_HOME/pcie-tui``)."""
-    from pcie_tui.calibration import config_path
+    from pcie_tui.core.calibration import config_path
 
     return config_path().parent
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from pcie_tui import units
+from pcie_tui.core import units
 from pcie_tui.doctor.load import LoadReadings
 from pcie_tui.doctor.numa import ProcPlacement
 from pcie_tui.doctor.nvmlfacts import GpuFacts, Read

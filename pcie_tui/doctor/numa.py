@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pcie_tui.errors import UserError
+from pcie_tui.core.errors import UserError
 
 
 def parse_cpulist(text: str | None) -> set[int]:

@@ -12,9 +12,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from pcie_tui.collect.nvml import load_nvml
+from pcie_tui.core.errors import NoGpuError
 from pcie_tui.doctor.sysfs_pci import normalize_bdf
-from pcie_tui.errors import NoGpuError
+from pcie_tui.sources.nvml import load_nvml
 
 # Field ids (nvml.h; ABI-stable), used when the module lacks the constant.
 PCIE_COUNTER_FIELDS = {
@@ -141,7 +141,7 @@ def _text(v: Any) -> str:
 
 
 def open_nvml(nvml: Any | None = None) -> Any:
-    """Import (unless given, through the one NVML wrapper: :func:`pcie_tui.collect.nvml.load_nvml`) and
+    """Import (unless given, through the one NVML wrapper: :func:`pcie_tui.sources.nvml.load_nvml`) and
     initialise NVML; NoGpuError with one clear line if impossible."""
     nvml = load_nvml(nvml)
     try:

@@ -6,7 +6,7 @@ import json
 import sys
 from typing import Any
 
-from pcie_tui.units import rate
+from pcie_tui.core.units import rate
 
 _MARK = {"pass": "PASS", "warn": "WARN", "fail": "FAIL"}
 
@@ -80,7 +80,7 @@ def render_calibration(result: dict[str, Any]) -> str:
 
 
 def print_json(obj: Any) -> None:
-    from pcie_tui.record.validate import finite_json
+    from pcie_tui.recording.validate import finite_json
 
     # RFC 8259: no NaN/Infinity (they become null).
     plain = json.loads(json.dumps(obj, default=_json_default))

@@ -13,9 +13,9 @@ import argparse
 from dataclasses import dataclass
 from typing import Any
 
+from pcie_tui.core.errors import NoGpuError
+from pcie_tui.core.units import gib
 from pcie_tui.doctor import fingerprint as fpm
-from pcie_tui.errors import NoGpuError
-from pcie_tui.units import gib
 
 MEMORY_TOLERANCE = 0.01  # MemTotal moves by a few MiB with kernel reservations
 

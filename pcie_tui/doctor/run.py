@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from pcie_tui.core.errors import UserError
 from pcie_tui.doctor.checks import run_checks
 from pcie_tui.doctor.checks_peers import topology_matrix
 from pcie_tui.doctor.fingerprint import driver_version
@@ -20,7 +21,6 @@ from pcie_tui.doctor.load import read_under_load
 from pcie_tui.doctor.numa import ProcPlacement, node_cpus, read_placement
 from pcie_tui.doctor.nvmlfacts import gather, open_nvml, pair_facts, read_pcie_counters
 from pcie_tui.doctor.topology import read_chain
-from pcie_tui.errors import UserError
 
 
 def _default_backend() -> Any:

@@ -26,8 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pcie_tui.core.model import pcie_capacity_Bps
 from pcie_tui.doctor.sysfs_pci import BDF_RE, PciNode, device_path, normalize_bdf, read_node, walk_nodes
-from pcie_tui.model import pcie_capacity_Bps
 
 VENDOR_NVIDIA = 0x10DE
 VENDOR_INTEL = 0x8086

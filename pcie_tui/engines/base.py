@@ -23,7 +23,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal, Protocol
 
-from pcie_tui.model import EngineSample
+from pcie_tui.core.model import EngineSample
 
 Role = Literal["root", "child"]
 

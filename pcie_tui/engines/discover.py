@@ -17,10 +17,10 @@ from urllib.parse import urlsplit
 
 import psutil
 
+from pcie_tui.core.errors import UserError
 from pcie_tui.engines import registry
 from pcie_tui.engines.base import Engine, EngineClient
 from pcie_tui.engines.http import http_get, normalize_url
-from pcie_tui.errors import UserError
 
 _LOCAL_HOSTS = {"0.0.0.0", "::", "127.0.0.1", "::1", "localhost", ""}
 

@@ -7,7 +7,7 @@ import threading
 import time
 from urllib.parse import urlsplit
 
-from pcie_tui.errors import UserError
+from pcie_tui.core.errors import UserError
 
 # Deadline of one scrape of a Python API server (vLLM, SGLang) or Ollama. The poller runs in its own
 # thread, so a slow answer only arrives late; a deadline shorter than the server's answer under load

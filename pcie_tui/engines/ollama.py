@@ -34,6 +34,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from pcie_tui.core.model import EngineSample
+from pcie_tui.core.units import pct, size
 from pcie_tui.engines.base import (
     Advice,
     Engine,
@@ -46,8 +48,6 @@ from pcie_tui.engines.base import (
     typed,
 )
 from pcie_tui.engines.http import SCRAPE_TIMEOUT_S, failure_reason, http_get, normalize_url
-from pcie_tui.model import EngineSample
-from pcie_tui.units import pct, size
 
 DOCS = (
     "https://github.com/ollama/ollama/blob/main/docs/api.md#list-running-models",

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from pcie_tui.model import EngineSample, GpuSample
+from pcie_tui.core.model import EngineSample, GpuSample
 
 PHASES = ("loading", "prefill", "decode", "mixed", "idle", "down")
 # Host->device traffic per GPU above which an engine that produces no tokens

@@ -16,12 +16,12 @@ from collections.abc import Sequence
 from typing import Any
 from urllib.parse import urlsplit
 
+from pcie_tui.core.errors import UserError
+from pcie_tui.core.model import EngineSample, GpuInfo, GpuSample
 from pcie_tui.engines import registry
 from pcie_tui.engines.base import EngineClient
 from pcie_tui.engines.phases import LOADING_RX_Bps, PhaseTracker, engine_rx_Bps, tick_phase
-from pcie_tui.errors import UserError
-from pcie_tui.model import EngineSample, GpuInfo, GpuSample
-from pcie_tui.record.validate import Tally, clean_engine_sample
+from pcie_tui.recording.validate import Tally, clean_engine_sample
 
 
 def pid_alive(pid: int | None) -> bool | None:

@@ -34,6 +34,7 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from pcie_tui.core.model import EngineSample
 from pcie_tui.engines.argv import dist_version, flag_values
 from pcie_tui.engines.base import (
     Advice,
@@ -47,7 +48,6 @@ from pcie_tui.engines.base import (
     typed,
 )
 from pcie_tui.engines.http import SCRAPE_TIMEOUT_S, failure_reason, http_get, normalize_url
-from pcie_tui.model import EngineSample
 
 DOCS = (
     "https://docs.sglang.io/references/production_metrics.html",

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from pcie_tui.model import EngineSample
+from pcie_tui.core.model import EngineSample
 
 QUANTILES = (("p50", 0.50), ("p95", 0.95), ("p99", 0.99))
 

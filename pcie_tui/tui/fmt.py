@@ -1,12 +1,12 @@
-"""Number formatting for the screen: every figure carries its unit, None is "n/a" (pcie_tui.units)."""
+"""Number formatting for the screen: every figure carries its unit, None is "n/a" (pcie_tui.core.units)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
-from pcie_tui import units
+from pcie_tui.core import units
 
-# The formatters are the one set of units (pcie_tui.units); the screen's names for them:
+# The formatters are the one set of units (pcie_tui.core.units); the screen's names for them:
 NA = units.NA
 rate = units.rate_sig  # a live reading: 3 significant digits (5.16 GB/s, 836 kB/s)
 gbps = units.rate  # a link capacity or an answer's rate: GB/s with one decimal
@@ -36,7 +36,7 @@ def link(gen: int | None, width: int | None) -> str:
     return f"{g} {w}"
 
 
-# The one-value formatters a row of pcie_tui.metrics can name in ``Show.fmt``.
+# The one-value formatters a row of pcie_tui.core.metrics can name in ``Show.fmt``.
 FORMATS: dict[str, Callable[[float | None], str]] = {
     "rate": rate,
     "gbps": gbps,

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pcie_tui.analyze.verdict import DEFAULT_THRESHOLDS, Event, Utilisation
-from pcie_tui.model import GpuInfo, GpuSample
+from pcie_tui.core.model import GpuInfo, GpuSample
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,7 +58,7 @@ class GpuView:
     util: Utilisation | None
     verdict: str  # link | memory | compute | none
     ceiling_Bps: float | None
-    ceiling_kind: str  # where the ceiling came from: calibrated | default | observed | unknown (pcie_tui.ceiling)
+    ceiling_kind: str  # where the ceiling came from: calibrated | default | observed | unknown (pcie_tui.core.ceiling)
     # Highest reading since the previous frame (ticks can outpace renders).
     peak_tx_Bps: float | None
     peak_rx_Bps: float | None

@@ -7,8 +7,8 @@ from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
 from textual.widgets import Static
 
-from pcie_tui import metrics
-from pcie_tui.model import GpuInfo, GpuSample
+from pcie_tui.core import metrics
+from pcie_tui.core.model import GpuInfo, GpuSample
 from pcie_tui.tui import fmt
 from pcie_tui.tui.state import Frame, GpuView
 from pcie_tui.tui.widgets import BUS_WORDS, EVENT_DIRECTION_WORDS, HistoryLegend, MetricRow, set_border_title, set_text
@@ -17,7 +17,7 @@ from pcie_tui.tui.widgets import BUS_WORDS, EVENT_DIRECTION_WORDS, HistoryLegend
 NARROW_BADGE_CHARS = 76
 
 
-# Where the one link ceiling came from (pcie_tui.ceiling), in a panel's few cells.
+# Where the one link ceiling came from (pcie_tui.core.ceiling), in a panel's few cells.
 CEILING_WORDS = {"calibrated": "calib.", "default": "default", "observed": "observed", "unknown": "unknown"}
 
 

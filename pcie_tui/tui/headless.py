@@ -13,7 +13,7 @@ from textual.app import App
 from textual.pilot import Pilot
 
 from pcie_tui.analyze.session import SessionAnalyzer, sample_phase
-from pcie_tui.record.reader import Recording
+from pcie_tui.recording.reader import Recording
 
 
 def screen_text(app: App[Any]) -> str:

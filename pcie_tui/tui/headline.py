@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from pcie_tui import vocab
 from pcie_tui.analyze.verdict import Utilisation, tick_ceiling
+from pcie_tui.core import vocab
 from pcie_tui.tui import fmt
 
 if TYPE_CHECKING:

@@ -13,7 +13,7 @@ from textual.containers import VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
-from pcie_tui.model import SessionHeader
+from pcie_tui.core.model import SessionHeader
 from pcie_tui.tui.sources import FigureSource, engine_kind, engine_sources, figure_sources
 
 FIGURE_WIDTH = 17

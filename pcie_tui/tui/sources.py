@@ -5,10 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from pcie_tui import metrics
-from pcie_tui.ceiling import pinned_ceiling
+from pcie_tui.core import metrics
+from pcie_tui.core.ceiling import pinned_ceiling
+from pcie_tui.core.model import GpuInfo, SessionHeader
 from pcie_tui.engines import registry
-from pcie_tui.model import GpuInfo, SessionHeader
 from pcie_tui.tui import fmt
 
 

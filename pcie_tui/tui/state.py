@@ -18,8 +18,8 @@ from pcie_tui.analyze.analysis import Analysis
 from pcie_tui.analyze.engine import EngineStats
 from pcie_tui.analyze.result import Answer
 from pcie_tui.analyze.verdict import DEFAULT_THRESHOLDS, Thresholds, tick_ceiling
+from pcie_tui.core.model import GpuSample, Sample, SessionHeader
 from pcie_tui.engines import registry
-from pcie_tui.model import GpuSample, Sample, SessionHeader
 from pcie_tui.tui.frame import EventView, Frame, GpuView, ReplayView
 from pcie_tui.tui.headline import headline_text
 

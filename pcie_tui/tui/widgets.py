@@ -12,8 +12,8 @@ from textual.strip import Strip
 from textual.widget import Widget
 from textual.widgets import Static
 
-from pcie_tui import units
-from pcie_tui.model import SessionHeader
+from pcie_tui.core import units
+from pcie_tui.core.model import SessionHeader
 from pcie_tui.tui import fmt, spark
 from pcie_tui.tui.state import Frame
 
@@ -187,7 +187,7 @@ class HeadlineBar(Static):
 
     def fit(self) -> None:
         """Its lines wrapped to this width (after a resize too), never between a number and its unit
-        (:func:`pcie_tui.units.wrap`), in as many rows as they take, four at most."""
+        (:func:`pcie_tui.core.units.wrap`), in as many rows as they take, four at most."""
         room = max(1, self.app.size.width - 2)  # the bar spans the screen; padding 0 1
         lines = [part for ln in (self.text or "").split("\n") for part in units.wrap(ln, room)]
         set_text(self, "\n".join(lines))

@@ -10,9 +10,9 @@ from pathlib import Path
 from typing import Any
 
 from pcie_tui import __version__
+from pcie_tui.core.model import Sample, SessionHeader
 from pcie_tui.engines.poller import EnginePoller
-from pcie_tui.model import Sample, SessionHeader
-from pcie_tui.record.writer import RecordingWriter
+from pcie_tui.recording.writer import RecordingWriter
 
 
 class Recorder:

@@ -16,6 +16,7 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from pcie_tui.core.model import EngineSample
 from pcie_tui.engines.base import (
     Advice,
     Engine,
@@ -29,7 +30,6 @@ from pcie_tui.engines.base import (
     typed,
 )
 from pcie_tui.engines.llamacpp import advice, proc, timing
-from pcie_tui.model import EngineSample
 
 # Engine flags that shape where weights and activations live. Only these are kept:
 # never prompt text (-p/--prompt/-f), never the full command line.

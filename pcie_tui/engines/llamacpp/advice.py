@@ -21,8 +21,8 @@ from __future__ import annotations
 import contextlib
 from typing import Any
 
+from pcie_tui.core.units import rate as fmt_rate
 from pcie_tui.engines.base import Advice, EngineFacts, FindingFacts, Layout, typed
-from pcie_tui.units import rate as fmt_rate
 
 _VALUE_FLAGS = {
     "-ngl": "n_gpu_layers",

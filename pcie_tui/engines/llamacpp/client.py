@@ -34,6 +34,8 @@ import time
 from typing import Any
 from urllib.parse import urlsplit
 
+from pcie_tui.core.gguf import gguf_meta
+from pcie_tui.core.model import EngineSample
 from pcie_tui.engines.http import MAX_BODY_BYTES, AnswerTooLarge, http_request
 from pcie_tui.engines.llamacpp.log import LogTailer
 from pcie_tui.engines.llamacpp.proc import (
@@ -45,8 +47,6 @@ from pcie_tui.engines.llamacpp.proc import (
     proc_environ,
 )
 from pcie_tui.engines.llamacpp.scrape import parse_metrics, slot_numbers
-from pcie_tui.gguf import gguf_meta
-from pcie_tui.model import EngineSample
 
 __all__ = ["METRICS_OFF_NOTE", "LlamaCppClient", "wait_ready"]
 

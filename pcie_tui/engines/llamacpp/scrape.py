@@ -6,8 +6,8 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from pcie_tui.core.model import EngineSample
 from pcie_tui.engines.promtext import parse_plain
-from pcie_tui.model import EngineSample
 
 
 def parse_metrics(body: bytes) -> dict[str, float] | None:

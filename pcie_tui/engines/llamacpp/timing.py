@@ -1,6 +1,6 @@
 """llama-server token timing: per-request log timings and /slots token counts.
 
-Pure functions over :class:`~pcie_tui.model.EngineSample` ticks; no I/O. The llama.cpp
+Pure functions over :class:`~pcie_tui.core.model.EngineSample` ticks; no I/O. The llama.cpp
 engine's timing hooks (``live_tokens``, ``request_latencies``): llama-server has no
 latency histograms and whose token counters move only when a prompt is done / a
 request ends.
@@ -17,9 +17,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from pcie_tui.core.model import EngineSample
 from pcie_tui.engines.base import RequestTiming
 from pcie_tui.engines.stats import QUANTILES, quantile
-from pcie_tui.model import EngineSample
 
 
 def _num(v: Any) -> float | None:

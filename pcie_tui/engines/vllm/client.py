@@ -16,8 +16,8 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from pcie_tui.core.model import EngineSample
 from pcie_tui.engines.http import SCRAPE_TIMEOUT_S, failure_reason, http_get, normalize_url
-from pcie_tui.model import EngineSample
 
 # Our name -> vLLM sample names, newest first.
 COUNTERS = {

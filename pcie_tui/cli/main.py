@@ -1,0 +1,382 @@
+"""Command line: builds a source and hands it to an output (TUI, recorder, report)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, NoReturn
+
+from pcie_tui import __version__
+from pcie_tui.cli.args import (
+    INTERVAL_MAX_S,
+    INTERVAL_MIN_S,
+    SPEED_MAX,
+    gpu_list,
+    one_blas_thread,
+    pick_engine,
+    piped_width,
+    positive,
+)
+from pcie_tui.cli.args import need_terminal as _need_terminal
+from pcie_tui.core.errors import UserError
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        # One line, not argparse's usage block.
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def _add_live_options(p: argparse.ArgumentParser) -> None:
+    from pcie_tui.engines import registry
+
+    timed = " or ".join(e.display for e in registry.engines() if e.per_request_timing) or "engine"
+    p.add_argument(
+        "--interval",
+        type=positive(float, hi=INTERVAL_MAX_S, lo=INTERVAL_MIN_S),
+        default=0.1,
+        metavar="S",
+        help="seconds between ticks, 0.01-60 (default 0.1 = 10 Hz)",
+    )
+    p.add_argument(
+        "--gpus", type=gpu_list, default=None, metavar="LIST", help="GPU indices to watch, e.g. 0,1 (default all)"
+    )
+    p.add_argument(
+        "--pid", type=positive(int), default=None, help=f"attach to this engine process ({registry.displays()})"
+    )
+    p.add_argument("--url", default=None, help="attach to the engine serving at this URL, e.g. http://127.0.0.1:8000")
+    p.add_argument("--log", default=None, metavar="FILE", help=f"{timed} log file to parse per-request timings from")
+    p.add_argument("--no-engine", action="store_true", help="do not look for an inference engine; GPU only")
+    p.add_argument(
+        "--stacks", action="store_true", help="sample the engine's Python stacks with py-spy (needs ptrace rights)"
+    )
+
+
+# ---- sources -----------------------------------------------------------------
+
+
+def open_gpus(indices: list[int] | None) -> Any:
+    from pcie_tui.sources.nvml import NvmlCollector
+
+    return NvmlCollector(indices)
+
+
+def open_engine(args: argparse.Namespace, gpus: Any, interactive: bool) -> tuple[Any, str]:
+    """Attach to an engine per --pid/--url or discovery. Returns (poller or None, a status line)."""
+    if args.no_engine:
+        return None, "engine: not looked for (--no-engine)"
+    from pcie_tui.engines import discover as process
+    from pcie_tui.engines import registry
+    from pcie_tui.engines.poller import EnginePoller
+
+    running = gpus.running_pids() if gpus is not None else None
+    if args.log is not None and not Path(args.log).is_file():
+        print(
+            f"pcie-tui: warning: --log {args.log}: no such file (yet); per-request timings start once it appears",
+            file=sys.stderr,
+        )
+    if args.pid is not None or args.url is not None:
+        client = process.attach(pid=args.pid, url=args.url, log_path=args.log, running_pids=running)
+    else:
+        found = process.discover()
+        if not found:
+            # The status line says what follows only where GPUs are shown (open_live words the other case).
+            return None, f"engine: no {registry.displays()} process found" + (
+                "; showing GPUs only" if gpus is not None else ""
+            )
+        cand = found[0] if len(found) == 1 else pick_engine(found, interactive)
+        client = process.attach(pid=cand.pid, url=cand.url, log_path=args.log, running_pids=running)
+    poller = EnginePoller(client, stacks=args.stacks)
+    poller.start()
+    d = poller.describe()
+    name = registry.display(d.get("kind"))
+    pid = d.get("pid")
+    # --url to a server in another namespace or on another host: no local process to name.
+    if pid is None:
+        return poller, f"engine: attached to {name} at {d.get('url')} (no local process found for it)"
+    return poller, f"engine: attached to {name} pid {pid} at {d.get('url')}"
+
+
+def open_live(args: argparse.Namespace, interactive: bool) -> tuple[Any, str]:
+    """GPUs plus engine. Without NVML (no driver, a CPU box) the engine side runs alone when asked for."""
+    from pcie_tui.core.errors import NoGpuError
+    from pcie_tui.sources.live import LiveSource
+
+    why = None
+    try:
+        gpus = open_gpus(args.gpus)
+    except NoGpuError as e:
+        # Engine-only mode: an engine to watch was named (or may be found); the GPU side is unavailable.
+        if args.no_engine or args.gpus is not None:
+            raise
+        gpus, why = None, str(e).split("try `pcie-tui demo`")[0].rstrip(" ;")
+    try:
+        engine, status = open_engine(args, gpus, interactive)
+    except BaseException:
+        if gpus is not None:
+            gpus.close()
+        raise
+    if gpus is None:
+        if engine is None:
+            raise UserError(f"nothing to watch: GPU side unavailable ({why}) and {status.removeprefix('engine: ')}")
+        print(f"pcie-tui: GPU side unavailable: {why}; watching the engine alone", file=sys.stderr)
+    extra = {"gpu_unavailable": why} if why else None
+    return LiveSource(gpus, engine, interval_s=args.interval, extra_header=extra), status
+
+
+def live_warnings(source: Any) -> None:
+    """One stderr line per kind of reading the validation rules set aside during a live session."""
+    src = getattr(source, "source", source)  # a TeeSource wraps the LiveSource
+    for part in (getattr(src, "gpus", None), getattr(src, "engine", None)):
+        tally = getattr(part, "tally", None)
+        for w in tally.warnings() if tally is not None else ():
+            print(f"pcie-tui: warning: {w}", file=sys.stderr)
+
+
+# ---- commands ----------------------------------------------------------------
+
+
+def _run_tui(source: Any, recorder_factory: Callable[[], Any] | None = None, status: str | None = None) -> int:
+    from pcie_tui.tui.app import make_app
+
+    app = make_app(source, recorder_factory=recorder_factory, status=status)
+    try:
+        app.run()
+    finally:
+        source.close()
+        live_warnings(source)
+        for path, ticks in app.saved:  # the screen is gone: say where the `r` recordings went
+            print(f"pcie-tui: recording saved: {path} ({ticks} ticks)", file=sys.stderr)
+    code = getattr(app, "return_code", 0)
+    return int(code) if isinstance(code, int) else 0  # Textual sets 1 when the app died of an error
+
+
+def cmd_watch(args: argparse.Namespace) -> int:
+    from pcie_tui.recording.writer import RecordingWriter
+
+    _need_terminal("watch", "to record without a screen use `pcie-tui record --headless --out FILE`")
+    source, status = open_live(args, interactive=True)
+    out_dir = Path(args.record_dir)
+
+    def recorder() -> RecordingWriter:
+        path = out_dir / time.strftime("pcie-tui-%Y%m%d-%H%M%S.jsonl.gz")
+        return RecordingWriter(path, source.header)
+
+    return _run_tui(source, recorder, status)
+
+
+def cmd_record(args: argparse.Namespace) -> int:
+    from pcie_tui.recording.writer import RecordingWriter
+
+    out = Path(args.out)
+    if out.is_dir():
+        raise UserError(f"--out {args.out} is a directory; give a file name such as session.jsonl.gz")
+    if not out.parent.is_dir():
+        raise UserError(f"--out {args.out}: folder {out.parent} does not exist")
+    if out.exists() and out.stat().st_size > 0 and not args.force:
+        raise UserError(f"--out {args.out} exists: give another name, or --force to overwrite it")
+    if not args.headless:
+        _need_terminal("record", "add --headless to record without a screen")
+    source, status = open_live(args, interactive=not args.headless)
+    try:
+        writer = RecordingWriter(args.out, source.header)
+    except BaseException:
+        source.close()
+        raise
+    from pcie_tui.recording.tee import TeeSource
+
+    tee = TeeSource(source, writer)
+    if not args.headless:
+        return _run_tui(tee, None, f"{status}; recording to {args.out}")
+    print(f"pcie-tui: {status}", file=sys.stderr)
+    print(f"pcie-tui: recording to {args.out} every {args.interval:g} s; Ctrl-C to stop", file=sys.stderr)
+    # SIGTERM ends the loop like Ctrl-C so the file is closed cleanly; every line is flushed anyway.
+    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+    end = time.monotonic() + args.duration if args.duration else None
+    n = 0
+    try:
+        while end is None or time.monotonic() < end:
+            if tee.read() is None:
+                break
+            n += 1
+    except KeyboardInterrupt:
+        pass
+    finally:
+        tee.close()
+        live_warnings(tee)
+    print(f"pcie-tui: wrote {n} ticks to {args.out}", file=sys.stderr)
+    return 0
+
+
+def _replay(path: str | Path, speed: float, loop: bool, label: str, command: str, report_arg: str) -> int:
+    from pcie_tui.recording.reader import read_recording
+    from pcie_tui.recording.replay import ReplaySource
+
+    rec = read_recording(path)  # a bad file is named before anything else
+    _need_terminal(command, f"for the text report use `pcie-tui report {report_arg}`")
+    source = ReplaySource(rec, speed=speed, loop=loop)
+    return _run_tui(source, None, f"replay of {label}")
+
+
+def _recording_arg(arg: str) -> tuple[Path, str | None]:
+    """FILE of replay/report: a path, or a bundled demo's name (the path wins)."""
+    from pcie_tui.recording import demos
+
+    return demos.recording_path(arg)
+
+
+def cmd_replay(args: argparse.Namespace) -> int:
+    path, demo = _recording_arg(args.file)
+    label = f"demo {demo}" if demo else str(path)
+    return _replay(path, args.speed, args.loop, label, "replay", args.file)
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from pcie_tui.recording.reader import read_recording
+    from pcie_tui.report.text import build_report, render_text
+
+    plot = None
+    if args.plot is not None:
+        from pcie_tui.plot.figure import check_plot_path
+
+        plot = check_plot_path(args.plot)  # before any analysis: a bad path fails at once
+    rec = read_recording(_recording_arg(args.file)[0])
+    if not rec.samples:
+        raise UserError(f"{args.file} holds a header but no ticks")
+    report, analyzer = build_report(rec)
+    if plot is not None:
+        from pcie_tui.plot.figure import render_plot
+
+        render_plot(rec, analyzer, *plot)
+        print(f"pcie-tui: wrote the timeline plot to {args.plot}", file=sys.stderr)
+    if args.json:
+        from pcie_tui.recording.validate import finite_json
+
+        json.dump(finite_json(report), sys.stdout, indent=1, allow_nan=False)
+        sys.stdout.write("\n")
+    else:
+        console = Console() if sys.stdout.isatty() else Console(width=piped_width())
+        console.on_broken_pipe = _broken_pipe  # type: ignore[method-assign]  # rich would exit 1
+        render_text(report, rec, console)
+    return 0
+
+
+def _broken_pipe() -> None:
+    raise BrokenPipeError
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from pcie_tui.recording import demos
+
+    if args.list:
+        if args.name is not None:
+            demos.resolve(args.name)  # a misspelt name still says so
+        for name, path in demos.available().items():
+            if args.name is not None and name != args.name:
+                continue
+            print(f"{name:20s} {demos.DESCRIPTIONS.get(name, path.name)}")
+        return 0
+    path = demos.resolve(args.name)
+    name = path.name.removesuffix(".jsonl.gz")
+    return _replay(path, args.speed, True, f"demo {name}", "demo", name)
+
+
+# ---- parser ------------------------------------------------------------------
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(
+        prog="pcie-tui",
+        description="Is the PCIe/NVLink link, GPU memory or compute the bottleneck of your LLM inference?",
+    )
+    p.add_argument("--version", action="version", version=f"pcie-tui {__version__}")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+
+    w = sub.add_parser("watch", help="live view of every GPU and the attached engine")
+    _add_live_options(w)
+    w.add_argument("--record-dir", default=".", metavar="DIR", help="where the r key writes recordings (default .)")
+    w.set_defaults(func=cmd_watch)
+
+    r = sub.add_parser("record", help="record a session to a file (JSON Lines; .gz compresses)")
+    r.add_argument("--out", required=True, metavar="FILE", help="recording to write, e.g. session.jsonl.gz")
+    r.add_argument("--duration", type=positive(), default=None, metavar="S", help="stop after S seconds")
+    r.add_argument("--headless", action="store_true", help="no TUI: record until Ctrl-C, SIGTERM or --duration")
+    r.add_argument("--force", action="store_true", help="overwrite --out if it exists (refused otherwise)")
+    _add_live_options(r)
+    r.set_defaults(func=cmd_record)
+
+    rp = sub.add_parser("replay", help="replay a recording in the TUI")
+    rp.add_argument("file", help="a recording, or a bundled demo's name (pcie-tui demo --list)")
+    rp.add_argument(
+        "--speed", type=positive(float, hi=SPEED_MAX), default=1.0, metavar="X", help="playback speed (default 1)"
+    )
+    rp.add_argument("--loop", action="store_true", help="start again at the end")
+    rp.set_defaults(func=cmd_replay)
+
+    rep = sub.add_parser("report", help="summarise a recording: verdicts, events, use statistics")
+    rep.add_argument("file", help="a recording, or a bundled demo's name (pcie-tui demo --list)")
+    rep.add_argument("--json", action="store_true", help="machine-readable output")
+    rep.add_argument(
+        "--plot", default=None, metavar="FILE", help="also draw the session timeline to FILE (.svg, .png or .pdf)"
+    )
+    rep.set_defaults(func=cmd_report)
+
+    d = sub.add_parser("demo", help="replay a bundled real session (no GPU needed)")
+    d.add_argument("name", nargs="?", default=None, help="which demo (see --list)")
+    d.add_argument("--list", action="store_true", help="list the bundled sessions")
+    d.add_argument(
+        "--speed", type=positive(float, hi=SPEED_MAX), default=1.0, metavar="X", help="playback speed (default 1)"
+    )
+    d.set_defaults(func=cmd_demo)
+
+    from pcie_tui.export.command import register as register_export
+
+    register_export(sub, _add_live_options, open_live)
+    for register in _extra_commands():
+        register(sub)
+    return p
+
+
+def _extra_commands() -> list[Callable[[Any], None]]:
+    from pcie_tui.doctor.cli import register
+
+    return [register]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    with one_blas_thread():  # before anything imports numpy (cli_args says why)
+        return _main(argv)
+
+
+def _main(argv: Sequence[str] | None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    try:
+        return int(args.func(args) or 0)
+    except UserError as e:
+        print(f"pcie-tui: error: {e}", file=sys.stderr)
+        return e.exit_code
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        # `pcie-tui report x | head`: the reader left. Quietly, and without a second
+        # error when the interpreter flushes stdout on the way out.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 0
+    except Exception as e:  # noqa: BLE001 - one line, never a traceback (PCIE_TUI_DEBUG=1 shows it)
+        if os.environ.get("PCIE_TUI_DEBUG"):
+            raise
+        print(f"pcie-tui: error: {type(e).__name__}: {e} (a bug; PCIE_TUI_DEBUG=1 shows where)", file=sys.stderr)
+        return 1

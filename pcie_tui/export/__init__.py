@@ -1,0 +1,1 @@
+"""``pcie-tui export --prometheus``: the one analysis as Prometheus metrics."""

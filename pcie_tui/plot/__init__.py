@@ -1,0 +1,1 @@
+"""``report --plot``: the timeline figure of a recording."""

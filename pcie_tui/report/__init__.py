@@ -1,0 +1,1 @@
+"""``pcie-tui report``: the one analysis' answer as text or JSON."""

@@ -1,0 +1,369 @@
+"""``pcie-tui report``: what a recording says, as text or JSON."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator
+from typing import Any
+
+from rich.cells import cell_len
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from pcie_tui.analyze.analysis import Analysis
+from pcie_tui.analyze.answer import engine_only_headline
+from pcie_tui.analyze.attribution import gpu_ceilings
+from pcie_tui.analyze.engine import engine_report
+from pcie_tui.analyze.linkmodel_report import report_linkmodel
+from pcie_tui.analyze.session import SessionAnalyzer
+from pcie_tui.analyze.verdict import DEFAULT_THRESHOLDS, Thresholds
+from pcie_tui.analyze.whatif import render_whatif, whatif_report
+from pcie_tui.core.model import EngineSample, GpuInfo, Sample
+from pcie_tui.core.units import bind_units, tokens_per_s, unbind_units
+from pcie_tui.core.units import pct as _pct
+from pcie_tui.core.units import rate as _gbs
+from pcie_tui.core.vocab import BOUND_SHORT, BOUND_WORDS
+from pcie_tui.doctor.cli import render_linkmodel
+from pcie_tui.recording.reader import Recording, SampleList, gc_paused
+
+# report --json: bump when a field changes meaning or goes away (docs/report-json.md).
+SCHEMA_VERSION = 3
+
+
+def build_report(rec: Recording, thresholds: Thresholds = DEFAULT_THRESHOLDS) -> tuple[dict[str, Any], SessionAnalyzer]:
+    # No cyclic GC meanwhile: a long recording's raw ticks are millions of objects, and every
+    # full collection rescans them all (a third of the report's time on a 1-hour 8-GPU file).
+    with gc_paused():
+        return _build_report(rec, thresholds)
+
+
+def with_stored_calibration(rec: Recording) -> None:
+    """GPUs recorded without a calibrated ceiling get this machine's stored one for the same GPU
+    (by UUID, on the same link shape), as the live monitor would have used; the header says so."""
+    hdr = rec.header
+    if not hdr.gpus or all(g.link.measured_Bps is not None for g in hdr.gpus):
+        return
+    from pcie_tui.sources.live import apply_calibration
+
+    applied = apply_calibration(hdr.gpus)
+    gpus = tuple(a if g.link.measured_Bps is None else g for g, a in zip(hdr.gpus, applied, strict=True))
+    if gpus != hdr.gpus:
+        note = "ceilings: this GPU's stored calibration (pcie-tui calibrate) applied at report time"
+        rec.header = dataclasses.replace(hdr, gpus=gpus, extra={**hdr.extra, "calibration_applied": note})
+
+
+def _build_report(rec: Recording, thresholds: Thresholds) -> tuple[dict[str, Any], SessionAnalyzer]:
+    with_stored_calibration(rec)
+    # A recording read from a file is fed to the analyzer from its raw ticks in chunks (no Samples
+    # built: a replay without a screen);
+    # the engine report only needs each tick's time and engine, so it gets just those.
+    samples = rec.samples
+    analysis = Analysis(rec.header, rec.events, thresholds)
+    an = analysis.session
+    an.gaps = [(g["start"], g["end"]) for g in rec.gaps]
+    if rec.rows is not None and isinstance(samples, SampleList) and not samples.built:
+        analysis.feed_rows(rec.rows)
+        engine_ticks: Any = [
+            Sample(float(d["t"]), (), EngineSample.from_json(e))
+            for d in rec.rows
+            if isinstance(e := d.get("engine"), dict)
+        ]
+    else:
+        analysis.feed_all(samples)
+        engine_ticks = samples
+    analysis.finish()
+    ans = analysis.answer()
+    out: dict[str, Any] = {"schema_version": SCHEMA_VERSION, "headline": ans.headline.to_json()}
+    out.update(an.summary())
+    for g in out["gpus"]:  # the one ceiling every "% of" in this report is taken against
+        c = gpu_ceilings(an, g["index"]).pinned
+        g["ceiling"] = {"Bps": c.Bps, "source": c.source, "detail": c.detail, "theoretical_Bps": c.theoretical_Bps}
+    out["file"] = str(rec.path)
+    out["host"] = rec.header.host
+    out["created"] = rec.header.created
+    out["engine_info"] = rec.header.engine
+    out["warnings"] = rec.warnings
+    out["gaps"] = [e for e in rec.events if e.get("event") == "engine_gap"] + rec.gaps
+    out["segments"] = rec.segments
+    out["gaps_s"] = sum(g["duration_s"] for g in rec.gaps)
+    out["gpu_unavailable"] = rec.header.extra.get("gpu_unavailable")
+    out["calibration_applied"] = rec.header.extra.get("calibration_applied")
+    out["engine"] = engine_report(engine_ticks, an)
+    if out["headline"]["phase"] is None and not rec.header.gpus and out["engine"]:
+        # No GPU readings at all (engine alone): say what ran, and that what held it is unknown.
+        out["headline"] = engine_only_headline(out["engine"], out["gpu_unavailable"]).to_json()
+    findings = {g: [f.to_json() for f in fs] for g, fs in ans.findings.items()}
+    out["attribution"] = {"findings": {str(g): fs for g, fs in findings.items()}, "engine_facts": ans.facts}
+    out["whatif"] = whatif_report(rec.header, an, findings)
+    out["linkmodel"] = report_linkmodel(rec.header, _lazy(rec))
+    return out, an
+
+
+def _lazy(rec: Recording) -> Iterator[Sample]:
+    """The recording's Samples, built only if the link model iterates them (it needs a known model)."""
+    yield from rec.samples
+
+
+def render_text(report: dict[str, Any], rec: Recording, console: Console) -> None:
+    """The report as text: the answer first, then what held each phase back, per GPU its verdict
+    time, use and events, the engine, the link budget model, the what-if table and warnings."""
+    _render_head(report, console)
+    _render_attribution(report, console)
+    for g in report["gpus"]:
+        _render_gpu(report, g, rec.header.gpu(g["index"]), console)
+    _render_tail(report, console)
+
+
+def _render_head(report: dict[str, Any], console: Console) -> None:
+    """The headline, the file it reads, and what the reading of that file had to allow for."""
+    for line in report["headline"]["text"].splitlines():  # the answer first
+        _wrapped(console, line)
+    console.print()
+    console.print(
+        f"[bold]{report['file']}[/]  host {report['host']}  created {report['created']}  "
+        f"{report['duration_s']:.1f} s, {report['ticks']} ticks"
+    )
+    if report.get("calibration_applied"):
+        console.print(report["calibration_applied"], markup=False, highlight=False)
+    if report.get("gpu_unavailable"):
+        console.print(f"GPU side unavailable: {report['gpu_unavailable']}", markup=False, highlight=False)
+    holes = [g for g in report.get("gaps") or () if g.get("event") == "recording_gap"]
+    if holes:
+        console.print(
+            f"{len(holes)} gap(s) in the recording, {sum(g['duration_s'] for g in holes):.1f} s in all: "
+            "left out of verdict time and rates",
+            markup=False,
+            highlight=False,
+        )
+
+
+def _render_gpu(report: dict[str, Any], g: dict[str, Any], info: GpuInfo | None, console: Console) -> None:
+    """One GPU: its link and ceiling, time per verdict, use, phases and saturation events."""
+    link = ""
+    if info is not None and info.link.capacity_Bps:
+        # The theoretical rate is a spec fact; every share below is of the one ceiling.
+        c = g["ceiling"]
+        link = (
+            f"PCIe Gen{info.link.gen} x{info.link.width} (spec {_gbs(info.link.capacity_Bps)} per direction; "
+            f"ceiling {_gbs(c['Bps'])}, {c['detail']})"
+        )
+    console.print(f"\n[bold]GPU {g['index']}[/] {g['name'] or ''}  {link}")
+    console.print(_verdict_table(g))
+    console.print(_use_table(g))
+    if g["phases"]:
+        console.print(_phase_table(report, g))
+    if g["events"]:
+        console.print(_events_table(g, report["start"]))
+
+
+def _verdict_table(g: dict[str, Any]) -> Table:
+    """Time in each saturation verdict and its share of the GPU's time."""
+    t = Table("saturated", "time", "share", box=None)
+    total = sum(g["time_in_verdict_s"].values()) or 1.0
+    for v, secs in g["time_in_verdict_s"].items():
+        if secs > 0:
+            t.add_row(v, f"{secs:.1f} s", _pct(secs / total))
+    return t
+
+
+def _use_table(g: dict[str, Any]) -> Table:
+    """Peak, median and p95 of link, DRAM and SM use."""
+    st = Table("use", "peak", "median", "p95", box=None)
+    st.columns[0].no_wrap = True
+    q = ("peak", "median", "p95")
+    st.add_row("link (% of ceiling)", *(_pct(g["link_util"][k]) for k in q))
+    st.add_row("link rate", *(_gbs(g["link_Bps"][k]) for k in q))
+    dram = "DRAM (proxy: busy %)" if "proxy" in g["dram_basis"] else "DRAM bandwidth"
+    st.add_row(dram, *(_pct(g["dram_util"][k]) for k in q))
+    st.add_row("SM", *(_pct(g["sm_util"][k]) for k in q))
+    return st
+
+
+def _phase_table(report: dict[str, Any], g: dict[str, Any]) -> Table:
+    """Per phase: ticks, the saturation verdict's shares, what held it back, link and DRAM medians."""
+    # "saturated" is the link/DRAM verdict alone; "held back by" is the attribution above (a link
+    # far below capacity can still be what the phase waited on), so both stand side by side.
+    held = {
+        f["phase"]: f"{BOUND_SHORT[f['bound']]} {_pct(f['shares'][f['bound']], space=False)}"
+        for f in ((report.get("attribution") or {}).get("findings") or {}).get(str(g["index"]), ())
+    }
+    cols = ("phase", "ticks", "saturated", *(("held back by",) if held else ()))
+    pt = Table(*cols, "link median", "DRAM median", box=None)
+    pt.columns[0].no_wrap = True
+    if held:
+        pt.columns[3].no_wrap = True
+    for p, ph in g["phases"].items():
+        shares = ", ".join(f"{v} {_pct(sh, space=False)}" for v, sh in ph["verdict_share"].items() if sh > 0)
+        why = (held.get(p, "n/a"),) if held else ()
+        pt.add_row(p, str(ph["ticks"]), shares, *why, _gbs(ph["link_Bps"]["median"]), _pct(ph["dram_util"]["median"]))
+    return pt
+
+
+def _events_table(g: dict[str, Any], t0: float) -> Table:
+    """The GPU's saturation events: resource, start (from the session's start), length, peak, mean."""
+    et = Table("saturated", "start", "dur", "peak", "mean", "dir", "phase", box=None)
+    et.columns[6].no_wrap = True
+    for e in g["events"]:
+        dur = (e["end"] - e["start"]) if e["end"] is not None else 0.0
+        peak = _pct(e["peak_util"])
+        if e["peak_Bps"] is not None:
+            peak += f" ({_gbs(e['peak_Bps'])} {e['bus']})"
+        et.add_row(
+            e["resource"] + (" (proxy)" if e["basis"] == "proxy" else ""),
+            f"+{e['start'] - t0:.1f} s",
+            f"{dur:.1f} s",
+            peak,
+            _pct(e["mean_util"]),
+            e["direction"] or "",
+            e["phase"] or "",
+        )
+    return et
+
+
+def _render_tail(report: dict[str, Any], console: Console) -> None:
+    """After the GPUs: the engine and its facts, the link budget model, the what-if table, warnings."""
+    eng = report.get("engine")
+    if eng:
+        _render_engine(eng, console)
+        _render_engine_facts((report.get("attribution") or {}).get("engine_facts"), console)
+    lm = report.get("linkmodel")
+    if lm and lm.get("available"):
+        console.print("\n[bold]Link budget model[/]")
+        _wrapped(console, render_linkmodel(lm))
+    elif lm and eng and lm.get("reason"):  # an engine ran, but its model could not be priced: say why
+        console.print("\n[bold]Link budget model[/]: not computed", highlight=False)
+        _wrapped(console, f"  {lm['reason']} (pcie-tui linkmodel prices a model given its file or shape)")
+    whatif = render_whatif(report["whatif"])
+    if whatif:
+        console.print()
+        _wrapped(console, whatif)
+    for w in report["warnings"]:
+        console.print(f"[yellow]warning:[/] {w}")
+
+
+def _render_engine_facts(fx: dict[str, Any] | None, console: Console) -> None:
+    """Where the engine put what, as its flags, environment, log or API said (the attribution's facts)."""
+    if not fx:
+        return
+    if fx.get("host_weights"):
+        why = f" ({fx['host_memory_why']})" if fx.get("host_memory_why") else ""
+        _wrapped(console, f"  in host memory: {fx['host_weights']}{why}")
+    if fx.get("kv_on_host"):
+        _wrapped(console, f"  KV cache in host memory: {fx['kv_on_host']}")
+    for line in (fx.get("log_evidence") or [])[:3]:
+        _wrapped(console, f"  engine said: {line}")
+
+
+HANG = 4  # a wrapped line's continuation sits this much further in than its first line
+GLUE = "\ue000"  # a private-use character: one cell wide, a word character to rich's wrapper
+
+
+def _render_attribution(report: dict[str, Any], console: Console) -> None:
+    """What held each phase back, per GPU: bound, shares, evidence, cause and fix."""
+    from pcie_tui.analyze.answer import NOT_WORK
+
+    att = report.get("attribution") or {}
+    findings = att.get("findings") or {}
+    # Only phases of work are listed: a session with none (GPU-only, unlabelled) gets no empty section.
+    shown = {gpu: [f for f in fs if f["phase"] not in NOT_WORK] for gpu, fs in findings.items()}
+    if not any(shown.values()):
+        return
+    console.print("\n[bold]What held each phase back[/]")
+    for gpu, fs in shown.items():
+        for f in fs:
+            others = ", ".join(
+                f"{BOUND_WORDS[b]} {_pct(v)}" for b, v in f["shares"].items() if b != f["bound"] and v >= 0.05
+            )
+            who = f"GPU {gpu} " if len(findings) > 1 else ""
+            _wrapped(
+                console,
+                f"  {who}{f['phase']} {f['duration_s']:.1f} s: {BOUND_WORDS[f['bound']]} "
+                + _pct(f["shares"][f["bound"]])
+                + (f" ({others})" if others else "")
+                + f"; {f['evidence']}",
+            )
+            for a in f.get("advice") or ():
+                _wrapped(console, f"      cause: {a['cause']}")
+                if a.get("fix"):
+                    _wrapped(console, f"      fix: {a['fix']}")
+                for ev in a.get("evidence") or ():
+                    _wrapped(console, f"      evidence: {ev}")
+
+
+def _wrapped(console: Console, text: str) -> None:
+    """Plain text (no markup) fitted to the console's width, line by line: a line too long
+    for it wraps at word boundaries with its continuation indented under its own start
+    (rich's own wrapping would start the continuation at column 0). A number never parts from its
+    unit: each pair is glued with :data:`GLUE` (one cell, not a space to rich) while wrapping."""
+    width = console.width
+    for line in text.split("\n"):
+        body = line.lstrip(" ")
+        indent = min(len(line) - len(body), max(0, width // 2))
+        if cell_len(line) <= width or not body:
+            console.print(line, markup=False, highlight=False, crop=False, soft_wrap=True)
+            continue
+        hang = indent + HANG if width - indent - HANG >= 20 else indent
+        parts = Text(bind_units(body, GLUE)).wrap(console, width - hang)
+        for i, part in enumerate(parts):
+            pad = " " * (indent if i == 0 else hang)
+            part = Text(unbind_units(part.plain.rstrip(), GLUE))
+            console.print(Text(pad) + part, markup=False, highlight=False, crop=False, soft_wrap=True)
+
+
+TAIL_MIN_REQUESTS = 20  # fewer timed requests than this: p95/p99 fall between requests, and the report says so
+
+
+def _q(d: dict[str, Any] | None, unit: str = "auto", scale: float = 1e3) -> str:
+    """p50/p95/p99 of a quantile dict in seconds; ``unit="auto"``: ms, or s once a quantile reaches 1 s."""
+    if not d or d.get("p50") is None:
+        return "n/a"
+    top = max((v for v in d.values() if isinstance(v, int | float)), default=0.0)
+    if unit == "auto":
+        unit, scale = ("s", 1.0) if top >= 1.0 else ("ms", 1e3)
+    places = 2 if unit == "s" and top < 10.0 else 1  # 1.04 s and 1.00 s stay apart
+    vals = [d.get(k) for k in ("p50", "p95", "p99")]
+    return " / ".join("n/a" if v is None else f"{v * scale:.{places}f}" for v in vals) + f" {unit} (p50/p95/p99)"
+
+
+def _render_engine(eng: dict[str, Any], console: Console) -> None:
+    def q_rate(d: dict[str, Any] | None) -> str:
+        if not d or d.get("p50") is None:
+            return "n/a"
+        return " / ".join(f"{d[k]:.1f}" for k in ("p50", "p95", "p99")) + " tok/s (p50/p95/p99)"
+
+    out = console.print
+    req = eng.get("requests")
+    out(f"\n[bold]Engine[/] {eng.get('kind')}  requests {'n/a' if req is None else f'{req:g}'}")
+    up_s = eng.get("up_s")
+    over = f" (token counters over {up_s:.1f} s up)" if isinstance(up_s, int | float) and up_s > 0 else ""
+    _wrapped(
+        console,
+        f"  prompt {tokens_per_s(eng.get('prompt_tokens_per_s'))}, generation {tokens_per_s(eng.get('generation_tokens_per_s'))}{over}",
+    )
+    for label, key in (
+        ("prefill (prompt eval)", "prefill_s"),
+        ("decode               ", "decode_s"),
+        ("time to first token  ", "ttft_s"),
+        ("inter-token latency  ", "itl_s"),
+        ("queue                ", "queue_s"),
+    ):
+        _wrapped(console, f"  {label} {_q(eng.get(key))}")
+    pr = eng.get("per_request") or {}
+    if pr.get("n"):
+        _wrapped(
+            console,
+            f"  per request ({pr['n']}): prompt {q_rate(pr.get('prompt_tokens_per_s'))}, "
+            f"generation {q_rate(pr.get('generation_tokens_per_s'))}",
+        )
+    basis = eng.get("basis") or eng.get("quantile_method")
+    if basis:
+        _wrapped(console, f"  latency basis: {basis}")
+    n = pr.get("n")
+    if isinstance(n, int) and 1 < n < TAIL_MIN_REQUESTS and "per request" in str(eng.get("quantile_method")):
+        # Linear interpolation: with 3 requests p99 sits between the two slowest, on no request.
+        _wrapped(console, f"  tail: over {n} requests, p95 and p99 are interpolated between the slowest two")
+    phases = sorted((eng.get("phases") or {}).items(), key=lambda kv: -kv[1].get("time_s", 0.0))
+    shown = [f"{p} {v['time_s']:.1f} s ({_pct(v.get('share'))})" for p, v in phases if v.get("time_s", 0.0) > 0]
+    if shown:
+        _wrapped(console, "  engine phases: " + ", ".join(shown))

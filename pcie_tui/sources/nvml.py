@@ -1,0 +1,322 @@
+"""NVML collector: per-GPU PCIe/NVLink rates, DRAM bandwidth, utilisation, one tick at a time.
+
+Where GPM is supported (Hopper and newer) one GPM snapshot pair per tick gives PCIe,
+NVLink, DRAM bandwidth and SM use (H200, paced at 10 Hz: 0.48 ms CPU and wall per
+GPU-tick, all calls included; bench/results.md). Elsewhere PCIe comes from
+``nvmlDeviceGetPcieThroughput``, which waits out a 20 ms window per call and
+direction, so those calls run in a thread pool, all GPUs and directions at once
+(they overlap on the H200: 21 ms per tick instead of 42).
+
+``nvml`` is injectable (a pynvml-like module), so tests drive this class with
+readings replayed from a real H200 (tests/fakenvml).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from pcie_tui.core.errors import NoGpuError, UserError
+from pcie_tui.core.model import GpuInfo, GpuSample, LinkInfo, pcie_capacity_Bps
+from pcie_tui.recording.validate import Tally, clean_gpu_sample
+from pcie_tui.sources.gpm import GpmReading, GpmSampler, gpm_supported
+
+MiB = 1 << 20
+DEMO_HINT = "try `pcie-tui demo` to replay a recorded session"
+
+# Errors after which a call is never retried on that device: the answer will not change.
+_PERMANENT = ("NVML_ERROR_NOT_SUPPORTED", "NVML_ERROR_FUNCTION_NOT_FOUND")
+
+
+def load_nvml(nvml: Any = None) -> Any:
+    """The given module, else ``pynvml``; NoGpuError naming the package when it is missing."""
+    if nvml is not None:
+        return nvml
+    try:
+        import pynvml
+    except ImportError:
+        raise NoGpuError(
+            f"the NVML Python bindings are not installed (pip install nvidia-ml-py, module pynvml); {DEMO_HINT}"
+        ) from None
+    return pynvml
+
+
+def _text(v: Any) -> str:
+    return v.decode(errors="replace") if isinstance(v, bytes) else str(v)
+
+
+def nvml_unavailable_reason(nvml: Any = None) -> str | None:
+    """Why live GPU collection cannot start (one line), or None when NVML sees a GPU."""
+    try:
+        NvmlCollector(nvml=nvml, gpm=False).close()
+    except UserError as e:
+        return str(e)
+    return None
+
+
+@dataclass
+class _Device:
+    index: int
+    handle: Any
+    gpm: GpmSampler | None
+    nvlink_count: int | None
+    unsupported: set[str] = field(default_factory=set)
+    link: tuple[int | None, int | None] = (None, None)
+    link_t: float = float("-inf")
+
+
+class NvmlCollector:
+    """Reads the selected GPUs (all when ``indices`` is None). Call ``close`` when done.
+
+    ``clock`` is the monotonic clock used for GPM windows (injectable for tests).
+    ``link_refresh_s``: how often each GPU's current PCIe gen/width is re-read;
+    the link state changes on power-state transitions, not per tick.
+    """
+
+    def __init__(
+        self,
+        indices: Sequence[int] | None = None,
+        nvml: Any = None,
+        *,
+        gpm: bool = True,
+        clock: Callable[[], float] = time.monotonic,
+        link_refresh_s: float = 1.0,
+    ) -> None:
+        self.nvml = nv = load_nvml(nvml)
+        self.clock = clock
+        self.link_refresh_s = link_refresh_s
+        self._pool: ThreadPoolExecutor | None = None
+        self._closed = False
+        self.tally = Tally("NVML")  # readings the validation rules turned into "unavailable"
+        try:
+            nv.nvmlInit()
+        except nv.NVMLError as e:
+            raise NoGpuError(
+                f"NVML could not start ({e}): is the NVIDIA driver installed and loaded? {DEMO_HINT}"
+            ) from None
+        try:
+            count = int(nv.nvmlDeviceGetCount())
+            if count == 0:
+                raise NoGpuError(f"NVML is running but sees no NVIDIA GPU; {DEMO_HINT}")
+            wanted = list(range(count)) if indices is None else list(indices)
+            bad = [i for i in wanted if not 0 <= i < count]
+            if bad or not wanted:
+                raise UserError(f"no GPU with index {bad or wanted}: NVML sees {count} GPU(s), indices 0..{count - 1}")
+            self.devices: list[_Device] = []
+            for i in wanted:
+                h = nv.nvmlDeviceGetHandleByIndex(i)
+                sampler = GpmSampler(nv, h) if gpm and gpm_supported(nv, h) else None
+                self.devices.append(_Device(i, h, sampler, self._nvlink_count(h)))
+        except nv.NVMLError as e:
+            self._shutdown()
+            raise NoGpuError(f"NVML failed while listing GPUs ({e}); {DEMO_HINT}") from None
+        except UserError:
+            self._shutdown()
+            raise
+
+    # ---- helpers ---------------------------------------------------------
+
+    def _shutdown(self) -> None:
+        with contextlib.suppress(self.nvml.NVMLError):
+            self.nvml.nvmlShutdown()
+
+    def _call(self, dev: _Device | None, name: str, *args: Any) -> Any:
+        """NVML call by name; None on any NVML error. Permanent refusals are remembered."""
+        if dev is not None and name in dev.unsupported:
+            return None
+        nv = self.nvml
+        try:
+            return getattr(nv, name)(*args)
+        except nv.NVMLError as e:
+            if dev is not None and any(getattr(e, "value", None) == getattr(nv, c, -1) for c in _PERMANENT):
+                dev.unsupported.add(name)
+            return None
+        except AttributeError:  # an older pynvml without this function
+            if dev is not None:
+                dev.unsupported.add(name)
+            return None
+
+    def _nvlink_count(self, handle: Any) -> int | None:
+        """Active NVLinks, or None when the GPU has none (or NVML cannot say)."""
+        nv = self.nvml
+        active = 0
+        for link in range(int(getattr(nv, "NVML_NVLINK_MAX_LINKS", 18))):
+            try:
+                if nv.nvmlDeviceGetNvLinkState(handle, link) == nv.NVML_FEATURE_ENABLED:
+                    active += 1
+            except nv.NVMLError:
+                break  # NotSupported on link 0 = no NVLink; InvalidArgument = past the last link
+        return active or None
+
+    def _nvlink_speed_Bps(self, handle: Any) -> float | None:
+        """Per-link, per-direction NVLink rate (NVML's common speed field, MBps = 1e6 B/s)."""
+        nv = self.nvml
+        fid = getattr(nv, "NVML_FI_DEV_NVLINK_SPEED_MBPS_COMMON", None)
+        if fid is None:
+            return None
+        try:
+            v = nv.nvmlDeviceGetFieldValues(handle, [fid])[0]
+        except nv.NVMLError:
+            return None
+        if v.nvmlReturn != nv.NVML_SUCCESS:
+            return None
+        mbps = float(v.value.uiVal)
+        return mbps * 1e6 if mbps > 0 else None
+
+    def _pool_get(self) -> ThreadPoolExecutor:
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(max_workers=2 * len(self.devices), thread_name_prefix="pcie-tui-nvml")
+        return self._pool
+
+    # ---- static facts ----------------------------------------------------
+
+    def gpu_infos(self) -> tuple[GpuInfo, ...]:
+        """Name, UUID, bus id, PCIe link (current and max), memory and NVLink of each GPU."""
+        out = []
+        for d in self.devices:
+            h = d.handle
+            gen = self._call(d, "nvmlDeviceGetCurrPcieLinkGeneration", h)
+            width = self._call(d, "nvmlDeviceGetCurrPcieLinkWidth", h)
+            link = LinkInfo(
+                gen=gen,
+                width=width,
+                max_gen=self._call(d, "nvmlDeviceGetMaxPcieLinkGeneration", h),
+                max_width=self._call(d, "nvmlDeviceGetMaxPcieLinkWidth", h),
+                capacity_Bps=pcie_capacity_Bps(gen, width),
+            )
+            pci = self._call(d, "nvmlDeviceGetPciInfo", h)
+            mem = self._call(d, "nvmlDeviceGetMemoryInfo", h)
+            speed = self._nvlink_speed_Bps(h) if d.nvlink_count else None
+            out.append(
+                GpuInfo(
+                    index=d.index,
+                    uuid=_text(self._call(d, "nvmlDeviceGetUUID", h) or ""),
+                    name=_text(self._call(d, "nvmlDeviceGetName", h) or ""),
+                    pci_bus_id=_text(pci.busId) if pci is not None else "",
+                    link=link,
+                    memory_total_bytes=int(mem.total) if mem is not None else None,
+                    nvlink_count=d.nvlink_count,
+                    nvlink_capacity_Bps=d.nvlink_count * speed if d.nvlink_count and speed else None,
+                    metrics_source="gpm" if d.gpm is not None else "nvml",
+                )
+            )
+        return tuple(out)
+
+    # ---- one tick --------------------------------------------------------
+
+    def read(self) -> tuple[GpuSample, ...]:
+        """One reading of every selected GPU. Missing metrics are None, never 0."""
+        pool = None
+        pcie: dict[int, tuple[Future[Any], Future[Any]]] = {}
+        fallback = [d for d in self.devices if d.gpm is None]
+        if fallback:
+            pool = self._pool_get()
+            nv = self.nvml
+            for d in fallback:
+                pcie[d.index] = (
+                    pool.submit(self._call, d, "nvmlDeviceGetPcieThroughput", d.handle, nv.NVML_PCIE_UTIL_TX_BYTES),
+                    pool.submit(self._call, d, "nvmlDeviceGetPcieThroughput", d.handle, nv.NVML_PCIE_UTIL_RX_BYTES),
+                )
+        # The cheap reads run here while the pool waits out the PCIe windows.
+        out = [self._read_device(d) for d in self.devices]
+        if pool is None:
+            return self._checked(out)
+        res = []
+        for s in out:
+            f = pcie.get(s.index)
+            if f is None:
+                res.append(s)
+                continue
+            tx_kBps, rx_kBps = f[0].result(), f[1].result()
+            res.append(_with_pcie(s, tx_kBps, rx_kBps))
+        return self._checked(res)
+
+    def _checked(self, out: list[GpuSample]) -> tuple[GpuSample, ...]:
+        """Every reading through the validation rules (GPM can return NaN; a driver can return junk)."""
+        return tuple(clean_gpu_sample(s, self.tally) for s in out)
+
+    def _read_device(self, d: _Device) -> GpuSample:
+        h = d.handle
+        g: GpmReading | None = d.gpm.tick(self.clock()) if d.gpm is not None else None
+        util = self._call(d, "nvmlDeviceGetUtilizationRates", h)
+        mem = self._call(d, "nvmlDeviceGetMemoryInfo", h)
+        power_mW = self._call(d, "nvmlDeviceGetPowerUsage", h)
+        now = self.clock()
+        if now - d.link_t >= self.link_refresh_s:
+            d.link = (
+                self._call(d, "nvmlDeviceGetCurrPcieLinkGeneration", h),
+                self._call(d, "nvmlDeviceGetCurrPcieLinkWidth", h),
+            )
+            d.link_t = now
+        if d.gpm is not None:
+            sm = _pct(g.sm_util_pct) if g is not None else None
+        else:
+            sm = util.gpu / 100.0 if util is not None else None
+        nvl = g is not None and d.nvlink_count is not None
+        return GpuSample(
+            index=d.index,
+            pcie_tx_Bps=_mib(g.pcie_tx_MiBps) if g is not None else None,
+            pcie_rx_Bps=_mib(g.pcie_rx_MiBps) if g is not None else None,
+            nvlink_tx_Bps=_mib(g.nvlink_tx_MiBps) if nvl and g is not None else None,
+            nvlink_rx_Bps=_mib(g.nvlink_rx_MiBps) if nvl and g is not None else None,
+            dram_bw_util=_pct(g.dram_bw_pct) if g is not None else None,
+            mem_busy=util.memory / 100.0 if util is not None else None,
+            sm_util=sm,
+            mem_used_bytes=int(mem.used) if mem is not None else None,
+            power_W=power_mW / 1000.0 if power_mW is not None else None,
+            link_gen=d.link[0],
+            link_width=d.link[1],
+        )
+
+    # ---- processes -------------------------------------------------------
+
+    def running_pids(self) -> dict[int, list[int]]:
+        """GPU index -> sorted pids of compute and graphics processes on it."""
+        out: dict[int, list[int]] = {}
+        for d in self.devices:
+            pids: set[int] = set()
+            for fn in ("nvmlDeviceGetComputeRunningProcesses", "nvmlDeviceGetGraphicsRunningProcesses"):
+                for p in self._call(d, fn, d.handle) or ():
+                    pids.add(int(p.pid))
+            out[d.index] = sorted(pids)
+        return out
+
+    def close(self) -> None:
+        """Free GPM buffers, stop the pool, shut NVML down (idempotent)."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
+        for d in self.devices:
+            if d.gpm is not None:
+                d.gpm.close()
+        self._shutdown()
+
+    def __enter__(self) -> NvmlCollector:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _mib(v: float | None) -> float | None:
+    return v * MiB if v is not None else None
+
+
+def _pct(v: float | None) -> float | None:
+    return v / 100.0 if v is not None else None
+
+
+def _with_pcie(s: GpuSample, tx_kBps: int | None, rx_kBps: int | None) -> GpuSample:
+    """nvmlDeviceGetPcieThroughput answers in KB/s (x1024, per nvml.h)."""
+    return replace(
+        s,
+        pcie_tx_Bps=tx_kBps * 1024.0 if tx_kBps is not None else None,
+        pcie_rx_Bps=rx_kBps * 1024.0 if rx_kBps is not None else None,
+    )

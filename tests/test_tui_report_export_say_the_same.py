@@ -1,0 +1,158 @@
+"""One analysis, one answer: the TUI, report (text and --json) and the exporter say the same of a recording.
+
+Every bundled demo is replayed through the real TUI (Textual pilot, 160x45) to its end: the headline it
+shows is the report's, word for word. The view model's and the exporter's findings (bound, shares, median
+rates, ceilings) equal ``report --json``'s for every GPU and phase, and feeding a recording tick by tick
+or in chunks of any size gives an identical answer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from pcie_tui.analyze.analysis import Analysis
+from pcie_tui.export.prometheus import ExportState, PrometheusCollector
+from pcie_tui.recording import demos
+from pcie_tui.recording.reader import Recording, read_recording
+from pcie_tui.recording.replay import ReplaySource
+from pcie_tui.report.text import build_report
+from pcie_tui.tui.app import make_app
+from pcie_tui.tui.headless import wait_until
+from pcie_tui.tui.state import ViewModel
+
+DEMOS = list(demos.available())
+_reports: dict[str, dict[str, Any]] = {}
+
+
+def report_json(name: str) -> dict[str, Any]:
+    """``report --json`` of a demo, as the CLI prints it (through JSON and back)."""
+    if name not in _reports:
+        rep, _ = build_report(read_recording(demos.resolve(name)))
+        _reports[name] = json.loads(json.dumps(rep, default=str))
+    return _reports[name]
+
+
+def load(name: str) -> Recording:
+    return read_recording(demos.resolve(name))
+
+
+def same_findings(got: dict[str, list[dict[str, Any]]], want: dict[str, list[dict[str, Any]]]) -> None:
+    """Per GPU and phase: the same bound, shares within a point, the same rates and ceilings."""
+    assert set(got) == set(want)
+    for gpu in want:
+        g = {f["phase"]: f for f in got[gpu]}
+        w = {f["phase"]: f for f in want[gpu]}
+        assert list(g) == list(w), gpu
+        for phase, wf in w.items():
+            gf = g[phase]
+            assert gf["bound"] == wf["bound"], (gpu, phase)
+            for b, share in wf["shares"].items():
+                assert gf["shares"][b] == pytest.approx(share, abs=0.01), (gpu, phase, b)
+            for k in ("link_Bps", "sm_util", "dram_util", "duration_s", "transfer_Bps"):
+                assert gf[k] == pytest.approx(wf[k], rel=1e-9, abs=1e-12), (gpu, phase, k)
+            assert gf["ceilings"] == wf["ceilings"] and gf["stat"] == wf["stat"] == "median"
+            assert gf["evidence"] == wf["evidence"]
+
+
+@pytest.mark.parametrize("name", DEMOS)
+def test_view_model_at_the_end_says_what_report_says(name: str) -> None:
+    rec = load(name)
+    vm = ViewModel(rec.header, events=rec.events)
+    for s in rec.samples:
+        vm.feed(s)
+    frame = vm.frame(ended=True)
+    rep = report_json(name)
+    assert frame.headline == rep["headline"]["text"]
+    ans = vm.answer()
+    assert ans.headline.to_json() == rep["headline"]
+    same_findings(ans.to_json()["findings"], rep["attribution"]["findings"])
+
+
+@pytest.mark.parametrize("name", DEMOS)
+def test_the_tui_replayed_to_its_end_shows_the_report_headline(name: str) -> None:
+    """The real app at 160x45, replaying at 1000x to the last tick: its headline bar is the report's."""
+    rec = load(name)
+    src = ReplaySource(rec, speed=1000.0)
+    app = make_app(src)
+    want = report_json(name)["headline"]["text"]
+    total = len(rec.samples)
+
+    async def go() -> None:
+        async with app.run_test(size=(160, 45)) as pilot:
+            await wait_until(pilot, lambda: app.frame is not None and app.frame.ticks == total, timeout_s=60)
+            await wait_until(pilot, lambda: app._headline_w.text == want, timeout_s=10)
+            assert app.frame.headline == want
+
+    try:
+        asyncio.run(go())
+    finally:
+        src.close()
+
+
+def gauges(state: ExportState) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    out = {}
+    for fam in PrometheusCollector(state).collect():
+        for s in fam.samples:
+            out[s.name, tuple(sorted(s.labels.items()))] = s.value
+    return out
+
+
+@pytest.mark.parametrize("name", DEMOS)
+def test_exporter_gauges_are_the_report_findings(name: str) -> None:
+    rec = load(name)
+    state = ExportState()
+    state.start(rec.header, "replay", name, rec.events)
+    for s in rec.samples:
+        state.feed(s)
+    state.finish()
+    got = gauges(state)
+    rep = report_json(name)
+    for gpu, fs in rep["attribution"]["findings"].items():
+        for f in fs:
+            lab = (("gpu", gpu), ("phase", f["phase"]))
+            assert got["pcie_phase_bound", tuple(sorted((*lab, ("bound", f["bound"]))))] == 1
+            for b, share in f["shares"].items():
+                key = ("pcie_phase_bound_share_ratio", tuple(sorted((*lab, ("bound", b)))))
+                assert got[key] == pytest.approx(share, abs=1e-12)
+            rate = got.get(("pcie_phase_link_bytes_per_second", tuple(sorted((*lab, ("stat", "median"))))))
+            assert rate == (pytest.approx(f["link_Bps"]) if f["link_Bps"] is not None else None)
+    h = rep["headline"]
+    if h["phase"] is not None:
+        gpu = "" if h["gpu"] is None else str(h["gpu"])
+        lab = tuple(sorted({"phase": h["phase"], "bound": h["bound"], "gpu": gpu, "final": "1"}.items()))
+        assert got["pcie_headline_info", lab] == 1
+
+
+def answer_of(rec: Recording, chunks: list[int] | None) -> dict[str, Any]:
+    """The answer after feeding ``rec`` tick by tick (None) or in chunks of these sizes (cycled)."""
+    a = Analysis(rec.header, rec.events)
+    samples = list(rec.samples)
+    if chunks is None:
+        for s in samples:
+            a.feed(s)
+    else:
+        i = k = 0
+        while i < len(samples):
+            n = chunks[k % len(chunks)]
+            a.feed_all(samples[i : i + n], chunk=n)
+            i, k = i + n, k + 1
+    a.finish()
+    return a.answer().to_json()
+
+
+_ticked: dict[str, dict[str, Any]] = {}
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(name=st.sampled_from(DEMOS), chunks=st.lists(st.integers(1, 400), min_size=1, max_size=4))
+def test_ticks_or_chunks_give_the_same_answer(name: str, chunks: list[int]) -> None:
+    rec = load(name)
+    if name not in _ticked:
+        _ticked[name] = answer_of(rec, None)
+    assert answer_of(rec, chunks) == _ticked[name]
