@@ -156,3 +156,42 @@ def test_ticks_or_chunks_give_the_same_answer(name: str, chunks: list[int]) -> N
     if name not in _ticked:
         _ticked[name] = answer_of(rec, None)
     assert answer_of(rec, chunks) == _ticked[name]
+
+
+@pytest.mark.parametrize("name", ["h200-pageable", "h200-llama-partial", "h200-probe"])
+def test_the_answer_screen_shows_the_report_findings(name: str) -> None:
+    """`a` at the end of a replay: every line of the report's "What held each phase back" is on screen."""
+    import re
+
+    from pcie_tui.analyze.answer import finding_lines
+    from pcie_tui.tui.headless import screen_text
+    from pcie_tui.tui.screens import AnswerScreen
+
+    rec = load(name)
+    src = ReplaySource(rec, speed=1000.0)
+    app = make_app(src)
+    want = finding_lines(report_json(name)["attribution"]["findings"])
+    assert want
+    total = len(rec.samples)
+
+    def flat(s: str) -> str:
+        return re.sub(r"\s+", " ", s).strip()
+
+    async def go() -> None:
+        async with app.run_test(size=(200, 60)) as pilot:
+            await wait_until(pilot, lambda: app.frame is not None and app.frame.ticks == total, timeout_s=60)
+            await wait_until(pilot, lambda: app.frame.answer_final, timeout_s=10)
+            await pilot.press("a")
+            await wait_until(pilot, lambda: isinstance(app.screen, AnswerScreen))
+            assert app.frame.findings == tuple(want)
+            text = flat(screen_text(app))
+            assert "What held each phase back" in text and "(so far)" not in text
+            for line in want:
+                assert flat(line)[:60] in text, line
+            await pilot.press("a")
+            assert not isinstance(app.screen, AnswerScreen)
+
+    try:
+        asyncio.run(go())
+    finally:
+        src.close()

@@ -255,3 +255,29 @@ def engine_only_headline(engine: dict[str, Any], why: str | None) -> Headline:
         "Record on the machine with the GPUs (NVML) to see whether the link, memory or compute held each phase."
     )
     return Headline(text, work[0][0], "unknown", None, None)
+
+
+def finding_lines(findings: dict[str, list[dict[str, Any]]]) -> list[str]:
+    """ "What held each phase back", one line per phase of work (bound, shares, evidence) with its
+    cause, fix and evidence lines indented under it: the lines ``report`` prints and the TUI's
+    answer screen shows (``findings``: ``Answer.to_json()["findings"]``). Empty without work."""
+    shown = {gpu: [f for f in fs if f["phase"] not in NOT_WORK] for gpu, fs in findings.items()}
+    lines: list[str] = []
+    for gpu, fs in shown.items():
+        for f in fs:
+            others = ", ".join(
+                f"{BOUND_WORDS[b]} {units.pct(v)}" for b, v in f["shares"].items() if b != f["bound"] and v >= 0.05
+            )
+            who = f"GPU {gpu} " if len(findings) > 1 else ""
+            lines.append(
+                f"  {who}{f['phase']} {f['duration_s']:.1f} s: {BOUND_WORDS[f['bound']]} "
+                + units.pct(f["shares"][f["bound"]])
+                + (f" ({others})" if others else "")
+                + f"; {f['evidence']}"
+            )
+            for a in f.get("advice") or ():
+                lines.append(f"      cause: {a['cause']}")
+                if a.get("fix"):
+                    lines.append(f"      fix: {a['fix']}")
+                lines += [f"      evidence: {ev}" for ev in a.get("evidence") or ()]
+    return lines

@@ -12,7 +12,7 @@ from rich.table import Table
 from rich.text import Text
 
 from pcie_tui.analyze.analysis import Analysis
-from pcie_tui.analyze.answer import engine_only_headline
+from pcie_tui.analyze.answer import engine_only_headline, finding_lines
 from pcie_tui.analyze.attribution import gpu_ceilings
 from pcie_tui.analyze.engine import engine_report
 from pcie_tui.analyze.linkmodel_report import report_linkmodel
@@ -23,7 +23,7 @@ from pcie_tui.core.model import EngineSample, GpuInfo, Sample
 from pcie_tui.core.units import bind_units, tokens_per_s, unbind_units
 from pcie_tui.core.units import pct as _pct
 from pcie_tui.core.units import rate as _gbs
-from pcie_tui.core.vocab import BOUND_SHORT, BOUND_WORDS
+from pcie_tui.core.vocab import BOUND_SHORT
 from pcie_tui.doctor.cli import render_linkmodel
 from pcie_tui.recording.reader import Recording, SampleList, gc_paused
 
@@ -260,35 +260,14 @@ GLUE = "\ue000"  # a private-use character: one cell wide, a word character to r
 
 
 def _render_attribution(report: dict[str, Any], console: Console) -> None:
-    """What held each phase back, per GPU: bound, shares, evidence, cause and fix."""
-    from pcie_tui.analyze.answer import NOT_WORK
-
-    att = report.get("attribution") or {}
-    findings = att.get("findings") or {}
-    # Only phases of work are listed: a session with none (GPU-only, unlabelled) gets no empty section.
-    shown = {gpu: [f for f in fs if f["phase"] not in NOT_WORK] for gpu, fs in findings.items()}
-    if not any(shown.values()):
+    """What held each phase back, per GPU: bound, shares, evidence, cause and fix (the same lines the
+    TUI's answer screen shows: :func:`pcie_tui.analyze.answer.finding_lines`)."""
+    lines = finding_lines((report.get("attribution") or {}).get("findings") or {})
+    if not lines:  # a session without work (GPU-only, unlabelled) gets no empty section
         return
     console.print("\n[bold]What held each phase back[/]")
-    for gpu, fs in shown.items():
-        for f in fs:
-            others = ", ".join(
-                f"{BOUND_WORDS[b]} {_pct(v)}" for b, v in f["shares"].items() if b != f["bound"] and v >= 0.05
-            )
-            who = f"GPU {gpu} " if len(findings) > 1 else ""
-            _wrapped(
-                console,
-                f"  {who}{f['phase']} {f['duration_s']:.1f} s: {BOUND_WORDS[f['bound']]} "
-                + _pct(f["shares"][f["bound"]])
-                + (f" ({others})" if others else "")
-                + f"; {f['evidence']}",
-            )
-            for a in f.get("advice") or ():
-                _wrapped(console, f"      cause: {a['cause']}")
-                if a.get("fix"):
-                    _wrapped(console, f"      fix: {a['fix']}")
-                for ev in a.get("evidence") or ():
-                    _wrapped(console, f"      evidence: {ev}")
+    for line in lines:
+        _wrapped(console, line)
 
 
 def _wrapped(console: Console, text: str) -> None:

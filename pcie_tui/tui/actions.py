@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 from pcie_tui.tui.frame import Frame
-from pcie_tui.tui.screens import SourcesScreen
+from pcie_tui.tui.screens import AnswerScreen, SourcesScreen
 
 SEEK_STEP_S = 5.0
 REPLAY_ACTIONS = {"seek", "seek_home", "seek_end", "speed"}
@@ -137,6 +137,13 @@ class KeyActions:
         else:
             f = self.frame
             self.push_screen(SourcesScreen(self.source.header, f.engine if f else None, f.engine_stats if f else None))
+
+    def action_answer(self) -> None:
+        """The findings of the one analysis (what `report` prints under "What held each phase back")."""
+        if isinstance(self.screen, AnswerScreen):
+            self.pop_screen()
+        else:
+            self.push_screen(AnswerScreen(self.frame))
 
     def action_scroll_gpus(self, lines: int) -> None:
         self._gpus_w.scroll_relative(y=int(lines), animate=False)

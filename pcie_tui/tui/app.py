@@ -57,6 +57,7 @@ class PcieTuiApp(KeyActions, SourceWorker, App[None]):
         Binding("home", "seek_home", "start", show=False),
         Binding("end", "seek_end", "end (stops there)", show=False),
         Binding("question_mark,i", "sources", "sources", key_display="?"),
+        Binding("a", "answer", "answer"),
         Binding("up", "scroll_gpus(-1)", show=False),
         Binding("down", "scroll_gpus(1)", show=False),
         Binding("pageup", "scroll_gpus(-10)", show=False),

@@ -118,3 +118,7 @@ class Frame:
     built_s: float = 0.0  # monotonic clock when built (for rate checks; never shown)
     headline: str | None = None  # headline_text(state): one line on what holds things back; None: hide
     placement: str | None = None  # what the engine put in host memory, as its flags/log/API said; None: nothing known
+    # The one analysis' findings ("What held each phase back"), the lines report prints; so far while
+    # the source runs (answer_final False), the report's own once it ended.
+    findings: tuple[str, ...] = ()
+    answer_final: bool = False

@@ -78,3 +78,38 @@ class SourcesScreen(ModalScreen[None]):
     def compose(self) -> ComposeResult:
         with VerticalScroll(id="sources-body"):
             yield Static(sources_renderable(self.header, self.engine, self.engine_stats), id="sources-text")
+
+
+def answer_renderable(frame: Any) -> Group:
+    """The one analysis' findings, the lines ``report`` prints, under the headline."""
+    final = bool(frame is not None and frame.answer_final)
+    title = "What held each phase back" + ("" if final else " (so far)")
+    parts: list[Any] = [Text(title, style="bold")]
+    if frame is not None and frame.headline:
+        parts.append(Text(frame.headline, style="bold"))
+    lines = frame.findings if frame is not None else ()
+    if lines:
+        parts += [Text(ln) for ln in lines]
+    else:
+        parts.append(Text("No phase of work yet: nothing to attribute."))
+    note = (
+        "the same as `pcie-tui report` prints for this recording"
+        if final
+        else "medians over every tick of each phase so far; at the end of the source it is what `pcie-tui report` prints"
+    )
+    parts.append(Text(f"\n{note}\nescape or a: back · up/down: scroll", style="dim"))
+    return Group(*parts)
+
+
+class AnswerScreen(ModalScreen[None]):
+    """Every finding of the one analysis: per GPU and phase the bound, shares, evidence, cause and fix."""
+
+    BINDINGS = [Binding("escape", "dismiss", "back"), Binding("a", "dismiss", "back", show=False)]
+
+    def __init__(self, frame: Any) -> None:
+        super().__init__(id="answer-screen")
+        self.frame = frame
+
+    def compose(self) -> ComposeResult:
+        with VerticalScroll(id="answer-body"):
+            yield Static(answer_renderable(self.frame), id="answer-text")

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from pcie_tui.analyze.analysis import Analysis
+from pcie_tui.analyze.answer import finding_lines
 from pcie_tui.analyze.engine import EngineStats
 from pcie_tui.analyze.result import Answer
 from pcie_tui.analyze.verdict import DEFAULT_THRESHOLDS, Thresholds, tick_ceiling
@@ -102,6 +103,7 @@ class ViewModel:
         self.analysis = Analysis(self.header, self.events, self.thresholds)
         self.analyzer = self.analysis.session
         self._answer: tuple[float, Any, Answer] | None = None
+        self._lines: tuple[Answer, tuple[str, ...]] | None = None
         self.hist: dict[int, _GpuHistory] = {}
         self.engine_running: deque[float | None] = deque(maxlen=self.history_ticks)
         self.engine_phase: deque[str | None] = deque(maxlen=self.history_ticks)
@@ -257,6 +259,14 @@ class ViewModel:
             hit = self._answer = (t, key, self.analysis.answer())
         return hit[2]
 
+    def findings_lines(self) -> tuple[str, ...]:
+        """The answer's "What held each phase back" lines (:func:`finding_lines`), kept with the answer."""
+        ans = self.answer()
+        hit = self._lines
+        if hit is None or hit[0] is not ans:
+            hit = self._lines = (ans, tuple(finding_lines(ans.to_json()["findings"])))
+        return hit[1]
+
     def frame(self, replay: ReplayView | None = None, ended: bool = False) -> Frame:
         """Snapshot for the UI; resets the between-frames peaks. A source that ended (live, or a
         replay at its last tick) gives the final answer: exactly what ``report`` says."""
@@ -299,6 +309,8 @@ class ViewModel:
             engine_hist_span_s=(self.engine_t[-1] - self.engine_t[0]) if len(self.engine_t) > 1 else 0.0,
             built_s=time.monotonic(),
             headline=headline_text(self),
+            findings=self.findings_lines(),
+            answer_final=self.analysis.ended,
             placement=self._placement(),
         )
 
