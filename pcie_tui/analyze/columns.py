@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from itertools import chain
+from itertools import chain, repeat
 from operator import attrgetter, itemgetter
 from typing import Any
 
@@ -109,10 +109,11 @@ def from_rows(rows: Sequence[dict[str, Any]], ticks: int = CHUNK_TICKS) -> Itera
     """
     n = len(rows)
     t = list(map(float, map(itemgetter("t"), rows)))
-    engine = [isinstance(d.get("engine"), dict) for d in rows]
+    engs = list(map(dict.get, rows, repeat("engine")))
+    engine = [e.__class__ is dict for e in engs]
     phase = [  # _own_phase, inlined
-        (d["engine"].get("phase") or None) if e else (lb if isinstance(lb := d.get("label"), str) else None)
-        for d, e in zip(rows, engine, strict=True)
+        (e.get("phase") or None) if e.__class__ is dict else (lb if (lb := d.get("label")).__class__ is str else None)
+        for d, e in zip(rows, engs, strict=True)
     ]
     glists = [d.get("gpus") or () for d in rows]
     counts = np.fromiter(map(len, glists), dtype=np.int64, count=n)

@@ -141,6 +141,11 @@ class SessionAnalyzer:
 
     def _phases(self, ch: Chunk) -> None:
         """Apply the session's phase rule to a chunk's phases (in place), from its first engine tick on."""
+        if len(ch.phase) == 1 and (self.engine_session or not ch.engine[0]):  # a live tick
+            if self.engine_session and not ch.engine[0]:
+                ch.phase[0] = None
+            self.phase = ch.phase[0]
+            return
         if not self.engine_session:
             if True not in ch.engine:
                 self.phase = ch.phase[-1]

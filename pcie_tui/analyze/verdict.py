@@ -21,7 +21,6 @@ card, and a saturated link starves the others.
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -105,7 +104,7 @@ DIR = (None, "rx", "tx", "rx", "tx")
 def utilisation_columns(
     info: GpuInfo | None,
     cols: np.ndarray,
-    seen: dict[tuple[float, float], float] | None = None,
+    seen: dict[Any, Any] | None = None,
     observed: dict[tuple[float, float], float] | None = None,
 ) -> dict[str, np.ndarray]:
     """Utilisation of one GPU for every GPU-sample of ``cols`` (columns.KEYS x samples), at once.
@@ -120,18 +119,23 @@ def utilisation_columns(
     (:mod:`pcie_tui.core.ceiling`, "observed").
     """
     size = cols.shape[1]
+    seen = {} if seen is None else seen
+    if size == 1 and observed is not None:  # a live tick: the same rules in plain floats
+        return _one_sample(info, cols[:, 0].tolist(), seen, observed)
     # PCIe RX, TX, NVLink RX, TX (the first four columns) over their ceilings; NaN where a rate
     # or its ceiling is unknown (a zero or missing ceiling counts as unknown).
     rates = cols[:4]
-    pc = _pcie_ceilings(info, cols[_GEN], cols[_WIDTH], {} if seen is None else seen)
+    pc = _pcie_ceilings(info, cols[_GEN], cols[_WIDTH], seen)
+    clip = observed is not None
     if observed is not None:
-        pc = _with_observed(info, pc, np.fmax(rates[0], rates[1]), cols[_GEN], cols[_WIDTH], observed)
+        pc, clip = _with_observed(info, pc, rates, cols[_GEN], cols[_WIDTH], observed, seen)
     nc = info.nvlink_capacity_Bps if info is not None else None
     caps = np.empty((4, size))
     caps[0] = caps[1] = np.where(pc == 0, np.nan, pc)
     caps[2:] = float(nc) if nc else np.nan
     r = rates / caps
-    r[:2] = np.minimum(r[:2], 1.0)  # a PCIe reading above the theoretical rate (a glitch) reads as 100 %
+    if clip:  # a PCIe reading above the theoretical rate (a glitch) reads as 100 %
+        np.minimum(r[:2], 1.0, out=r[:2])
     at = np.where(r != r, -np.inf, r).argmax(axis=0)  # the first of the busiest
     every = np.arange(size)
     link = r[at, every]
@@ -155,6 +159,60 @@ def utilisation_columns(
     }
 
 
+_NAN = float("nan")
+
+
+def _one_sample(
+    info: GpuInfo | None, v: list[float], seen: dict[Any, Any], observed: dict[tuple[float, float], float]
+) -> dict[str, np.ndarray]:
+    """:func:`utilisation_columns` of one GPU-sample (``v``: its column values), without numpy calls
+    on one-element arrays: the live path, tick by tick. The chunked path gives the same numbers
+    (tests/test_chunks_equal_ticks.py)."""
+    g, w = v[_GEN], v[_WIDTH]
+    key = (-1.0 if g != g else g, -1.0 if w != w else w)
+    base = seen.get(key)
+    if base is None:
+        base = seen.setdefault(key, _pcie_ceiling(info, *key))
+    rx, tx = v[0], v[1]
+    r = tx if rx != rx or (tx == tx and tx > rx) else rx
+    hi = observed.get(key)
+    if r == r:
+        cap = _theoretical_seen(info, key, seen)
+        top = min(r, cap) if cap is not None else r
+        if hi is None or top > hi:
+            hi = observed[key] = top
+    pc = base if hi is None or base != base or hi <= base else hi
+    pc = _NAN if pc == 0 else pc
+    nc = info.nvlink_capacity_Bps if info is not None else None
+    caps = (pc, pc, float(nc) if nc else _NAN, float(nc) if nc else _NAN)
+    at, best = 0, -np.inf
+    shares = []
+    for i in range(4):
+        x = v[i] / caps[i]  # NaN where either is unknown
+        if i < 2 and x > 1.0:
+            x = 1.0  # a PCIe reading above the theoretical rate (a glitch) reads as 100 %
+        shares.append(x)
+        if x == x and x > best:
+            at, best = i, x
+    link = shares[at]
+    known = link == link
+    dram, busy = v[_DRAM], v[_BUSY]
+    if info is not None and info.metrics_source == "gpm":
+        memory, proxy = dram, False
+    else:
+        memory, proxy = (dram, False) if dram == dram else (busy, busy == busy)
+    f = np.array([link, v[at] if known else _NAN, caps[at] if known else _NAN, memory, v[_SM]])
+    return {
+        "link": f[0:1],
+        "link_Bps": f[1:2],
+        "ceiling": f[2:3],
+        "src": np.array([at + 1 if known else 0], dtype=np.int8),
+        "memory": f[3:4],
+        "proxy": np.array([proxy]),
+        "compute": f[4:5],
+    }
+
+
 _GEN, _WIDTH, _DRAM, _BUSY, _SM = (
     KEYS.index(k) for k in ("link_gen", "link_width", "dram_bw_util", "mem_busy", "sm_util")
 )
@@ -162,9 +220,10 @@ assert KEYS[:4] == ("pcie_rx_Bps", "pcie_tx_Bps", "nvlink_rx_Bps", "nvlink_tx_Bp
 
 
 def _pcie_ceilings(
-    info: GpuInfo | None, gen: np.ndarray, width: np.ndarray, seen: dict[tuple[float, float], float]
+    info: GpuInfo | None, gen: np.ndarray, width: np.ndarray, seen: dict[Any, Any]
 ) -> np.ndarray:
-    """:func:`pcie_ceiling_Bps` per GPU-sample (NaN where unknown), evaluated once per distinct gen x width."""
+    """The rule ceiling (:func:`pcie_tui.core.ceiling.pinned_ceiling`) per GPU-sample (NaN where unknown),
+    evaluated once per distinct gen x width."""
     if gen.size <= 16:  # a live tick: no numpy set operations
         out = []
         for g, w in zip(gen.tolist(), width.tolist(), strict=True):
@@ -192,44 +251,63 @@ def _pcie_ceiling(info: GpuInfo | None, gen: float, width: float) -> float:
 def _with_observed(
     info: GpuInfo | None,
     pc: np.ndarray,
-    rate: np.ndarray,
+    rates: np.ndarray,
     gen: np.ndarray,
     width: np.ndarray,
     observed: dict[tuple[float, float], float],
-) -> np.ndarray:
-    """The ceilings ``pc`` raised to the highest PCIe reading so far at each sample's gen x width
-    (that sample included), carrying the running highest in ``observed`` from chunk to chunk.
+    seen: dict[Any, Any],
+) -> tuple[np.ndarray, bool]:
+    """The ceilings ``pc`` raised to the highest PCIe reading (``rates``' RX and TX rows) so far at each
+    sample's gen x width (that sample included), carrying the running highest in ``observed`` from
+    chunk to chunk; and whether a reading may still exceed its ceiling (then its share is clipped).
 
     A reading above the link's theoretical rate is a counter glitch (98.8 GB/s on a 63.0 GB/s link,
     once, in an H200 recording), not the link's ceiling: the running highest stops at the
     theoretical rate.
     """
     if pc.size == 1:  # a live tick: plain floats, no numpy calls
-        gv, wv, r = float(gen[0]), float(width[0]), float(rate[0])
+        gv, wv = float(gen[0]), float(width[0])
+        rx, tx = float(rates[0, 0]), float(rates[1, 0])
+        r = tx if rx != rx or (tx == tx and tx > rx) else rx
         key = (-1.0 if gv != gv else gv, -1.0 if wv != wv else wv)
         hi = observed.get(key)
         if r == r:
-            cap = _theoretical(info, *key)
-            r = min(r, cap) if cap is not None else r
-            if hi is None or r > hi:
-                hi = observed[key] = r
+            cap = _theoretical_seen(info, key, seen)
+            top = min(r, cap) if cap is not None else r
+            if hi is None or top > hi:
+                hi = observed[key] = top
         base = float(pc[0])
-        return pc if hi is None or base != base or hi <= base else np.array([hi])
+        if hi is None or base != base or hi <= base:
+            return pc, r == r and r > base
+        return np.array([hi]), r == r and r > hi
     g = np.where(np.isnan(gen), -1.0, gen)
     w = np.where(np.isnan(width), -1.0, width)
+    rate = np.fmax(rates[0], rates[1])
     out = pc.copy()
-    for key in sorted({(float(a), float(b)) for a, b in zip(g.tolist(), w.tolist(), strict=True)}):
-        idx = np.flatnonzero((g == key[0]) & (w == key[1]))
-        cap = _theoretical(info, *key)
+    if bool((g == g[0]).all()) and bool((w == w[0]).all()):  # one link state the whole chunk (the usual)
+        groups: list[tuple[tuple[float, float], np.ndarray]] = [((float(g[0]), float(w[0])), np.arange(g.size))]
+    else:
+        uq, inv = np.unique(np.stack((g, w)), axis=1, return_inverse=True)
+        inv = inv.reshape(-1)
+        groups = [((float(a), float(b)), np.flatnonzero(inv == k)) for k, (a, b) in enumerate(uq.T.tolist())]
+    for key, idx in groups:
+        cap = _theoretical_seen(info, key, seen)
         rs = np.minimum(rate[idx], cap) if cap is not None else rate[idx]  # NaN (no reading) stays NaN
         run = np.fmax.accumulate(np.concatenate(([observed.get(key, np.nan)], rs)))[1:]
         if run.size and run[-1] == run[-1]:
             observed[key] = float(run[-1])
         out[idx] = np.where(np.isnan(pc[idx]), np.nan, np.fmax(pc[idx], run))  # an unknown link stays unknown
-    return out
+    return out, True
 
 
-@functools.lru_cache(maxsize=256)
+def _theoretical_seen(info: GpuInfo | None, key: tuple[float, float], seen: dict[Any, Any]) -> float | None:
+    """:func:`_theoretical`, kept in the caller's cache of this GPU's ceilings (one lookup per tick)."""
+    k = ("theoretical", *key)
+    if k not in seen:
+        seen[k] = _theoretical(info, *key)
+    return seen[k]  # type: ignore[no-any-return]
+
+
 def _theoretical(info: GpuInfo | None, gen: float, width: float) -> float | None:
     """The theoretical rate of the link at ``gen`` x ``width`` (-1: unknown, then the header's)."""
     theo = pcie_capacity_Bps(int(gen), int(width)) if gen > 0 and width > 0 else None
