@@ -76,18 +76,25 @@ def test_view_model_at_the_end_says_what_report_says(name: str) -> None:
 
 @pytest.mark.parametrize("name", DEMOS)
 def test_the_tui_replayed_to_its_end_shows_the_report_headline(name: str) -> None:
-    """The real app at 160x45, replaying at 1000x to the last tick: its headline bar is the report's."""
+    """The real app at 160x45, replaying at 1000x to the last tick: its headline bar is the report's, and
+    the findings it renders (per GPU and phase: bound, shares, median rates, ceilings, the lines of
+    its answer screen) are report --json's."""
+    from pcie_tui.analyze.answer import finding_lines
+
     rec = load(name)
     src = ReplaySource(rec, speed=1000.0)
     app = make_app(src)
-    want = report_json(name)["headline"]["text"]
+    rep = report_json(name)
+    want = rep["headline"]["text"]
     total = len(rec.samples)
 
     async def go() -> None:
         async with app.run_test(size=(160, 45)) as pilot:
             await wait_until(pilot, lambda: app.frame is not None and app.frame.ticks == total, timeout_s=60)
             await wait_until(pilot, lambda: app._headline_w.text == want, timeout_s=10)
-            assert app.frame.headline == want
+            assert app.frame.headline == want and app.frame.answer_final
+            assert app.frame.findings == tuple(finding_lines(rep["attribution"]["findings"]))
+            same_findings(app.model.answer().to_json()["findings"], rep["attribution"]["findings"])
 
     try:
         asyncio.run(go())

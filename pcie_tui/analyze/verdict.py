@@ -219,9 +219,7 @@ _GEN, _WIDTH, _DRAM, _BUSY, _SM = (
 assert KEYS[:4] == ("pcie_rx_Bps", "pcie_tx_Bps", "nvlink_rx_Bps", "nvlink_tx_Bps")
 
 
-def _pcie_ceilings(
-    info: GpuInfo | None, gen: np.ndarray, width: np.ndarray, seen: dict[Any, Any]
-) -> np.ndarray:
+def _pcie_ceilings(info: GpuInfo | None, gen: np.ndarray, width: np.ndarray, seen: dict[Any, Any]) -> np.ndarray:
     """The rule ceiling (:func:`pcie_tui.core.ceiling.pinned_ceiling`) per GPU-sample (NaN where unknown),
     evaluated once per distinct gen x width."""
     if gen.size <= 16:  # a live tick: no numpy set operations
