@@ -49,7 +49,7 @@ class Chunk:
 
     t: list[float]  # per tick
     phase: list[Any]  # per tick: the engine's phase where it has an engine reading, else its label
-    engine: list[bool]  # per tick: whether it carries an engine reading (the analyzer's phase rule)
+    engine: list[Any]  # per tick: its engine reading (a dict or an EngineSample) or None (the analyzer's phase rule)
     tick_of: np.ndarray  # per GPU-sample: its tick's position in the chunk
     index: np.ndarray  # per GPU-sample: the GPU index
     cols: np.ndarray  # len(KEYS) x GPU-samples, floats, NaN where missing
@@ -88,7 +88,7 @@ def from_samples(samples: Sequence[Sample]) -> Chunk:
         single = counts.count(1) == len(counts)
     index = np.array([g.index for g in flat], dtype=np.int64)
     cols = np.array(list(map(_get_attrs, flat)), dtype=_F).T if flat else np.empty((len(KEYS), 0))
-    engine = [s.engine is not None for s in samples]
+    engine = [s.engine for s in samples]
     phase = [_own_phase(s) for s in samples]
     return Chunk([s.t for s in samples], phase, engine, tick_of, index, cols, single)
 
@@ -109,11 +109,10 @@ def from_rows(rows: Sequence[dict[str, Any]], ticks: int = CHUNK_TICKS) -> Itera
     """
     n = len(rows)
     t = list(map(float, map(itemgetter("t"), rows)))
-    engs = list(map(dict.get, rows, repeat("engine")))
-    engine = [e.__class__ is dict for e in engs]
+    engine = list(map(dict.get, rows, repeat("engine")))
     phase = [  # _own_phase, inlined
         (e.get("phase") or None) if e.__class__ is dict else (lb if (lb := d.get("label")).__class__ is str else None)
-        for d, e in zip(rows, engs, strict=True)
+        for d, e in zip(rows, engine, strict=True)
     ]
     glists = [d.get("gpus") or () for d in rows]
     counts = np.fromiter(map(len, glists), dtype=np.int64, count=n)

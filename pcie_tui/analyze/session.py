@@ -141,21 +141,22 @@ class SessionAnalyzer:
 
     def _phases(self, ch: Chunk) -> None:
         """Apply the session's phase rule to a chunk's phases (in place), from its first engine tick on."""
-        if len(ch.phase) == 1 and (self.engine_session or not ch.engine[0]):  # a live tick
-            if self.engine_session and not ch.engine[0]:
+        eng = ch.engine
+        if len(eng) == 1 and (self.engine_session or eng[0] is None):  # a live tick
+            if self.engine_session and eng[0] is None:
                 ch.phase[0] = None
             self.phase = ch.phase[0]
             return
         if not self.engine_session:
-            if True not in ch.engine:
+            if eng.count(None) == len(eng):
                 self.phase = ch.phase[-1]
                 return
             self.engine_session = True
-            first = ch.engine.index(True)
+            first = next(i for i, e in enumerate(eng) if e is not None)
         else:
             first = 0
         ph = ch.phase
-        ph[first:] = [p if e else None for p, e in zip(ph[first:], ch.engine[first:], strict=True)]
+        ph[first:] = [p if e is not None else None for p, e in zip(ph[first:], eng[first:], strict=True)]
         self.phase = ph[-1]
 
     @staticmethod
