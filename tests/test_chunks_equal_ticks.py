@@ -32,7 +32,7 @@ REAL = sorted((REPO / "pcie_tui" / "data").glob("*.jsonl.gz")) + [
     REPO / "tests" / "fixtures" / "vllm-cpu-session.jsonl",
 ]
 DEFAULT = Thresholds()
-SERIES = ("t", "verdict", "link", "link_Bps", "memory", "compute", "phase", "memory_proxy", "mem_used")
+SERIES = ("t", "verdict", "link", "link_Bps", "memory", "compute", "phase", "memory_proxy", "mem_used", "pcie_ceiling")
 REF_SERIES = ("t", "verdict", "link", "link_Bps", "memory", "compute", "phase")
 
 

@@ -216,7 +216,7 @@ def test_a_retrained_link_steps_the_ceiling(tmp_path: Path, capsys: pytest.Captu
     rec_path = tmp_path / "retrain.jsonl"
     rec_path.write_text("\n".join(out_lines) + "\n")
     texts, legends = _plot(rec_path, tmp_path / "retrain.svg", capsys)
-    assert "ceiling (link retrained)" in legends["PCIe RX (into GPU)"]
+    assert "ceiling per tick (retrained or observed)" in legends["PCIe RX (into GPU)"]
     assert any(t.startswith("PCIe ceiling ") and "above the default 56.7 GB/s" in t for t in texts)
 
 

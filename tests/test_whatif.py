@@ -224,3 +224,19 @@ def test_staged_copies_keep_their_rate_and_the_formula_line_says_so():
     assert chipset == pytest.approx(8.9 / (0.94 * pcie_capacity_Bps(4, 4) / 1e9), rel=0.05)
     assert "staged (pageable) copies" in wi["formula"] and "max(1, rate / new link" in wi["formula"]
     assert "staged" not in report("h200-pinned")["formula"]
+
+
+def test_a_phase_without_link_readings_does_not_blank_the_what_if():
+    """h200-llama-partial's first tick has no phase and no link reading: the scenarios still price the
+    rest of the session, say how much they left out, and a faster link never reads slower."""
+    from pcie_tui.recording import demos
+    from pcie_tui.report.text import build_report
+
+    rep, _ = build_report(read_recording(demos.resolve("h200-llama-partial")))
+    rows = {s["kind"] + s["scenario"]: s for s in rep["whatif"]["gpus"][0]["scenarios"]}
+    assert all(s["time_ratio"] is not None for s in rows.values())
+    assert all(0 < s["unpriced_s"] < 0.5 for s in rows.values())
+    gen6 = next(s for s in rows.values() if s["scenario"] == "Gen6 x16")
+    gen4 = next(s for s in rows.values() if s["scenario"] == "Gen4 x16")
+    inf = next(s for s in rows.values() if s["kind"] == "infinite")
+    assert inf["time_ratio"] <= gen6["time_ratio"] < 1.0 < gen4["time_ratio"]

@@ -156,6 +156,7 @@ def utilisation_columns(
         "memory": memory,
         "proxy": proxy,
         "compute": cols[_SM],
+        "pcie_ceiling": caps[0],  # the one PCIe ceiling of each sample (pcie_tui.core.ceiling), NaN if unknown
     }
 
 
@@ -201,7 +202,7 @@ def _one_sample(
         memory, proxy = dram, False
     else:
         memory, proxy = (dram, False) if dram == dram else (busy, busy == busy)
-    f = np.array([link, v[at] if known else _NAN, caps[at] if known else _NAN, memory, v[_SM]])
+    f = np.array([link, v[at] if known else _NAN, caps[at] if known else _NAN, memory, v[_SM], pc])
     return {
         "link": f[0:1],
         "link_Bps": f[1:2],
@@ -210,6 +211,7 @@ def _one_sample(
         "memory": f[3:4],
         "proxy": np.array([proxy]),
         "compute": f[4:5],
+        "pcie_ceiling": f[5:6],
     }
 
 

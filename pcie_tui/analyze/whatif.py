@@ -153,15 +153,14 @@ def _row(
 ) -> dict[str, Any]:
     """One scenario: ``ratio(phase, entry)`` gives the phase's T_new/T_old, or None when unknown."""
     per_phase: dict[str, dict[str, float | None] | None] = {}
-    total = new_total = 0.0
-    known = True
+    total = new_total = unpriced = 0.0
     for ph, p in phases.items():
         tr = ratio(ph, p)
-        total += p["duration_s"]
-        if tr is None:
+        if tr is None:  # no link readings in this phase: left out of the total, and said so
             per_phase[ph] = None
-            known = False
+            unpriced += p["duration_s"]
             continue
+        total += p["duration_s"]
         per_phase[ph] = {
             "time_ratio": tr,
             "speedup": 1.0 / tr if tr > 0 else None,
@@ -170,7 +169,7 @@ def _row(
             "time_change_s": p["duration_s"] * (tr - 1.0),
         }
         new_total += p["duration_s"] * tr
-    overall = (new_total / total) if known and total > 0 else None
+    overall = (new_total / total) if total > 0 else None
     return {
         "scenario": name,
         "kind": kind,
@@ -185,6 +184,7 @@ def _row(
         # PCIe counters do not split host from peer bytes per tick.
         "note": NVLINK_NOTE if "NVLink" in name else None,
         "basis": basis,
+        "unpriced_s": unpriced,  # seconds of phases without link readings, left out of the total
     }
 
 
@@ -349,9 +349,10 @@ def render_whatif(rep: dict[str, Any]) -> str:
                 if s.get("target_Bps")
                 else "no link time at all"
             )
+            left = f" (left out: {s['unpriced_s']:.1f} s without link readings)" if s.get("unpriced_s") else ""
             lines.append(
                 f"  {s['scenario']} ({how}): time {_signed(s['time_change_pct'])}, "
-                f"throughput {_signed(s['throughput_change_pct'])} at most"
+                f"throughput {_signed(s['throughput_change_pct'])} at most{left}"
             )
             if s.get("note"):
                 lines.append(f"      ({s['note']})")

@@ -18,6 +18,7 @@ import numpy as np
 from pcie_tui.analyze.columns import tick_phase
 from pcie_tui.analyze.engine import hist_delta
 from pcie_tui.analyze.phases import PHASES
+from pcie_tui.analyze.series import series_array
 from pcie_tui.analyze.session import SessionAnalyzer
 from pcie_tui.core.ceiling import pinned_ceiling
 from pcie_tui.core.errors import UserError
@@ -64,7 +65,8 @@ def _floats(values: Sequence[Any]) -> np.ndarray:
 
 
 def gpu_tracks(rows: Sequence[dict[str, Any]], index: int, info: GpuInfo | None) -> dict[str, np.ndarray]:
-    """Unix time, PCIe/NVLink rates (B/s) and the PCIe ceiling of each tick that has GPU ``index``."""
+    """Unix time and PCIe/NVLink rates (B/s) of each tick that has GPU ``index`` (its ``ceiling``
+    column is NaN here: :func:`render_plot` fills it with the analysis' own ceiling per tick)."""
     cols: dict[str, list[Any]] = {k: [] for k in ("t", "rx", "tx", "nv_rx", "nv_tx", "ceiling")}
     for d in rows:
         for g in d.get("gpus") or ():
@@ -75,9 +77,7 @@ def gpu_tracks(rows: Sequence[dict[str, Any]], index: int, info: GpuInfo | None)
             cols["tx"].append(g.get("pcie_tx_Bps"))
             cols["nv_rx"].append(g.get("nvlink_rx_Bps"))
             cols["nv_tx"].append(g.get("nvlink_tx_Bps"))
-            gen, width = g.get("link_gen"), g.get("link_width")
-            ok = isinstance(gen, int) and isinstance(width, int)
-            cols["ceiling"].append(pinned_ceiling(info, gen if ok else None, width if ok else None).Bps)
+            cols["ceiling"].append(None)  # the analysis' own, per tick: render_plot puts it in
             break
     return {k: _floats(v) for k, v in cols.items()}
 
@@ -192,7 +192,15 @@ def _rate_axis(ax: Any, t: np.ndarray, pairs: list[tuple[str, np.ndarray, str]],
     per_tick = ceiling.get("per_tick")
     if value is not None:
         if per_tick is not None and np.any(~np.isnan(per_tick)) and np.nanmax(np.abs(per_tick - value)) > 1e6:
-            ax.step(t, per_tick / 1e9, where="post", color="#222222", ls="--", lw=1, label="ceiling (link retrained)")
+            ax.step(
+                t,
+                per_tick / 1e9,
+                where="post",
+                color="#222222",
+                ls="--",
+                lw=1,
+                label="ceiling per tick (retrained or observed)",
+            )
         else:
             ax.axhline(value / 1e9, color="#222222", ls="--", lw=1, label="ceiling")
         ax.annotate(ceiling["text"], (0.005, value / 1e9), xycoords=("axes fraction", "data"), xytext=(0, 3),
@@ -251,6 +259,10 @@ def render_plot(rec: Recording, an: SessionAnalyzer, path: Path, fmt: str) -> No
     phase_names = list(colours)
     gpus = sorted(an.series)
     tracks = {i: gpu_tracks(rows, i, rec.header.gpu(i)) for i in gpus}
+    for i in gpus:  # the one PCIe ceiling of each tick, as the analysis took it
+        ceiling = series_array(an.series[i], "pcie_ceiling")
+        if ceiling.size == tracks[i]["t"].size:
+            tracks[i]["ceiling"] = ceiling
     kinds = _axis_kinds(gpus, tracks)
     heights = {"pcie": 2.6, "nvlink": 1.8, "use": 1.8, "strip": 0.3, "engine": 2.2}
     ratios = [heights[k] for _, k in kinds]
