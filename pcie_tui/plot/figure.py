@@ -258,11 +258,7 @@ def render_plot(rec: Recording, an: SessionAnalyzer, path: Path, fmt: str) -> No
     colours = _phase_colours(an, rows)
     phase_names = list(colours)
     gpus = sorted(an.series)
-    tracks = {i: gpu_tracks(rows, i, rec.header.gpu(i)) for i in gpus}
-    for i in gpus:  # the one PCIe ceiling of each tick, as the analysis took it
-        ceiling = series_array(an.series[i], "pcie_ceiling")
-        if ceiling.size == tracks[i]["t"].size:
-            tracks[i]["ceiling"] = ceiling
+    tracks = _tracks(rec, an, rows, gpus)
     kinds = _axis_kinds(gpus, tracks)
     heights = {"pcie": 2.6, "nvlink": 1.8, "use": 1.8, "strip": 0.3, "engine": 2.2}
     ratios = [heights[k] for _, k in kinds]
@@ -306,6 +302,18 @@ def render_plot(rec: Recording, an: SessionAnalyzer, path: Path, fmt: str) -> No
         fig.text(0.5, 1 - 0.08 / fig_h, _title(rec, an, t_end - t0), ha="center", va="top", fontsize=11)
         _figure_legends(fig, colours, strip_labels, fig_h, bottom_in)
         _save(fig, path, fmt)
+
+
+def _tracks(
+    rec: Recording, an: SessionAnalyzer, rows: Sequence[dict[str, Any]], gpus: list[int]
+) -> dict[int, dict[str, np.ndarray]]:
+    """Per GPU its rates (:func:`gpu_tracks`) and the one PCIe ceiling of each tick, as the analysis took it."""
+    tracks = {i: gpu_tracks(rows, i, rec.header.gpu(i)) for i in gpus}
+    for i in gpus:
+        ceiling = series_array(an.series[i], "pcie_ceiling")
+        if ceiling.size == tracks[i]["t"].size:
+            tracks[i]["ceiling"] = ceiling
+    return tracks
 
 
 def _phase_colours(an: SessionAnalyzer, rows: Sequence[dict[str, Any]]) -> dict[str, str]:

@@ -29,6 +29,17 @@ BACKEND_UNKNOWN_PAGE = 45
 LINK_SHARE_PAGE = 50
 
 
+# Where the headline comes from (the ? page).
+HEADLINE_SOURCE = (
+    "pcie_tui.analyze.attribution: each tick link-saturated, transfer-bound (GPU idle, host<->GPU traffic "
+    "above the transfer floor), host-bound (GPU idle, bus quiet, work in flight), memory, compute or idle; "
+    "the headline names the current phase's most common bound with the medians of its ticks so far, "
+    "worked out again once per second of the session by the one analysis report uses (a phase that is "
+    "not work, such as idle: the longest phase of work so far; once the source ended: the report's "
+    "headline word for word) (docs/attribution.md). "
+)
+
+
 def figure_sources(header: SessionHeader, info: GpuInfo) -> list[FigureSource]:
     """One row per figure shown in this GPU's panel: the metrics table's sources, then derived figures."""
     src = (info.metrics_source or "").lower()
@@ -76,13 +87,7 @@ def figure_sources(header: SessionHeader, info: GpuInfo) -> list[FigureSource]:
         ),
         FigureSource(
             "headline",
-            "pcie_tui.analyze.attribution: each tick link-saturated, transfer-bound (GPU idle, host<->GPU traffic "
-            "above the transfer floor), host-bound (GPU idle, bus quiet, work in flight), memory, compute or idle; "
-            "the headline names the current phase's most common bound with the medians of its ticks so far, "
-            "worked out again once per second of the session by the one analysis report uses (a phase that is "
-            "not work, such as idle: the longest phase of work so far; once the source ended: the report's "
-            "headline word for word) (docs/attribution.md). "
-            f"{_ceilings_text(info)}. The fix comes from the engine's command line, environment and load-time log "
+            f"{HEADLINE_SOURCE}{_ceilings_text(info)}. The fix comes from the engine's command line, environment and load-time log "
             "(pcie_tui/engines). With no phases (GPU only) or before the first phase of work it shows the hottest "
             "GPU's verdict instead (e.g. GPU0 LINK SATURATED, or nothing saturated)",
             "bound, % of the phase's time",
