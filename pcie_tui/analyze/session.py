@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from pcie_tui.analyze.columns import CHUNK_TICKS, COL, Chunk, from_rows, from_samples
-from pcie_tui.analyze.columns import sample_phase as sample_phase  # re-exported: the TUI's import
+from pcie_tui.analyze.columns import sample_phase as sample_phase  # re-exported (tests import it from here)
 from pcie_tui.analyze.quantiles import quantile  # noqa: F401  (re-exported: one quantile)
 from pcie_tui.analyze.series import (
     GpuSeries,

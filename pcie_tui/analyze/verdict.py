@@ -126,15 +126,14 @@ def utilisation_columns(
     # or its ceiling is unknown (a zero or missing ceiling counts as unknown).
     rates = cols[:4]
     pc = _pcie_ceilings(info, cols[_GEN], cols[_WIDTH], seen)
-    clip = observed is not None
     if observed is not None:
-        pc, clip = _with_observed(info, pc, rates, cols[_GEN], cols[_WIDTH], observed, seen)
+        pc = _with_observed(info, pc, rates, cols[_GEN], cols[_WIDTH], observed, seen)
     nc = info.nvlink_capacity_Bps if info is not None else None
     caps = np.empty((4, size))
     caps[0] = caps[1] = np.where(pc == 0, np.nan, pc)
     caps[2:] = float(nc) if nc else np.nan
     r = rates / caps
-    if clip:  # a PCIe reading above the theoretical rate (a glitch) reads as 100 %
+    if observed is not None:  # a PCIe reading above the theoretical rate (a glitch) reads as 100 %
         np.minimum(r[:2], 1.0, out=r[:2])
     at = np.where(r != r, -np.inf, r).argmax(axis=0)  # the first of the busiest
     every = np.arange(size)
@@ -256,30 +255,15 @@ def _with_observed(
     width: np.ndarray,
     observed: dict[tuple[float, float], float],
     seen: dict[Any, Any],
-) -> tuple[np.ndarray, bool]:
+) -> np.ndarray:
     """The ceilings ``pc`` raised to the highest PCIe reading (``rates``' RX and TX rows) so far at each
     sample's gen x width (that sample included), carrying the running highest in ``observed`` from
-    chunk to chunk; and whether a reading may still exceed its ceiling (then its share is clipped).
+    chunk to chunk (a chunk of one takes :func:`_one_sample` instead).
 
     A reading above the link's theoretical rate is a counter glitch (98.8 GB/s on a 63.0 GB/s link,
     once, in an H200 recording), not the link's ceiling: the running highest stops at the
     theoretical rate.
     """
-    if pc.size == 1:  # a live tick: plain floats, no numpy calls
-        gv, wv = float(gen[0]), float(width[0])
-        rx, tx = float(rates[0, 0]), float(rates[1, 0])
-        r = tx if rx != rx or (tx == tx and tx > rx) else rx
-        key = (-1.0 if gv != gv else gv, -1.0 if wv != wv else wv)
-        hi = observed.get(key)
-        if r == r:
-            cap = _theoretical_seen(info, key, seen)
-            top = min(r, cap) if cap is not None else r
-            if hi is None or top > hi:
-                hi = observed[key] = top
-        base = float(pc[0])
-        if hi is None or base != base or hi <= base:
-            return pc, r == r and r > base
-        return np.array([hi]), r == r and r > hi
     g = np.where(np.isnan(gen), -1.0, gen)
     w = np.where(np.isnan(width), -1.0, width)
     rate = np.fmax(rates[0], rates[1])
@@ -297,7 +281,7 @@ def _with_observed(
         if run.size and run[-1] == run[-1]:
             observed[key] = float(run[-1])
         out[idx] = np.where(np.isnan(pc[idx]), np.nan, np.fmax(pc[idx], run))  # an unknown link stays unknown
-    return out, True
+    return out
 
 
 def _theoretical_seen(info: GpuInfo | None, key: tuple[float, float], seen: dict[Any, Any]) -> float | None:
@@ -314,21 +298,6 @@ def _theoretical(info: GpuInfo | None, gen: float, width: float) -> float | None
     if theo is None and info is not None:
         theo = info.link.capacity_Bps or info.link.max_capacity_Bps
     return theo
-
-
-def utilisations(u: dict[str, np.ndarray]) -> list[Utilisation]:
-    """Every GPU-sample of :func:`utilisation_columns` as a :class:`Utilisation` (NaN -> None)."""
-
-    def f(a: np.ndarray) -> list[float | None]:
-        return [None if x != x else x for x in a.tolist()]
-
-    return [
-        Utilisation(lk, BUS[s], DIR[s], b, c, m, p, cp)
-        for lk, s, b, c, m, p, cp in zip(
-            f(u["link"]), u["src"].tolist(), f(u["link_Bps"]), f(u["ceiling"]), f(u["memory"]), u["proxy"].tolist(),
-            f(u["compute"]), strict=True,
-        )
-    ]  # fmt: skip
 
 
 def last_utilisation(u: dict[str, np.ndarray]) -> Utilisation:

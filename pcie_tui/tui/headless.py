@@ -12,7 +12,7 @@ from rich.console import Console
 from textual.app import App
 from textual.pilot import Pilot
 
-from pcie_tui.analyze.session import SessionAnalyzer, sample_phase
+from pcie_tui.analyze.session import SessionAnalyzer
 from pcie_tui.recording.reader import Recording
 
 
@@ -62,7 +62,7 @@ def saturated_moment(rec: Recording, resource: str = "link", phase_contains: str
     util: dict[int, float] = {}
     for i, s in enumerate(rec.samples):
         an.feed(s)
-        phase = sample_phase(s) or ""
+        phase = an.phase or ""  # the session's one phase rule
         sat = [tr for tr in an.trackers.values() if tr.verdict == resource]
         if sat and phase_contains in phase:
             hits.append(i)

@@ -110,12 +110,16 @@ class ViewModel:
         self.engine_t: deque[float] = deque(maxlen=self.history_ticks)
         self.n = 0  # ticks fed = replay index of the next tick
         self.last: Sample | None = None
-        self.phase: str | None = None
         self.engine_stats = self._new_engine_stats()
 
     @property
     def engine_info(self) -> dict[str, Any] | None:
         return self.analysis.engine_info
+
+    @property
+    def phase(self) -> str | None:
+        """The phase of the last tick fed, by the session's one phase rule (the analysis')."""
+        return self.analysis.phase
 
     def _new_engine_stats(self) -> EngineStats:
         return EngineStats(window_s=10.0)
@@ -133,12 +137,10 @@ class ViewModel:
     def _analyse(self, s: Sample) -> None:
         """Verdicts, events and the per-tick series of the one analysis."""
         self.analysis.feed(s)
-        self.phase = self.analysis.phase
 
     def _analyse_many(self, samples: Sequence[Sample], a: int, b: int) -> None:
         """``_analyse`` of ``samples[a:b]``, the analysis fed in chunks (a seek over an hour of ticks)."""
         self.analysis.feed_all(samples[a:b])
-        self.phase = self.analysis.phase
 
     def _remember(self, s: Sample) -> None:
         e = s.engine
