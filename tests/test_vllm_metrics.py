@@ -222,3 +222,35 @@ def test_poller_rides_out_one_dropped_connection_too():
     poller.stale_grace_s = 0.0
     s = poller.poll_once()
     assert not s.up and [e["event"] for e in poller.drain_events()] == ["engine_down"]
+
+
+def test_a_tick_waiting_on_a_slow_scrape_reads_slow_then_down():
+    """A scrape still in flight past its deadline (a loaded 2-core machine: 3.4 s seen in CI) marks the
+    tick's reading slow, not down; down only past the poller's own grace, and at once if the process is gone."""
+    from pcie_tui.core.model import EngineSample
+    from pcie_tui.engines.poller import EnginePoller
+
+    class Once:
+        kind, url, pid, info = "vllm", "http://127.0.0.1:1", None, {}
+        timeout_s = 2.0
+
+        def describe(self):
+            return {"kind": self.kind}
+
+        def read(self):
+            return EngineSample(kind=self.kind, up=True, prompt_tokens_total=5.0, requests_running=1.0)
+
+    poller = EnginePoller(Once(), interval_s=0.25, rediscover=False)
+    poller.poll_once()
+    t_read = poller._latest[0]
+    fresh = poller.sample_for_tick(t_read + 1.0, (), ())
+    assert fresh.up and fresh.error is None
+    slow = poller.sample_for_tick(t_read + 3.7, (), ())
+    assert slow.up and slow.error == "slow: no answer for 3.7 s" and slow.phase != "down"
+    assert slow.prompt_tokens_total == 5.0
+    gone = poller.sample_for_tick(t_read + 30.0, (), ())
+    assert not gone.up and gone.phase == "down" and gone.error == "no reading for 30.0 s"
+    # The process gone: down at once, however young the grace.
+    latest = poller._latest
+    poller._latest = (latest[0], latest[1], latest[2], False, latest[4])
+    assert not poller.sample_for_tick(t_read + 3.7, (), ()).up
