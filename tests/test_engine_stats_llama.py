@@ -218,7 +218,13 @@ def test_request_latencies_and_duplicates():
     lat = request_latencies(reqs + [{"prompt_n": 0, "prompt_ms": 0.0, "predicted_n": 1, "predicted_ms": 0.0}])
     assert lat["itl_s"] == {"p50": 0.005, "p95": 0.005, "p99": 0.005}
     assert lat["prefill_s"] == {"p50": 0.02, "p95": 0.02, "p99": 0.02}  # a fully cached prompt has no prefill
-    assert request_latencies([]) == {"ttft_s": None, "itl_s": None, "prefill_s": None, "decode_s": None}
+    assert request_latencies([]) == {
+        "ttft_s": None,
+        "itl_s": None,
+        "prefill_s": None,
+        "decode_s": None,
+        "queue_s": None,
+    }
 
 
 def test_report_text_shows_llama_latencies_with_units_and_basis():

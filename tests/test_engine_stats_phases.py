@@ -69,6 +69,10 @@ def test_tick_phase_rules():
     assert tick_phase(up, "idle", alive=True, served=True, rx_Bps=1e6) == "idle"
     assert tick_phase(up, "prefill", alive=True, served=True, rx_Bps=20e9) == "prefill"
     assert tick_phase(up, None, alive=True, served=True, rx_Bps=None) == "idle"
+    # Several requests, some in prefill, some decoding: the bus says which one the tick's work was.
+    assert tick_phase(up, "mixed", alive=True, served=True, rx_Bps=48e9) == "prefill"  # host weights streaming
+    assert tick_phase(up, "mixed", alive=True, served=True, rx_Bps=2e6) == "mixed"
+    assert tick_phase(up, "mixed", alive=True, served=True, rx_Bps=None) == "mixed"  # no GPU reading: not assumed
 
 
 def test_engine_rx_uses_only_the_engines_gpus():

@@ -335,9 +335,9 @@ def engine_report(samples: Iterable[Sample], analyzer: Any = None) -> dict[str, 
             # The engine's per-request TTFT has its own name in the requests (llama.cpp: prompt_ms, the
             # server-side time to first token): the same exact order statistics as ``ttft_s`` above.
             pr["ttft_s"] = out.get("ttft_s")
-        out["queue_s"] = None
+        n_client = sum(1 for r in per_request if isinstance(r.get("client_ttft_s"), int | float))
         out["quantile_method"] = _method(per_req_eng) if per_request else None
-        out["basis"] = per_req_eng.timing_basis(len(per_request)) or out["basis"]
+        out["basis"] = per_req_eng.timing_basis(len(per_request), n_client) or out["basis"]
     return out
 
 

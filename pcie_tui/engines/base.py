@@ -101,6 +101,7 @@ class RequestTiming:
     prefill_s: float | None = None
     decode_s: float | None = None
     itl_mean_s: float | None = None  # the request's mean gap between output tokens
+    queue_s: float | None = None  # arrival to being taken up (a slot given), where the engine's timeline shows it
 
 
 @dataclass(frozen=True)
@@ -296,7 +297,7 @@ class Engine(ABC):
             return TimingBasis("per-request", "exact", self.ttft_includes_queue, self.quantile_method)
         return TimingBasis("histograms", "bucket-interpolated", self.ttft_includes_queue, self.quantile_method)
 
-    def timing_basis(self, n_requests: int) -> str | None:
+    def timing_basis(self, n_requests: int, n_client_timed: int | None = None) -> str | None:
         """The report's ``basis`` sentence for per-request timings, or None for histogram engines."""
         return None
 

@@ -6,6 +6,12 @@ rising), ``decode`` (generation counter rising), ``mixed`` (both in the same
 scrape interval: continuous batching), ``idle`` (answering, nothing moving),
 ``down`` (not answering).
 
+A ``mixed`` tick is given to what the bus was doing: with bulk host->device traffic (the
+engine's GPUs receiving at least ``loading_rx_Bps``) it is ``prefill``, since a batch that
+carries prompt tokens is what streams host weights or KV to the GPU (decode steps of the other
+requests ride in the same batch and move kB); so a link-saturated prefill among several
+requests' decodes is still told as prefill. Without bulk traffic it stays ``mixed``.
+
 The counters are read once per scrape (0.5 s by default), so a phase is a
 statement about that interval, not about a single engine step.
 """
@@ -125,4 +131,6 @@ def tick_phase(
     phase = counter_phase_ or "idle"
     if phase == "idle" and bulk_rx and not engine.requests_running:
         return "loading"
+    if phase == "mixed" and bulk_rx:
+        return "prefill"
     return phase

@@ -32,6 +32,7 @@ _PROMPT_LE = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 25.0, 60.0
 REQUEST_LE = {
     "ttft": _PROMPT_LE,
     "prefill": _PROMPT_LE,
+    "queue": _PROMPT_LE,
     "decode": (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 40.0, 80.0, 160.0, 320.0, 640.0),
     "request_itl_mean": (0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.15, 0.2, 0.3, 0.5, 1.0),
 }
@@ -140,6 +141,7 @@ class ExportState:
                 ("prefill", rt.prefill_s),
                 ("decode", rt.decode_s),
                 ("request_itl_mean", rt.itl_mean_s),
+                ("queue", rt.queue_s),
             ):
                 if v is not None:
                     self._observe(name, v)
@@ -180,11 +182,11 @@ HELP = {
     "pcie_engine_kv_cache_util_ratio": "KV cache in use, 0..1 (where the engine reports it)",
     "pcie_engine_model_vram_ratio": "share of the loaded model's bytes in GPU memory, 0..1 (where the engine reports it)",
     "pcie_engine_model_host_bytes": "bytes of the loaded model kept in host memory (where the engine reports it)",
-    "pcie_engine_ttft_seconds": "time to first token as the engine times it (histograms: from arrival; per-request log timings: prompt eval, server side)",
+    "pcie_engine_ttft_seconds": "time to first token from arrival (histograms: the engine's; llama-server: slot wait + slot setup + batch wait + prompt eval from its log, prompt eval alone where the arrival was not seen)",
     "pcie_engine_itl_seconds": "gap between consecutive output tokens, one observation per gap (engines with histograms)",
     "pcie_engine_prefill_seconds": "prefill time per request",
     "pcie_engine_decode_seconds": "decode time per request",
-    "pcie_engine_queue_seconds": "time a request waited in the queue (engines with histograms)",
+    "pcie_engine_queue_seconds": "time a request waited in the queue before it was taken up (engine histograms; llama-server: arrival to its slot)",
     "pcie_engine_e2e_seconds": "end-to-end latency per request (engines with histograms)",
     "pcie_engine_request_itl_mean_seconds": "mean inter-token gap of each request, one observation per request",
 }

@@ -114,8 +114,9 @@ def first_token_marks(rows: Sequence[dict[str, Any]]) -> tuple[list[dict[str, An
     """First-token marks as far as the recording knows them, and what they mean.
 
     An engine that times each request in its log (``extra["requests"]``): each finished request,
-    first token at (time the log line was read - eval time), its prompt eval before it (server-side
-    TTFT). An engine with histograms: only their deltas, n first tokens seen by a scrape since the
+    first token at (time the log line was read - eval time), or at arrival + the client's TTFT where
+    the log showed the arrival (llama-server: ``t_arrive``, ``client_ttft_s``); the bar before it spans
+    the wait and the prompt eval (the prompt eval alone without an arrival). An engine with histograms: only their deltas, n first tokens seen by a scrape since the
     previous one, with their mean TTFT.
     """
     engines = [EngineSample.from_json(e) for d in rows if isinstance(e := d.get("engine"), dict)]
@@ -124,10 +125,14 @@ def first_token_marks(rows: Sequence[dict[str, Any]]) -> tuple[list[dict[str, An
         t, pms, gms = r.get("t"), r.get("prompt_ms"), r.get("predicted_ms") or 0.0
         if not isinstance(t, int | float) or not isinstance(pms, int | float):
             continue
+        arrive, ttft = r.get("t_arrive"), r.get("client_ttft_s")
+        if isinstance(arrive, int | float) and isinstance(ttft, int | float):
+            marks.append({"t": arrive + ttft, "start": arrive, "text": seconds(ttft)})
+            continue
         first = t - float(gms) / 1e3
         marks.append({"t": first, "start": first - pms / 1e3, "text": seconds(pms / 1e3)})
     if marks:
-        return marks, f"first token, with its TTFT\n({registry.display(engines[0].kind)} log; bar = prompt eval)"
+        return marks, f"first token, with its TTFT\n({registry.display(engines[0].kind)} log; bar = wait + prompt eval)"
     prev: dict[str, Any] | None = None
     for d in rows:
         e = d.get("engine")

@@ -67,10 +67,13 @@ class LlamaCppEngine(Engine):
     probe_paths = ("/metrics", "/props")
     per_request_timing = True
     quantile_method = (
-        "per request, from llama-server's log timings (server side: TTFT = prompt eval time, "
-        "queue and HTTP excluded, so a lower bound; ITL = mean gap per request)"
+        "per request, from llama-server's log timings (TTFT as the client waits: slot wait from "
+        "llamacpp:requests_deferred, slot setup and batch wait from log timestamps, then prompt eval "
+        "time; without them TTFT = prompt eval time, a lower bound; ITL = mean gap per request)"
     )
-    ttft_includes_queue = False  # prompt eval time: from the first prompt token processed, queue excluded
+    # Per request: yes where the log showed its arrival (client_ttft_s, see .clock), else not; the basis
+    # counts them, so the engine as a whole says neither.
+    ttft_includes_queue = None
     layout_flags = LAYOUT_FLAGS
     layout_repeatable = frozenset({"-ot"})
     model_format = "gguf"
@@ -125,12 +128,19 @@ class LlamaCppEngine(Engine):
             return "none: no llama-server log was found to read; name it with --log FILE"
         return None
 
-    def timing_basis(self, n_requests: int) -> str | None:
+    def timing_basis(self, n_requests: int, n_client_timed: int | None = None) -> str | None:
         if not n_requests:
             return "no per-request timings (llama-server log not read)"
+        tail = "decode = eval time, ITL = eval time / (tokens - 1)"
+        if n_client_timed:
+            return (
+                f"{n_requests} requests timed by llama-server's log; TTFT as the client waits for "
+                f"{n_client_timed} of them: slot wait (from llamacpp:requests_deferred at the scrape interval) "
+                f"+ slot setup + batch wait (log timestamps) + prefill (prompt eval time); {tail}"
+            )
         return (
             f"{n_requests} requests timed by llama-server's log: prefill = TTFT = prompt eval time "
-            "(server side, lower bound of client TTFT), decode = eval time, ITL = eval time / (tokens - 1); "
+            f"(server side, a lower bound of the client's TTFT: its arrival was not seen), {tail}; "
             "queue time not reported"
         )
 

@@ -276,6 +276,9 @@ class LlamaCppClient:
             errors.append("/metrics returned something that is not Prometheus text")
             return "ready", None
         self.metrics_enabled = True
+        t_answer = time.time()
+        for tailer in self.tailers:  # the slot wait of each request is counted from this gauge
+            tailer.clock.feed_deferred(t_answer, vals.get("llamacpp:requests_deferred"))
         prompt_total = vals.get("llamacpp:prompt_tokens_total")
         for name, key in (
             ("llamacpp:n_decode_total", "n_decode_total"),

@@ -41,6 +41,7 @@ import re
 import time
 from typing import Any
 
+from pcie_tui.engines.llamacpp.clock import RequestClock
 from pcie_tui.engines.stats import quantile
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
@@ -193,6 +194,10 @@ class LogTailer:
         self.seq = 0  # requests found so far: with ``t``, identifies a request across duplicated ticks
         self.error: str | None = None
         self._stamp: tuple[tuple[int, int], int, int] | None = None  # (file, size, mtime) at the last look
+        # Each request's timeline as its client lived it (queue, slot setup, batch wait): see .clock.
+        self.clock = RequestClock()
+        self._read_at = 0.0  # wall time of the last read: every line written before it has been fed
+        self._held: list[dict[str, Any]] = []  # ended requests waiting for the ones taken up before them
         try:
             st = os.stat(path)
             self._ino = (st.st_dev, st.st_ino)
@@ -206,6 +211,8 @@ class LogTailer:
 
     def poll(self) -> list[dict[str, Any]]:
         """New completed requests since the last call. Never raises."""
+        self.clock.lines_read(self._read_at)
+        now = time.time()  # every line written before this is fed below (or was already)
         try:
             st = os.stat(self.path)
         except OSError as e:
@@ -216,7 +223,8 @@ class LogTailer:
         if stamp == self._stamp and self.error is None:
             # Not touched since the last look (the usual case between requests): no open, seek
             # or read. A rewrite to the very same length still changes the mtime.
-            return []
+            self._read_at = now
+            return self._release(now)
         self._stamp = stamp
         try:
             with open(self.path, "rb") as f:
@@ -233,7 +241,8 @@ class LogTailer:
                     self._ino, self.offset, self._buf, self._sig = ino, 0, b"", b""
                     self.parser.reset()
                 if st.st_size == self.offset:
-                    return []
+                    self._read_at = now
+                    return self._release(now)
                 f.seek(self.offset)
                 data = f.read(self.max_read_bytes)
         except OSError as e:
@@ -247,14 +256,31 @@ class LogTailer:
         self._buf = lines.pop()  # the unfinished last line waits for the rest
         if len(self._buf) > 65536:
             self._buf = b""  # a line that long is not a timing line
-        now = time.time()
-        out = []
+        self._read_at = now
         for raw in lines:
-            rec = self.parser.feed(raw.decode("utf-8", "replace"))
+            text = raw.decode("utf-8", "replace")
+            self.clock.feed_line(text, now)
+            rec = self.parser.feed(text)
             if rec is not None:
                 self.seq += 1
                 rec["t"], rec["seq"] = now, self.seq
-                out.append(rec)
+                self.clock.finish(rec, now, text)
+                self._held.append(rec)
+        return self._release(now)
+
+    def _release(self, now: float) -> list[dict[str, Any]]:
+        """The ended requests whose timeline can be told now (see RequestClock.ready), in order."""
+        out, held = [], []
+        for rec in self._held:
+            task = rec.get("task")
+            if isinstance(task, int) and not self.clock.ready(task, now):
+                held.append(rec)
+                continue
+            timeline = self.clock.timeline(task) if isinstance(task, int) else None
+            if timeline is not None:
+                rec.update(timeline)
+            out.append(rec)
+        self._held = held
         return out
 
 

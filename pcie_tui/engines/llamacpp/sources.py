@@ -19,8 +19,13 @@ def rows(win: str) -> list[SourceRow]:
         ),
         (
             "TTFT, prefill",
-            "llama-server log, per finished request: 'prompt eval time' (server side; queue and HTTP "
-            "excluded, so a lower bound of what a client sees); p50/p95/p99 exact over the requests",
+            "llama-server log, per finished request. TTFT as the client waits: its arrival (a request that "
+            "waited for a slot: counted from the gauge llamacpp:requests_deferred at the scrape interval; one "
+            "that found a slot free: when the log shows it was given one, less the server loop's turn it "
+            "waited behind), slot setup ('selected slot' to 'processing task', where the host prompt cache "
+            "is saved and loaded), the wait for batch room and the prefill ('prompt eval time'), from the "
+            "log's timestamps. Prefill alone: 'prompt eval time'. A request whose start the log did not "
+            "show has TTFT = prefill (a lower bound); p50/p95/p99 exact over the requests",
             "s / ms",
             f"requests that ended in {win}",
         ),
@@ -33,9 +38,10 @@ def rows(win: str) -> list[SourceRow]:
         ),
         (
             "queue",
-            "not reported by llama-server (shown as n/a)",
+            "llama-server does not report it: arrival (as for TTFT) to the log's 'selected slot'; n/a "
+            "without the log or without --metrics' deferred gauge (a wait then reads 0)",
             "s / ms",
-            "-",
+            f"requests that ended in {win}",
         ),
         (
             "running, waiting",

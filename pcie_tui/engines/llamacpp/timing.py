@@ -6,10 +6,12 @@ latency histograms and whose token counters move only when a prompt is done / a
 request ends.
 
 Per-request timings (``extra["requests"]``, from the log; ``prompt_n``, ``prompt_ms``,
-``predicted_n``, ``predicted_ms``): llama-server sets ``t_start_generation`` when a
-slot's ``n_decoded`` reaches 1 and ends ``prompt_ms`` there, so ``prompt_ms`` is the
-server-side time to first token (queue and HTTP excluded: a lower bound of a client's
-TTFT) and ``predicted_ms`` spans ``predicted_n - 1`` inter-token gaps.
+``predicted_n``, ``predicted_ms``): ``prompt_ms`` runs from the slot's first prompt tokens in
+a batch to its first token (prefill, server side) and ``predicted_ms`` spans ``predicted_n - 1``
+inter-token gaps. Where the log also showed when the request arrived and was given its slot
+(:mod:`.clock`: ``client_ttft_s``, ``queue_s``, ``slot_setup_s``, ``batch_wait_s``), TTFT is the
+client's: wait for a slot + slot setup + wait for batch room + prefill. Else TTFT = prefill, a
+lower bound, and the basis says so.
 """
 
 from __future__ import annotations
@@ -48,17 +50,34 @@ def request_timing(r: Mapping[str, Any]) -> RequestTiming | None:
     itl = gms / (gn - 1) / 1e3 if timed and gms is not None and gn is not None else None
     if prompt_s is None and decode_s is None:
         return None
-    return RequestTiming(ttft_s=prompt_s, prefill_s=prompt_s, decode_s=decode_s, itl_mean_s=itl)
+    client, queue = _num(r.get("client_ttft_s")), _num(r.get("queue_s"))
+    ttft = client if client is not None and client >= 0 else prompt_s
+    return RequestTiming(ttft_s=ttft, prefill_s=prompt_s, decode_s=decode_s, itl_mean_s=itl, queue_s=queue)
+
+
+def client_timed(requests: Sequence[Mapping[str, Any]]) -> int:
+    """How many of ``requests`` carry the client's TTFT (their arrival was seen)."""
+    return sum(1 for r in requests if _num(r.get("client_ttft_s")) is not None)
 
 
 def request_latencies(requests: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, float] | None]:
-    """p50/p95/p99 of ttft_s, itl_s, prefill_s, decode_s over per-request llama-server timings
-    (each request as :func:`request_timing` reads it; itl_s: each request's mean gap)."""
+    """p50/p95/p99 of ttft_s, itl_s, prefill_s, decode_s, queue_s over per-request llama-server timings
+    (each request as :func:`request_timing` reads it; itl_s: each request's mean gap). TTFT and queue
+    come from the requests whose arrival was seen when any were (the client's TTFT), else TTFT is the
+    prefill (a lower bound) and the queue unknown."""
     timings = [t for r in requests if (t := request_timing(r)) is not None]
     prefill = [t.prefill_s for t in timings if t.prefill_s is not None]
     decode = [t.decode_s for t in timings if t.decode_s is not None]
     itl = [t.itl_mean_s for t in timings if t.itl_mean_s is not None]
-    return {"ttft_s": _q3(prefill), "itl_s": _q3(itl), "prefill_s": _q3(prefill), "decode_s": _q3(decode)}
+    queue = [t.queue_s for t in timings if t.queue_s is not None]
+    ttft = [t.ttft_s for t in timings if t.queue_s is not None and t.ttft_s is not None] if queue else prefill
+    return {
+        "ttft_s": _q3(ttft),
+        "itl_s": _q3(itl),
+        "prefill_s": _q3(prefill),
+        "decode_s": _q3(decode),
+        "queue_s": _q3(queue),
+    }
 
 
 # ---- /slots token counts (llama-server) -----------------------------------
