@@ -121,13 +121,9 @@ def _host_memory_from_flags(f: dict[str, Any], src: dict[str, str], mode: Runtim
         words = "GGML_CUDA_NO_PINNED is set: cudaMallocHost is never called, host buffers are pageable CPU memory"
         return RuntimeFact("host_pinned", False, src["ggml_cuda_no_pinned"]), words
     if mode.value in _PINNED_MODES:
-        return RuntimeFact(
-            "host_pinned", True, mode.source
-        ), f"load mode {mode.value}: host weights in pinned CUDA host buffers"
+        return RuntimeFact("host_pinned", True, mode.source), f"load mode {mode.value}: pinned CUDA host buffers"
     if mode.value in _MMAP_MODES:
-        words = (
-            f"load mode {mode.value}" + (" = mmap, the default" if mode.value == "auto" else "") + ": pageable memory"
-        )
+        words = f"load mode {mode.value}" + (" = mmap" if mode.value == "auto" else "") + ": pageable memory"
         return RuntimeFact("host_pinned", False, mode.source), words
     return RuntimeFact("host_pinned", None, mode.source), f"unknown: load mode {mode.value!r}"
 
