@@ -139,7 +139,10 @@ def test_the_mmap_warning_is_the_logs_word_on_pageable_memory(tmp_path: Path):
     )
     fx = _facts(["-lm", "none", "--cpu-moe"], log=warn, tmp=tmp_path)  # the flag said none: the log wins
     value, source = _fact(fx, "host_pinned")
-    assert value is False and source.startswith("log: 'llama_model_loader: tensor overrides to CPU")
+    assert (value, source) == (
+        False,
+        "log: 'tensor overrides to CPU are used with mmap enabled - consider using --load-mode none'",
+    )
     fx = _facts(["--cpu-moe"], log=warn, tmp=tmp_path)  # agrees with the default: both named
     assert _fact(fx, "host_pinned")[1].startswith("default: no -lm, no LLAMA_ARG_LOAD_MODE; log: '")
 
@@ -260,3 +263,22 @@ def test_the_environment_of_a_running_process_is_read_from_proc():
     finally:
         child.kill()
         child.wait()
+
+
+def test_the_text_report_states_what_was_read_and_from_where():
+    import io
+
+    from rich.console import Console
+
+    from pcie_tui.recording.reader import read_recording
+    from pcie_tui.report.text import build_report, render_text
+
+    rec = read_recording(Path(__file__).parents[1] / "pcie_tui" / "data" / "h200-hostdecode.jsonl.gz")
+    buf = io.StringIO()
+    render_text(build_report(rec)[0], rec, Console(file=buf, width=200, color_system=None))
+    text = buf.getvalue()
+    assert "in host memory: 13 of 16 layers (-ngl 4) (load mode none: pinned CUDA host buffers (flag -lm none))" in text
+    assert (
+        "read: load mode none (flag -lm none) · layers on the GPU 4/17 (flag -ngl 4) · op offload on "
+        "(default: --op-offload)" in text
+    )

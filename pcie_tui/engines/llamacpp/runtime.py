@@ -45,7 +45,6 @@ _BUFFER = re.compile(
     r"load_tensors:\s+(?P<name>[A-Za-z][\w.-]*)\s+(?:model\s+)?buffer size\s*=\s*(?P<mib>[\d.]+)\s*MiB"
 )
 _OFFLOADED = re.compile(r"offloaded (?P<n>\d+)/(?P<m>\d+) layers to GPU")
-_LOG_PREFIX = re.compile(r"^\s*[\d.]+\s+[A-Z]\s+")  # "0.00.201.188 W " (common/log.cpp)
 _PAGEABLE_HOST = ("CPU", "AMX", "KLEIDIAI")  # names that start so: plain host memory
 _PINNED_MODES = ("none", "mlock", "dio")
 _MMAP_MODES = ("auto", "mmap", "mmap+mlock")
@@ -105,10 +104,9 @@ def host_memory(f: dict[str, Any], src: dict[str, str], lines: list[str], mode: 
         )
         return RuntimeFact("host_pinned", pinned > pageable, "; ".join(s for _, _, s in host)), words
     fact, words = _host_memory_from_flags(f, src, mode)
-    warning = next((_LOG_PREFIX.sub("", x).strip() for x in lines if MMAP_WARNING in x), None)
-    if warning is None:
+    if not any(MMAP_WARNING in x for x in lines):
         return fact, words
-    quoted = f"log: '{warning}'"
+    quoted = f"log: 'tensor overrides to CPU are used with {MMAP_WARNING}'"
     if fact.value is False:
         return RuntimeFact("host_pinned", False, f"{fact.source}; {quoted}"), words
     return RuntimeFact("host_pinned", False, quoted), "the loader says mmap is on: pageable memory"
