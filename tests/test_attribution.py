@@ -146,8 +146,12 @@ def test_llama_flags_and_environment():
     assert fx.host_pinned is False and "--no-host" in fx.host_memory_why
     fx = facts_for({"kind": "llamacpp", "cmdline": ["llama-server", "-ngl", "99", "--mlock"]})
     assert fx.host_weights is None and fx.host_pinned is None  # everything on the GPU: nothing to pin
+    # -ngl counts the output layer (llama-model.cpp: i_gpu_start = n_layer + 1 - ngl): -ngl 16 of 16
+    # layers leaves layer 0 on the CPU, -ngl 17 none.
     fx = facts_for({"kind": "llamacpp", "cmdline": ["llama-server", "-ngl", "16"], "model_meta": {"block_count": 16}})
-    assert fx.host_weights is None  # -ngl equal to the layer count keeps every layer on the GPU
+    assert fx.host_weights == "1 of 16 layers (-ngl 16)" and fx.host_layers == 1
+    fx = facts_for({"kind": "llamacpp", "cmdline": ["llama-server", "-ngl", "17"], "model_meta": {"block_count": 16}})
+    assert fx.host_weights is None
 
 
 def test_vllm_cpu_offload_is_named():

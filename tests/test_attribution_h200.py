@@ -114,7 +114,8 @@ def test_partial_offload_decode_is_host_bound_with_the_layer_count():
     rep = report("hostdecode")
     assert rep["headline"]["phase"] == "decode" and rep["headline"]["bound"] == "host"
     text = advice_text(finding(rep, "decode"))
-    assert "12 of 16 layers (-ngl 4)" in text and "raise -ngl (now 4)" in text
+    # -ngl 4 of 16: the output layer and the last 3 repeating layers on the GPU (llama-model.cpp)
+    assert "13 of 16 layers (-ngl 4)" in text and "raise -ngl (now 4)" in text
     assert "GPU memory used at most" in text  # VRAM room is stated from what the GPU reported
 
 
@@ -124,7 +125,7 @@ def test_partial_offload_decode_is_host_bound_with_the_layer_count():
         ("moe-pageable", "transfer", ["--cpu-moe", "-lm none", "consider using --load-mode none"]),
         ("moe-pinned", None, ["--cpu-moe", "-ub 512", "replace --cpu-moe by --n-cpu-moe N"]),
         ("nkvo", "host", ["-nkvo", "attention runs on the CPU"]),
-        ("ngl8", "host", ["8 of 16 layers (-ngl 8)"]),
+        ("ngl8", "host", ["9 of 16 layers (-ngl 8)"]),  # -ngl counts the output layer
     ],
 )
 def test_2026_pcie_heavy_sessions_name_their_cause(name, bound, words):

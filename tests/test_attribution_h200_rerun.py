@@ -82,7 +82,7 @@ def test_pinned_prefill_is_link_saturated_and_decode_host_bound():
 def test_partial_offload_decode_is_host_bound_with_the_layer_count():
     rep = report("hostdecode")
     assert (rep["headline"]["phase"], rep["headline"]["bound"]) == ("decode", "host")
-    assert "12 of 16 layers (-ngl 4)" in advice(finding(rep, "decode"))
+    assert "13 of 16 layers (-ngl 4)" in advice(finding(rep, "decode"))  # -ngl counts the output layer
 
 
 @pytest.mark.parametrize("name", ["pageable", "pinned", "hostdecode"])

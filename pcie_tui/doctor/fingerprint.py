@@ -137,7 +137,9 @@ def layout_flags(kind: str | None, argv: list[str] | None) -> dict[str, Any]:
     args = list(argv or [])
     for j, a in enumerate(args):
         name, eq, val = a.partition("=")
-        key = alias.get(name)
+        # --long_name is --long-name to llama.cpp's arg.cpp (and vLLM's parser); an engine whose parser
+        # rejects it never started with it.
+        key = alias.get(name) or (alias.get(name.replace("_", "-")) if name.startswith("--") else None)
         if key is None:
             continue
         value: Any = val if eq else None

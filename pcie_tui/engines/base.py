@@ -72,6 +72,20 @@ class Layout:
 
 
 @dataclass(frozen=True)
+class RuntimeFact:
+    """One thing the engine did, with where the tool read it: its log (``log: '...'``), a flag
+    (``flag -lm mlock``), a variable (``env LLAMA_ARG_LOAD_MODE=mlock``) or a default. ``value`` None:
+    unknown, and ``source`` says why; never assumed."""
+
+    name: str
+    value: Any
+    source: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "value": self.value, "source": self.source}
+
+
+@dataclass(frozen=True)
 class TimingBasis:
     """How the engine's latency figures are timed (what its TTFT, ITL, prefill and decode mean)."""
 
@@ -159,6 +173,11 @@ class EngineFacts:
     flags: dict[str, Any] = field(default_factory=dict)  # the parsed flags, for evidence
     log_evidence: tuple[str, ...] = ()  # load-time log lines that bear on the bus
     log_warnings: tuple[str, ...] = ()  # the engine's load-time warnings, as it wrote them
+    runtime: tuple[RuntimeFact, ...] = ()  # what it did at load, each with its source (llama.cpp)
+
+    def fact(self, name: str) -> RuntimeFact | None:
+        """The runtime fact of that name, if the engine reads one."""
+        return next((f for f in self.runtime if f.name == name), None)
 
     def to_json(self) -> dict[str, Any]:
         """``report --json``'s ``attribution.engine_facts`` (docs/report-json.md)."""
@@ -176,6 +195,7 @@ class EngineFacts:
             "timing": self.timing.to_json() if self.timing is not None else None,
             "log_evidence": list(self.log_evidence),
             "log_warnings": list(self.log_warnings),
+            "runtime": [f.to_json() for f in self.runtime],
         }
 
 

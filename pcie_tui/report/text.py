@@ -261,8 +261,32 @@ def _render_engine_facts(fx: dict[str, Any] | None, console: Console) -> None:
         _wrapped(console, f"  in host memory: {fx['host_weights']}{why}")
     if fx.get("kv_on_host"):
         _wrapped(console, f"  KV cache in host memory: {fx['kv_on_host']}")
+    said = _runtime_facts(fx)
+    if said:
+        _wrapped(console, f"  read: {said}")
     for line in (fx.get("log_evidence") or [])[:3]:
         _wrapped(console, f"  engine said: {line}")
+
+
+_FACT_NAMES = {
+    "load_mode": "load mode",
+    "gpu_layers": "layers on the GPU",
+    "op_offload": "op offload",
+    "op_offload_min_batch": "op offload from batch",
+}
+
+
+def _runtime_facts(fx: dict[str, Any]) -> str:
+    """The engine's runtime facts with their sources, one phrase each (host_pinned is the line above)."""
+    out = []
+    for f in fx.get("runtime") or []:
+        name = _FACT_NAMES.get(f.get("name")) if isinstance(f, dict) else None
+        if name is None:
+            continue
+        v = f.get("value")
+        shown = "unknown" if v is None else ("on" if v is True else "off" if v is False else str(v))
+        out.append(f"{name} {shown} ({f.get('source')})")
+    return " · ".join(out)
 
 
 HANG = 4  # a wrapped line's continuation sits this much further in than its first line

@@ -32,7 +32,8 @@ from pcie_tui.engines.base import (
 from pcie_tui.engines.llamacpp import advice, proc, timing
 
 # Engine flags that shape where weights and activations live. Only these are kept:
-# never prompt text (-p/--prompt/-f), never the full command line.
+# never prompt text (-p/--prompt/-f), never the full command line. A ``--long_name`` with
+# underscores is the same flag (arg.cpp replaces ``_`` by ``-`` in ``--`` arguments).
 LAYOUT_FLAGS: dict[str, tuple[str, ...]] = {
     "-ngl": ("-ngl", "--gpu-layers", "--n-gpu-layers"),
     "-sm": ("-sm", "--split-mode"),
@@ -50,6 +51,13 @@ LAYOUT_FLAGS: dict[str, tuple[str, ...]] = {
     "-ctk": ("-ctk", "--cache-type-k"),
     "-ctv": ("-ctv", "--cache-type-v"),
     "-nkvo": ("-nkvo", "--no-kv-offload"),
+    "-lm": ("-lm", "--load-mode"),
+    "--no-host": ("--no-host",),
+    "--no-op-offload": ("--no-op-offload",),
+    "--op-offload": ("--op-offload",),
+    "-fit": ("-fit", "--fit"),
+    "-ncffn": ("-ncffn", "--n-cpu-ffn"),
+    # Gone in b11434 (-lm none / -lm mlock replaced them); read for older servers.
     "--no-mmap": ("--no-mmap",),
     "--mlock": ("--mlock",),
 }

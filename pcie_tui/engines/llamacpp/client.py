@@ -377,6 +377,11 @@ class LlamaCppClient:
                 extra["log_error"] = t.error
         return out
 
+    def progress(self) -> list[dict[str, Any]]:
+        """Requests still running, per slot, as the log's progress lines said at the last read
+        (:meth:`.log.LogTailer.progress`): prefill tokens processed, progress, rate."""
+        return [r for t in self.tailers for r in t.progress()]
+
     def close(self) -> None:
         """Nothing held open between reads; here for symmetry with other sources."""
 

@@ -17,6 +17,20 @@ below is parsed (the sources they come from are named beside each):
   (2023 ``LOG_TEE``);
 * ``llama_print_timings:`` / ``llama_perf_context_print:`` (libllama's own report).
 
+While a request runs, b11434 also prints progress lines (tools/server/server-context.cpp;
+``SLT_INF`` prints the function name cut to 12 characters, so both read ``print_timing``):
+
+* ``slot print_timing: id  0 | task 16 | prompt processing, n_tokens =   5120, progress = 0.85,
+  t =   3.00 s / 1704.71 tokens per second`` (``print_timings_pp``: after every batch once the
+  prompt has taken 3 s; n_tokens = prompt tokens processed, progress = cached + processed over the
+  prompt's tokens, t and the rate over the processed ones);
+* ``slot print_timing: id  0 | task 16 | n_gen =    100, tg =  30.00 t/s, tg_3s =  31.00 t/s``
+  (``print_timings_tg``: every 3 s once 100 tokens are generated);
+* ``slot      release: id  0 | task 16 | stop processing: n_tokens = ..., truncated = 0``.
+
+:func:`parse_progress` reads the first two; :meth:`LogTailer.progress` keeps the latest per slot
+until the request's timings or its release line arrive.
+
 No prompt or completion text is ever read into a result: only numbers.
 
 Public names the report and the TUI use:
@@ -25,6 +39,7 @@ Public names the report and the TUI use:
   tokens/s and prompt latency, with p50/p95/p99.
 * :class:`LogTailer` ``(path).poll() -> list[dict]``: new completed requests.
 * :class:`TimingParser` ``.feed(line) -> dict | None``.
+* :func:`parse_progress` ``(line) -> dict | None``: a live progress record.
 
 A request dict holds ``prompt_n``, ``prompt_ms``, ``predicted_n``, ``predicted_ms``
 (as the server printed them; also as ``prompt_tokens``, ``prompt_s``, ``generation_tokens``,
@@ -50,6 +65,16 @@ _TIMING = re.compile(
     r"(?P<ms>[0-9]+(?:\.[0-9]*)?)\s*ms(?:\s*/\s*(?P<n>[0-9]+)\s*(?P<unit>tokens|runs))?"
 )
 _SLOT = re.compile(r"slot\s+print_timing:\s*id\s+(?P<slot>-?\d+)\s*\|\s*task\s+(?P<task>-?\d+)\s*\|(?P<rest>.*)$")
+_NUM = r"[0-9]+(?:\.[0-9]*)?(?:e[+-]?[0-9]+)?|inf|nan|-nan"
+_SLOT_HEAD = r"slot\s+print_timing:\s*id\s+(?P<slot>-?\d+)\s*\|\s*task\s+(?P<task>-?\d+)\s*\|\s*"
+_PREFILL = re.compile(
+    _SLOT_HEAD + r"prompt processing, n_tokens\s*=\s*(?P<n>\d+), progress\s*=\s*(?P<progress>" + _NUM + r"), "
+    r"t\s*=\s*(?P<t>" + _NUM + r")\s*s\s*/\s*(?P<tps>" + _NUM + r") tokens per second"
+)
+_DECODE = re.compile(
+    _SLOT_HEAD + r"n_gen\s*=\s*(?P<n>\d+), tg\s*=\s*(?P<tps>" + _NUM + r") t/s, tg_3s\s*=\s*(?P<tps3>" + _NUM + r") t/s"
+)
+_RELEASE = re.compile(r"slot\s+release:\s*id\s+(?P<slot>-?\d+)\s*\|\s*task\s+(?P<task>-?\d+)\s*\|\s*stop processing")
 _KV_SLOT = re.compile(r"\b(?:id_slot|slot_id)=(-?\d+)")
 _KV_TASK = re.compile(r"\b(?:id_task|task_id)=(-?\d+)")
 _PREFIXES = (
@@ -86,9 +111,10 @@ class TimingParser:
             key: Key = (int(m.group("slot")), int(m.group("task")))
             body = m.group("rest")
             if not _TIMING.search(body):
-                # Multi-line form: the three timing lines follow without a prefix.
-                self._header_key, self._header_left = key, 3
-                return None
+                if not body.strip():
+                    # Multi-line form: the three timing lines follow without a prefix.
+                    self._header_key, self._header_left = key, 3
+                return None  # a progress line, or another slot line
             return self._timing(body, key, "slot")
         tm = _TIMING.search(line)
         if tm is None:
@@ -176,6 +202,39 @@ def parse_lines(lines: Any) -> list[dict[str, Any]]:
     return out
 
 
+def parse_progress(line: str) -> dict[str, Any] | None:
+    """A live progress record from one log line, or None.
+
+    Prefill: ``{"slot", "task", "phase": "prefill", "n_tokens", "progress", "t_s", "tokens_per_s"}``;
+    decode: ``{"slot", "task", "phase": "decode", "n_tokens", "tokens_per_s", "tokens_per_s_3s"}``.
+    """
+    if "print_timing" not in line:
+        return None
+    line = _ANSI.sub("", line)
+    m = _PREFILL.search(line)
+    if m is not None:
+        return {
+            "slot": int(m.group("slot")),
+            "task": int(m.group("task")),
+            "phase": "prefill",
+            "n_tokens": int(m.group("n")),
+            "progress": float(m.group("progress")),
+            "t_s": float(m.group("t")),
+            "tokens_per_s": float(m.group("tps")),
+        }
+    m = _DECODE.search(line)
+    if m is None:
+        return None
+    return {
+        "slot": int(m.group("slot")),
+        "task": int(m.group("task")),
+        "phase": "decode",
+        "n_tokens": int(m.group("n")),
+        "tokens_per_s": float(m.group("tps")),
+        "tokens_per_s_3s": float(m.group("tps3")),
+    }
+
+
 class LogTailer:
     """Follows one log file from a byte offset; survives rotation and truncation.
 
@@ -192,6 +251,7 @@ class LogTailer:
         self.offset = 0
         self._sig = b""  # the last bytes consumed, to notice a file rewritten in place
         self.seq = 0  # requests found so far: with ``t``, identifies a request across duplicated ticks
+        self._live: dict[int, dict[str, Any]] = {}  # slot -> its latest progress record (parse_progress)
         self.error: str | None = None
         self._stamp: tuple[tuple[int, int], int, int] | None = None  # (file, size, mtime) at the last look
         # Each request's timeline as its client lived it (queue, slot setup, batch wait): see .clock.
@@ -240,6 +300,7 @@ class LogTailer:
                     # Rotated (a new file under the name) or truncated: read it from the top.
                     self._ino, self.offset, self._buf, self._sig = ino, 0, b"", b""
                     self.parser.reset()
+                    self._live.clear()
                 if st.st_size == self.offset:
                     self._read_at = now
                     return self._release(now)
@@ -257,15 +318,27 @@ class LogTailer:
         if len(self._buf) > 65536:
             self._buf = b""  # a line that long is not a timing line
         self._read_at = now
+        return self._feed(lines, now)
+
+    def _feed(self, lines: list[bytes], now: float) -> list[dict[str, Any]]:
         for raw in lines:
-            text = raw.decode("utf-8", "replace")
-            self.clock.feed_line(text, now)
-            rec = self.parser.feed(text)
+            line = raw.decode("utf-8", "replace")
+            self.clock.feed_line(line, now)
+            rec = self.parser.feed(line)
             if rec is not None:
                 self.seq += 1
                 rec["t"], rec["seq"] = now, self.seq
-                self.clock.finish(rec, now, text)
+                self.clock.finish(rec, now, line)
                 self._held.append(rec)
+                if rec.get("slot") is not None:
+                    self._live.pop(rec["slot"], None)  # the request ended: no longer in progress
+                continue
+            prog = parse_progress(line)
+            if prog is not None:
+                prog["t"] = now
+                self._live[prog["slot"]] = prog
+            elif "release" in line and (rel := _RELEASE.search(line)) is not None:
+                self._live.pop(int(rel.group("slot")), None)
         return self._release(now)
 
     def _release(self, now: float) -> list[dict[str, Any]]:
@@ -282,6 +355,12 @@ class LogTailer:
             out.append(rec)
         self._held = held
         return out
+
+    def progress(self) -> list[dict[str, Any]]:
+        """The latest progress record of each slot with a request still running, as of the last
+        :meth:`poll` (``t``: when it was read), by slot. Lets a consumer show prefill progress
+        before the request ends."""
+        return [dict(self._live[k]) for k in sorted(self._live)]
 
 
 def _dist(values: list[float]) -> dict[str, float | None]:

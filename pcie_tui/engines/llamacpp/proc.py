@@ -9,6 +9,8 @@ import re
 import stat
 from typing import Any
 
+from pcie_tui.engines.llamacpp import flags
+
 _FLAGS = {
     "n_gpu_layers": ("-ngl", "--gpu-layers", "--n-gpu-layers"),
     "split_mode": ("-sm", "--split-mode"),
@@ -29,25 +31,24 @@ _ENV = {
     "main_gpu": "LLAMA_ARG_MAIN_GPU",
     "parallel": "LLAMA_ARG_N_PARALLEL",
     "ctx_size": "LLAMA_ARG_CTX_SIZE",
+    "device": "LLAMA_ARG_DEVICE",
     "model": "LLAMA_ARG_MODEL",
+    "log_file": "LLAMA_ARG_LOG_FILE",
 }
 # Variables that change where weights, KV cache and batches go; recorded with the engine's facts.
 LAYOUT_ENV = frozenset(
     {
-        *_ENV.values(),
-        "LLAMA_ARG_LOAD_MODE",
-        "LLAMA_ARG_NO_HOST",
-        "LLAMA_ARG_KV_OFFLOAD",
-        "LLAMA_ARG_N_CPU_MOE",
-        "LLAMA_ARG_N_CPU_FFN",
-        "LLAMA_ARG_CPU_MOE",
-        "LLAMA_ARG_OVERRIDE_TENSOR",
-        "LLAMA_ARG_UBATCH",
-        "LLAMA_ARG_BATCH",
-        "LLAMA_ARG_NO_MMAP",
-        "LLAMA_ARG_MLOCK",
+        *(v for k, v in _ENV.items() if k != "log_file"),
+        *flags.ENV_VALUES,
+        *flags.ENV_SWITCHES,
+        *flags.ENV_PAIRS,
+        *(v.replace("LLAMA_ARG_", "LLAMA_ARG_NO_") for v in flags.ENV_PAIRS),
+        *flags.GGML_ENV,
+        "LLAMA_ARG_FIT_TARGET",
+        "LLAMA_ARG_FIT_CTX",
         "LLAMA_ARG_FLASH_ATTN",
-        "GGML_CUDA_NO_PINNED",
+        "LLAMA_ARG_CACHE_TYPE_K",
+        "LLAMA_ARG_CACHE_TYPE_V",
     }
 )
 _INT_KEYS = ("main_gpu", "parallel", "ctx_size", "port")
@@ -56,19 +57,22 @@ _INT_KEYS = ("main_gpu", "parallel", "ctx_size", "port")
 def parse_layout(argv: list[str], environ: dict[str, str] | None = None) -> dict[str, Any]:
     """The split/offload flags of a llama-server command line (``-ngl -sm -ts -mg`` and friends).
 
-    Command-line flags win over ``LLAMA_ARG_*`` variables, as in llama-server.
+    Command-line flags win over ``LLAMA_ARG_*`` variables, as in llama-server; ``--a_b`` is
+    ``--a-b`` and ``--a=v`` is read too (:func:`.flags.canonical`).
     """
     found: dict[str, Any] = {}
     for i, a in enumerate(argv):
-        flag, eq, val = a.partition("=")
+        flag, val = flags.canonical(a)
         for key, names in _FLAGS.items():
             if flag in names:
-                if eq:
+                if val is not None:
                     found[key] = val
                 elif i + 1 < len(argv):
                     found[key] = argv[i + 1]
-    found["metrics"] = "--metrics" in argv or (environ or {}).get("LLAMA_ARG_ENDPOINT_METRICS") in ("1", "true")
-    if "--no-slots" in argv:
+    env = environ or {}
+    found["metrics"] = "--metrics" in argv or env.get("LLAMA_ARG_ENDPOINT_METRICS") in flags.TRUTHY
+    slots_off_env = "LLAMA_ARG_NO_ENDPOINT_SLOTS" in env or env.get("LLAMA_ARG_ENDPOINT_SLOTS") in flags.FALSEY
+    if "--no-slots" in argv or (slots_off_env and "--slots" not in argv):
         found["slots"] = False
     for key, var in _ENV.items():
         if key not in found and environ and var in environ:
@@ -105,7 +109,7 @@ def proc_environ(pid: int) -> dict[str, str]:
     out = {}
     for p in raw.split(b"\0"):
         k, eq, v = p.decode("utf-8", "replace").partition("=")
-        if eq and (k.startswith("LLAMA_ARG_") or k.startswith("GGML_CUDA_")):
+        if eq and (k.startswith(("LLAMA_ARG_", "GGML_CUDA_")) or k in flags.GGML_ENV):
             out[k] = v
     return out
 
@@ -125,7 +129,7 @@ def log_paths_for_pid(pid: int, argv: list[str] | None = None) -> list[str]:
         except OSError:
             continue
         cands.append(link if target.endswith(" (deleted)") or not target.startswith("/") else target)
-    lf = parse_layout(argv or []).get("log_file")
+    lf = parse_layout(argv or [], proc_environ(pid)).get("log_file")
     if isinstance(lf, str):
         cwd = None
         with contextlib.suppress(OSError):

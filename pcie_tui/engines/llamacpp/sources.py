@@ -57,4 +57,20 @@ def rows(win: str) -> list[SourceRow]:
             "% of KV cache in use",
             "latest tick",
         ),
+        (
+            "in host memory",
+            HOST_MEMORY_SOURCE,
+            "layers; pinned or pageable",
+            "the model's load",
+        ),
     ]
+
+
+# What says where the weights went: the log before the flags (pcie_tui.engines.llamacpp.runtime).
+HOST_MEMORY_SOURCE = (
+    "llama-server's load log first ('CUDA_Host model buffer size' = pinned, 'CPU_Mapped' / 'CPU' = "
+    "pageable; 'offloaded N/M layers to GPU'; '(load_mode = X)'; the loader's mmap warning), else its "
+    "flags (-ngl, -lm, --no-host, --n-cpu-moe, -ot) and LLAMA_ARG_* / GGML_CUDA_NO_PINNED from "
+    "/proc/PID/environ; each fact names its source, and one not read is unknown "
+    "(report --json: engine_facts.runtime)"
+)
