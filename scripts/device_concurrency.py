@@ -7,7 +7,8 @@ clients (each sends its next request when its last one ends) with long random-to
 recording, then ``pcie-tui report`` (text and --json). The clients' own timings (numbers only) go beside the
 recording as ``NAME.clients.json``: the truth for TTFT. Prompts are random token ids; no text is sent.
 
-usage: python3 scripts/device_concurrency.py --server BIN --model GGUF --out DIR --case NAME:SLOTS:CONC:N:NGL
+usage: python3 scripts/device_concurrency.py --server BIN --model GGUF --out DIR
+           --case NAME:SLOTS:CONC:N:NGL[:PROMPT_LEN[:N_PREDICT[:EXTRA,SERVER,ARGS]]]
 """
 
 from __future__ import annotations
@@ -91,13 +92,18 @@ def clients(url: str, conc: int, n: int, prompt_len: int, n_predict: int) -> lis
     return done
 
 
-def run_case(args: argparse.Namespace, name: str, slots: int, conc: int, n: int, ngl: int) -> None:
+def run_case(args: argparse.Namespace, spec: str) -> None:
+    name, slots_, conc_, n_, ngl_, *rest = spec.split(":")
+    slots, conc, n, ngl = int(slots_), int(conc_), int(n_), int(ngl_)
+    prompt_len = int(rest[0]) if rest else args.prompt_len
+    n_predict = int(rest[1]) if len(rest) > 1 else args.n_predict
+    extra = [a for a in rest[2].split(",") if a] if len(rest) > 2 else []
     out = Path(args.out)
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     log = out / f"{name}.server.log"
     argv = [args.server, "-m", args.model, "--host", "127.0.0.1", "--port", str(port), "-np", str(slots),
-            "-c", str(slots * (args.prompt_len + 256)), "-ngl", str(ngl), "--metrics", "-t", "16"]  # fmt: skip
+            "-c", str(slots * (prompt_len + n_predict + 64)), "-ngl", str(ngl), "--metrics", "-t", "16", *extra]  # fmt: skip
     print(f"== {name}: {' '.join(argv[1:])}", flush=True)
     with open(log, "wb") as lf:
         srv = subprocess.Popen(argv, stdout=lf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
@@ -110,13 +116,13 @@ def run_case(args: argparse.Namespace, name: str, slots: int, conc: int, n: int,
                                 "--interval", "0.1", "--force", "--out", str(rec_path)])  # fmt: skip
         time.sleep(3.0)
         t0 = time.time()
-        done = clients(url, conc, n, args.prompt_len, args.n_predict)
+        done = clients(url, conc, n, prompt_len, n_predict)
         time.sleep(2.0)  # the last requests' log lines and a tick after them
         rec.send_signal(signal.SIGTERM)
         rec.wait(60)
         ttft = sorted(r["t_first"] - r["t_send"] for r in done if r["t_first"])
-        truth = {"case": name, "slots": slots, "concurrency": conc, "ngl": ngl, "prompt_len": args.prompt_len,
-                 "n_predict": args.n_predict, "t0": t0, "requests": done,
+        truth = {"case": name, "slots": slots, "concurrency": conc, "ngl": ngl, "prompt_len": prompt_len,
+                 "n_predict": n_predict, "server_args": argv[3:], "t0": t0, "requests": done,
                  "client_ttft_p50": ttft[len(ttft) // 2] if ttft else None}  # fmt: skip
         (out / f"{name}.clients.json").write_text(json.dumps(truth, indent=1))
         print(f"{name}: {len(done)} requests, client TTFT p50 {truth['client_ttft_p50']}", flush=True)
@@ -140,11 +146,10 @@ def main() -> int:
     ap.add_argument("--out", required=True)
     ap.add_argument("--prompt-len", type=int, default=4000)
     ap.add_argument("--n-predict", type=int, default=8)
-    ap.add_argument("--case", action="append", required=True, help="NAME:SLOTS:CONCURRENCY:REQUESTS:NGL")
+    ap.add_argument("--case", action="append", required=True, help="NAME:SLOTS:CONC:N:NGL[:PROMPT[:PREDICT[:ARGS]]]")
     args = ap.parse_args()
     for spec in args.case:
-        name, slots, conc, n, ngl = spec.split(":")
-        run_case(args, name, int(slots), int(conc), int(n), int(ngl))
+        run_case(args, spec)
     return 0
 
 

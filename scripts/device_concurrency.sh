@@ -13,7 +13,8 @@ export PYTHONPATH="$PWD:/tmp/site" PATH="/tmp/site/bin:$PATH" XDG_CONFIG_HOME=/t
 W=/tmp/llb
 R=/tmp/conc
 mkdir -p "$W" "$R"
-CASES=${CASES:-"np4c4:4:4:8:4 np1c4:1:4:8:4"}
+# NAME:SLOTS:CONC:N:NGL:PROMPT:PREDICT:EXTRA  (issue 24's A/B: the host prompt cache on (default) and off)
+CASES=${CASES:-"seq-cache:1:1:6:999:9600:32: seq-nocache:1:1:6:999:9600:32:--cache-ram,0 np4c4:4:4:8:4:4000:8: np1c4:1:4:8:4:4000:8:"}
 {
   date -u
   nvidia-smi --query-gpu=name,driver_version,pcie.link.gen.current,pcie.link.width.current,memory.used --format=csv

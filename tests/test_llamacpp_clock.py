@@ -29,11 +29,12 @@ def _load(name: str) -> dict:
 def _replay(name: str):
     d = _load(name)
     clock, parser = RequestClock(), TimingParser()
-    events = sorted([(t, 0, x) for t, x in d["lines"]] + [(t, 1, x) for t, x in d["gauge"]], key=lambda e: e[:2])
+    gauge = [(t, 1, (sent, x)) for sent, t, x in d["gauge"]]
+    events = sorted([(t, 0, x) for t, x in d["lines"]] + gauge, key=lambda e: e[:2])
     done, last_read = [], None
     for t, kind, x in events:
         if kind == 1:
-            clock.feed_deferred(t, x)
+            clock.feed_deferred(t, x[1], t_sent=x[0])
             continue
         if t != last_read:
             clock.lines_read(t)

@@ -92,7 +92,9 @@ def open_engine(args: argparse.Namespace, gpus: Any, interactive: bool) -> tuple
             )
         cand = found[0] if len(found) == 1 else pick_engine(found, interactive)
         client = process.attach(pid=cand.pid, url=cand.url, log_path=args.log, running_pids=running)
-    poller = EnginePoller(client, stacks=args.stacks)
+    # An engine whose client asks for it is read faster (llama-server: its request timeline counts slot
+    # waits from the deferred gauge, so the gauge is read at 10 Hz; it answers between batches, cheaply).
+    poller = EnginePoller(client, interval_s=getattr(client, "poll_interval_s", 0.5), stacks=args.stacks)
     poller.start()
     d = poller.describe()
     name = registry.display(d.get("kind"))

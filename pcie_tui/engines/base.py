@@ -32,9 +32,10 @@ class EngineClient(Protocol):
     """What every engine client offers to the engine poller.
 
     Clients also carry ``url`` (str), ``pid`` (int or None), ``info`` (the discovery facts,
-    a dict the poller updates with ``gpus``) and, where they read a log, ``user_log_path`` (the
-    file the user named with --log, handed to the new client when the engine restarts); the
-    poller reads those with ``getattr``.
+    a dict the poller updates with ``gpus``), where they read a log, ``user_log_path`` (the
+    file the user named with --log, handed to the new client when the engine restarts), and
+    optionally ``poll_interval_s`` (how often the engine wants reading; default 0.5 s); the
+    poller and the CLI read those with ``getattr``.
     """
 
     kind: str  # the engine's registry name, recorded as the header's engine.kind

@@ -63,6 +63,10 @@ class LlamaCppClient:
     """EngineClient for llama-server. ``timeout_s`` applies to each HTTP call (keep it well under the tick)."""
 
     kind = "llamacpp"
+    # The poller's interval for this engine: the slot wait of each request is counted from the deferred
+    # gauge between two scrapes (see .clock), so the scrapes come at 10 Hz (two small tasks on the
+    # server's loop, answered between batches).
+    poll_interval_s = 0.1
 
     def __init__(
         self,
@@ -96,6 +100,7 @@ class LlamaCppClient:
         self._noted_metrics_off = False
         self._start_time: str | None = None
         self._last_prompt_total: float | None = None
+        self._metrics_sent = 0.0  # when the last /metrics was asked for
         self._metrics_body: bytes | None = None  # the last /metrics text and what it parsed to
         self._metrics_vals: dict[str, float] | None = None
         self.props: dict[str, Any] | None = None
@@ -214,8 +219,12 @@ class LlamaCppClient:
 
         if self.metrics_enabled is not False:
             try:
+                self._metrics_sent = time.time()
                 status, body, headers = self._get("/metrics")
             except _HttpError as e:
+                if e.kind == "timeout":  # the server's loop is inside a batch: its request timeline notes it
+                    for tailer in self.tailers:
+                        tailer.clock.feed_deferred(time.time(), None, self._metrics_sent)
                 return self._unreachable(e, extra, errors)
             state, counters = self._take_metrics(status, body, headers, extra, errors)
         got_metrics = counters is not None
@@ -278,7 +287,7 @@ class LlamaCppClient:
         self.metrics_enabled = True
         t_answer = time.time()
         for tailer in self.tailers:  # the slot wait of each request is counted from this gauge
-            tailer.clock.feed_deferred(t_answer, vals.get("llamacpp:requests_deferred"))
+            tailer.clock.feed_deferred(t_answer, vals.get("llamacpp:requests_deferred"), self._metrics_sent)
         prompt_total = vals.get("llamacpp:prompt_tokens_total")
         for name, key in (
             ("llamacpp:n_decode_total", "n_decode_total"),

@@ -36,7 +36,8 @@ _STAMP = re.compile(r"^\s*(\d+)\.(\d{2})\.(\d{3})\.(\d{3})\s+[A-Z]\s")
 _SLOT = re.compile(r"slot\s+(?P<fn>\w+):\s*id\s+(?P<slot>-?\d+)\s*\|\s*task\s+(?P<task>-?\d+)\s*\|\s*(?P<msg>.*)$")
 
 _FORGET_S = 3600.0  # a request still open this long after a newer one started was lost from the log
-_TURN_S = 0.05  # a server loop turn after a batch: a request taken this soon after a prefill ended waited for it
+_TURN_S = 0.05
+_BLOCKED_S = 0.05  # a gauge answered this long after it was asked waited for a batch  # a server loop turn after a batch: a request taken this soon after a prefill ended waited for it
 SOURCE_STAMPED = "llama-server log timestamps; slot wait from llamacpp:requests_deferred at the scrape interval"
 SOURCE_READ_TIME = "llama-server log lines timed when read (no timestamps in the log); slot wait from requests_deferred"
 
@@ -74,8 +75,10 @@ class RequestClock:
         self._tasks: dict[int, _Task] = {}
         self._launch_walls: list[float] = []  # server time of each launch, in launch order
         self._arrivals: dict[int, float] = {}  # launch index (FIFO: arrival order) -> when it arrived, if it waited
-        self._gauge: deque[tuple[float, float]] = deque()  # (wall time answered, deferred) not yet placed
-        self._last_gauge: tuple[float, float] | None = None
+        self._gauge: deque[tuple[float, float, float | None]] = deque()  # (sent, answered, deferred) not placed
+        self._last_gauge: tuple[float, float, float] | None = None  # (sent, answered, deferred), server time
+        self._since = float("-inf")  # the earliest a request first counted by the next reading can have arrived
+        self._unanswered = False  # a reading since the last answered one went unanswered
         self._counted = 0  # requests counted as arrived so far
         self._gauge_times: deque[float] = deque(maxlen=4096)  # when each placed gauge reading was answered
         self._prefills: deque[tuple[float, float]] = deque(maxlen=256)  # (start, end) of finished requests' prefills
@@ -115,14 +118,15 @@ class RequestClock:
     def lines_read(self, t_read: float) -> None:
         """Every line written before ``t_read`` has been fed: gauge readings before it can be placed."""
         self.read_until = max(self.read_until, t_read)
-        while self._gauge and self._gauge[0][0] < self.read_until - 0.02:
-            t_wall, deferred = self._gauge.popleft()
-            self._place(self._to_server(t_wall), deferred)
+        while self._gauge and self._gauge[0][1] < self.read_until - 0.02:
+            t_sent, t_wall, deferred = self._gauge.popleft()
+            self._place(self._to_server(t_sent), self._to_server(t_wall), deferred)
 
-    def feed_deferred(self, t_answer: float, deferred: float | None) -> None:
-        """``llamacpp:requests_deferred`` as answered at wall time ``t_answer``."""
-        if deferred is not None and deferred >= 0:
-            self._gauge.append((t_answer, float(deferred)))
+    def feed_deferred(self, t_answer: float, deferred: float | None, t_sent: float | None = None) -> None:
+        """``llamacpp:requests_deferred`` as answered at wall time ``t_answer`` (asked at ``t_sent``);
+        ``deferred`` None: asked at ``t_sent`` and not answered by ``t_answer`` (the loop was busy)."""
+        if deferred is None or deferred >= 0:
+            self._gauge.append((t_answer if t_sent is None else t_sent, t_answer, deferred))
 
     # ---- output -----------------------------------------------------------
 
@@ -206,19 +210,32 @@ class RequestClock:
         steps = [step for first, end, step in self._steps if first < t_select < end]
         return t_select - max(steps) / 2 if steps else t_select
 
-    def _place(self, t: float, deferred: float) -> None:
-        """Count the arrivals a gauge reading shows: deferred now plus launched before ``t``."""
+    def _place(self, sent: float, t: float, deferred: float | None) -> None:
+        """Count the arrivals a gauge reading shows: deferred now plus launched before ``t``.
+
+        The server answers the gauge between two batches, before the requests that came during the
+        batch are looked at: those are counted by the next reading. So a request first counted by
+        this reading arrived after the last reading, or, when that one waited for a batch (answered
+        well after it was asked, or after readings that got no answer), after the one before it.
+        """
+        if deferred is None:  # not answered: the loop was busy from before it was asked
+            self._unanswered = True
+            return
         launched = bisect.bisect_right(self._launch_walls, t)
         arrived = int(round(deferred)) + launched
         prev = self._last_gauge
-        self._last_gauge = (t, deferred)
+        since = self._since
+        self._last_gauge = (sent, t, deferred)
+        blocked = t - sent > _BLOCKED_S or self._unanswered
+        self._unanswered = False
+        self._since = (prev[1] if prev is not None else float("-inf")) if blocked else t
         self._gauge_times.append(t)
         new = arrived - self._counted
         if new <= 0:
             return
-        if prev is not None and (prev[1] > 0 or deferred > 0):
-            # Someone had to wait: the new ones arrived between the two readings.
-            mid = (prev[0] + t) / 2
+        if prev is not None and (prev[2] > 0 or deferred > 0):
+            # Someone had to wait: the new ones arrived in that span (its middle).
+            mid = ((since if since > float("-inf") else prev[0]) + t) / 2
             for i in range(self._counted, arrived):
                 self._arrivals[i] = mid
         self._counted = arrived
