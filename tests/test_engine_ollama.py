@@ -156,7 +156,13 @@ def test_ps_maps_vram_share_and_leaves_the_rest_none(fake, tmp_path):
     assert d["version"] == "0.5.1" and d["model"] == "gemma4" and d["tested"] is False
     assert d["offload"] == {"gpu_layers": 20, "total_layers": 35, "line": "offloaded 20/35 layers to GPU"}
     fx = ollama.ENGINE.facts(d)
-    assert fx.host_weights.startswith("1.26 GB of gemma4 (19 %) (/api/ps size - size_vram)")
+    # size - size_vram is the model's memory not in VRAM (weights, KV and buffers); the weights on the host
+    # come from the log's layer split only.
+    assert fx.fact("memory_not_in_vram").value == "1.26 GB of gemma4 (19 %)"
+    assert "weights, KV cache and compute buffers" in fx.fact("memory_not_in_vram").source
+    assert fx.host_weights == "weights of 15 of 35 layers (log: 'offloaded 20/35 layers to GPU')"
+    assert fx.fact("gpu_layers").value == "20/35" and fx.host_layers == 15
+    assert fx.fact("request_timing").value is None and "private" in fx.fact("request_timing").source
     assert "Ollama placed 81 % of gemma4 in VRAM (/api/ps size_vram 5.33 GB of 6.59 GB)" in fx.log_evidence
     assert "offloaded 20/35 layers to GPU" in fx.log_evidence
     adv = ollama.ENGINE.advise(fx, FindingFacts(bound="transfer"))
@@ -165,6 +171,8 @@ def test_ps_maps_vram_share_and_leaves_the_rest_none(fake, tmp_path):
         and "OLLAMA_NUM_PARALLEL" in adv[0].fix
         and ollama.ENGINE.advise(fx, FindingFacts(bound="compute")) == []
     )
+    assert adv[0].cause.startswith("weights of 15 of 35 layers (log: 'offloaded 20/35 layers to GPU')")
+    assert "gpu_layers: 20/35 (log: 'offloaded 20/35 layers to GPU')" in adv[0].evidence
 
 
 def test_nothing_loaded_and_unknown_shares(fake):
@@ -230,3 +238,93 @@ def test_record_and_report_through_the_cli(fake, tmp_path):
     (share,) = fams["pcie_engine_model_vram_ratio"].samples
     assert share.labels == {"engine": "ollama"} and share.value == pytest.approx(10470564288 / 11728855488)
     assert fams["pcie_engine_model_host_bytes"].samples[0].value == 11728855488 - 10470564288
+
+
+# ---- issue 20: /api/ps facts without a layer split, and the v0.30+ runner's per-request timing ----
+
+
+def test_ps_alone_never_claims_weights_on_the_host():
+    """Without the log's layer split, size - size_vram is model memory not in VRAM, not weights."""
+    models = ollama.parse_ps(json.loads((FIX / "ollama-ps.json").read_bytes()))
+    fx = ollama.ENGINE.facts({"kind": "ollama", "models": models, "runner_note": "per-request timing unknown: x"})
+    assert fx.host_weights is None and fx.host_layers is None
+    assert fx.fact("gpu_layers").value is None and fx.fact("gpu_layers").source.startswith("unknown:")
+    (adv,) = ollama.ENGINE.advise(fx, FindingFacts(bound="link"))
+    assert adv.cause.startswith("1.26 GB of gemma4 (19 %) of the model's memory is not in VRAM (/api/ps size")
+    assert "how much of it is weights is unknown" in adv.cause and "weights of" not in adv.cause
+    assert any(e.startswith("gpu_layers: unknown (unknown:") for e in adv.evidence)
+    assert fx.timing.source == "none" and fx.timing.note == "per-request timing unknown: x"
+    assert ollama.ENGINE.timings_unavailable({"kind": "ollama", "runner_note": "per-request timing unknown: x"})
+    whole = [m for m in models if m["name"] != "gemma4"]  # all in VRAM: nothing to attribute to the host
+    fx = ollama.ENGINE.facts({"kind": "ollama", "models": whole})
+    assert fx.fact("memory_not_in_vram").value == "none" and ollama.ENGINE.advise(fx, FindingFacts(bound="link")) == []
+
+
+def test_runner_port_only_from_a_llama_server_runner_command_line():
+    assert ollama.runner_of(["/usr/lib/ollama/llama-server", "--model", BLOB, "--port", "40123", "--host",
+                             "127.0.0.1", "--no-webui", "--offline"]) == (40123, "runner's command line: --port 40123")  # fmt: skip
+    port, why = ollama.runner_of(["/usr/local/bin/ollama", "runner", "--model", BLOB, "--port", "41793"])
+    assert port is None and "Ollama's own runner" in why
+    assert ollama.runner_of(["llama-server", "-m", "/models/x.gguf", "--port", "8080"]) == (
+        None,
+        "not an Ollama runner",
+    )
+    assert ollama.find_runner(None)[1] == (
+        "per-request timing unknown: the runner's port is private (attached by URL, no process)"
+    )
+
+
+def test_v030_runner_slots_and_log_timings_through_the_llama_cpp_client(fake, tmp_path, monkeypatch):
+    """A stand-in runner (a fake llama-server with /slots, no --metrics) under a fake `ollama serve`: the
+    Ollama client finds it by its command line, reads its slots and the timing lines it wrote into ollama
+    serve's log, and the report's timing comes from them."""
+    import http.server
+
+    slots = [{"id": 0, "is_processing": True, "n_decoded": 12, "n_prompt_tokens_processed": 300, "id_task": 7},
+             {"id": 1, "is_processing": False}]  # fmt: skip
+
+    class Runner(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802 - http.server's name
+            status, body = {"/slots": (200, json.dumps(slots).encode()), "/health": (200, b"{}")}.get(
+                self.path, (501, b'{"error": "This server does not support metrics endpoint."}')
+            )
+            self.send_response(status)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *a):
+            pass
+
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Runner)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    port = srv.server_address[1]
+    runner = {"pid": 4242, "port": port, "argv": ["llama-server", "--port", str(port)], "source": f"runner's command line: --port {port}"}  # fmt: skip
+    monkeypatch.setattr(ollama, "find_runner", lambda pid: ({**runner, "runners": 1}, runner["source"]))
+    url, routes, _ = fake
+    routes["/api/ps"] = (200, (FIX / "ollama-ps.json").read_bytes())
+    log = tmp_path / "serve.log"
+    log.write_bytes((FIX / "ollama-serve.log").read_bytes())
+    try:
+        c = ollama.ENGINE.client(url, 1, {}, str(log))
+        d = c.describe()
+        assert d["runner"] == {"pid": 4242, "port": port, "source": runner["source"], "runners": 1,
+                               "url": f"http://127.0.0.1:{port}"}  # fmt: skip
+        with log.open("ab") as f:  # the runner finishes a request (b11434 lines, --no-log-timestamps --no-log-prefix)
+            f.write(b"slot print_timing: id  0 | task 7 | prompt eval time =     250.00 ms /   300 tokens\n"
+                    b"slot print_timing: id  0 | task 7 |        eval time =     110.00 ms /    12 tokens\n"
+                    b"slot print_timing: id  0 | task 7 |       total time =     360.00 ms /   312 tokens\n")  # fmt: skip
+        s = c.read()
+    finally:
+        srv.shutdown()
+        srv.server_close()
+    assert s.up and s.requests_running == 1.0 and (s.extra["slots_prefill"], s.extra["slots_decode"]) == (0, 1)
+    assert s.prompt_tokens_total is None  # the runner runs without --metrics: no counters, not 0
+    (req,) = s.extra["requests"]
+    assert (req["prompt_n"], req["prompt_ms"], req["predicted_n"]) == (300, 250.0, 12)
+    t = ollama.ENGINE.request_timing(req)
+    assert t is not None and t.ttft_s == pytest.approx(0.25) and t.itl_mean_s == pytest.approx(0.01)
+    fx = ollama.ENGINE.facts(d)
+    assert fx.fact("request_timing").value == f"llama-server runner on 127.0.0.1:{port}"
+    assert fx.timing.source == "per-request" and ollama.ENGINE.timings_unavailable(d) is None
+    assert ollama.ENGINE.timing_basis(1).startswith("Ollama's runner: 1 requests timed by llama-server's log")

@@ -187,3 +187,116 @@ def test_record_and_report_through_the_cli(fake, tmp_path):
     assert rep.returncode == 0, rep.stderr
     eng = json.loads(rep.stdout)["engine"]
     assert eng["kind"] == "sglang" and eng["prompt_tokens"] == 0.0  # the counters did not move: 0 tokens, measured
+
+
+# ---- issue 20: live phase and token rates from sglang:realtime_tokens_total, HiCache, current endpoints ----
+# The realtime-t0/t1 bodies are written from SGLang's source (observability/metrics_collector.py at 44cedc2b),
+# not captured: half a second of a long decode (realtime decode +640 tokens) during which no request ended,
+# so the tokenizer's counters stand still.
+
+
+def _scrape(fake, name: str):
+    url, routes = fake
+    routes["/metrics"] = (200, (FIX / name).read_bytes())
+    return sglang.ENGINE.client(url, None, {}, None).read()
+
+
+def test_realtime_counters_give_a_long_decode_its_phase(fake):
+    import dataclasses
+
+    from pcie_tui.engines.phases import counter_phase
+
+    s0, s1 = _scrape(fake, "sglang-metrics-realtime-t0.txt"), _scrape(fake, "sglang-metrics-realtime-t1.txt")
+    # One series per DP rank (tp_rank 0; the x100 tp_rank 1 series would show), prefill = computed + cached.
+    assert (s1.extra["live_prompt_tokens_total"], s1.extra["live_generation_tokens_total"]) == (4096.0, 1640.0)
+    assert s1.extra["live_prompt_cached_total"] == 256.0
+    assert (s0.prompt_tokens_total, s0.generation_tokens_total) == (s1.prompt_tokens_total, s1.generation_tokens_total)
+    assert counter_phase(s0, s1) == "decode"
+    # Without the realtime counters (older SGLang) the same scrapes read as a prefill in flight.
+    old = [dataclasses.replace(s, extra={}) for s in (s0, s1)]
+    assert counter_phase(old[0], old[1]) == "prefill"
+    # A restart (realtime counters drop) is a reset, not a negative rate.
+    from pcie_tui.engines.phases import PhaseTracker
+
+    tr = PhaseTracker()
+    tr.update(s1)
+    assert tr.would_reset(s0)
+
+
+def test_live_token_rates_name_their_source_and_win_over_the_request_end_counters():
+    from pcie_tui.analyze.engine import EngineStats
+    from pcie_tui.core.model import EngineSample, Sample
+
+    def tick(t: float, live_gen: float, gen_total: float) -> Sample:
+        extra = {"live_prompt_tokens_total": 100.0, "live_generation_tokens_total": live_gen}
+        e = EngineSample(
+            kind="sglang", up=True, prompt_tokens_total=100.0, generation_tokens_total=gen_total, extra=extra
+        )
+        return Sample(t=t, gpus=(), engine=e)
+
+    st = EngineStats(10.0)
+    # 40 tok/s decoded live; 1000 tokens of requests that ran mostly before the window end at t=2.
+    for i in range(5):
+        st.feed(tick(float(i), 40.0 * i, 0.0 if i < 2 else 1000.0))
+    snap = st.snapshot()
+    assert snap["generation_tokens_per_s"] == pytest.approx(40.0)
+    assert 'generation: sglang:realtime_tokens_total{mode="decode"}' in snap["rate_source"]
+    got = sglang.ENGINE.live_tokens([(0.0, tick(0.0, 0.0, 0).engine), (2.0, tick(2.0, 80.0, 0).engine)], "generation")
+    assert got == (80.0, 2.0, 'sglang:realtime_tokens_total{mode="decode"}')
+    # An older SGLang: no realtime counter, the request-end counters and their source.
+    st = EngineStats(10.0)
+    for i in range(3):
+        e = EngineSample(kind="sglang", up=True, generation_tokens_total=10.0 * i)
+        st.feed(Sample(t=float(i), gpus=(), engine=e))
+    assert st.snapshot()["rate_source"] == "generation: counter"
+
+
+def test_hicache_counters_per_dp_rank_in_extra(fake):
+    s = _scrape(fake, "sglang-metrics-realtime-t1.txt")
+    h = s.extra["hicache"]
+    assert h["load_back_tokens_total"] == 2048.0  # kv + swa pools of tp_rank 0
+    assert (h["load_back_bytes_total"], h["backup_bytes_total"]) == (268435456.0, 536870912.0)
+    assert h["evicted_tokens_total"] == 4096.0 and h["load_back_seconds_total"] == 0.5
+    assert "hicache" not in _scrape(fake, "sglang-metrics-dp.txt").extra  # not exported: absent, not 0
+
+
+def test_describe_reads_the_current_endpoints_first_and_falls_back(fake):
+    url, routes = fake
+    routes["/metrics"] = (200, (FIX / "sglang-metrics-realtime-t0.txt").read_bytes())
+    routes["/server_info"] = (200, b'{"version": "0.5.6", "tp_size": 1}')
+    routes["/get_server_info"] = (200, b'{"version": "old"}')
+    routes["/model_info"] = (200, b'{"model_path": "Qwen/Qwen3-8B", "is_generation": true}')
+    d = sglang.ENGINE.client(url, None, {}, None).describe()
+    assert (d["version"], d["version_from"], d["model"]) == ("0.5.6", "/server_info", "Qwen/Qwen3-8B")
+    assert d["realtime_tokens"] is True and d["hicache"]["load_back_bytes_total"] == 268435456.0
+    del routes["/server_info"], routes["/model_info"]
+    routes["/get_model_info"] = (200, (FIX / "sglang-get_model_info.json").read_bytes())
+    routes["/metrics"] = (200, (FIX / "sglang-metrics-dp.txt").read_bytes())
+    d = sglang.ENGINE.client(url, None, {}, None).describe()
+    assert (d["version"], d["version_from"], d["model"]) == ("old", "/get_server_info", "qwen/qwen2.5-7b-instruct")
+    assert d["realtime_tokens"] is False and d["hicache"] is None
+
+
+def test_hicache_cause_cites_what_moved_with_its_source():
+    e = sglang.ENGINE
+    moved = {"load_back_bytes_total": 268435456.0, "backup_bytes_total": 536870912.0, "evicted_tokens_total": 4096.0}
+    fx = e.facts({"kind": "sglang", "cmdline": ["sglang", "serve"], "hicache": moved, "realtime_tokens": True})
+    assert fx.fact("hicache").value is True and "sglang:load_back_*" in fx.fact("hicache").source
+    assert fx.fact("token_source").value == "live"
+    (adv,) = e.advise(fx, FindingFacts(bound="link"))
+    assert "host->GPU 268 MB (sglang:load_back_bytes_total)" in adv.cause
+    assert "GPU->host 537 MB (sglang:hicache_backup_bytes_total)" in adv.cause
+    assert "read when pcie-tui attached" in adv.cause and "/metrics" in adv.evidence[0]
+    # Tokens only (the source read exports no bytes): said so, never turned into bytes.
+    fx = e.facts({"kind": "sglang", "layout": e.parse_layout(["sglang", "serve", "--enable-hierarchical-cache"], {}),
+                  "hicache": {"load_back_tokens_total": 2048.0}})  # fmt: skip
+    (adv,) = e.advise(fx, FindingFacts(bound="transfer"))
+    assert "2048 tokens (sglang:load_back_tokens_total; bytes not exported)" in adv.cause
+    assert adv.evidence[0] == "True (flag --enable-hierarchical-cache)"
+    # Flag on, counters never read: the movement is unknown, and the cause stays on the flag.
+    fx = e.facts({"kind": "sglang", "layout": e.parse_layout(["sglang", "serve", "--enable-hierarchical-cache"], {})})
+    assert fx.fact("hicache_moved").value is None and fx.fact("token_source").value is None
+    (adv,) = e.advise(fx, FindingFacts(bound="link"))
+    assert adv.cause.startswith("HiCache: a host-memory KV pool") and "unknown (unknown:" in adv.cause
+    off = e.facts({"kind": "sglang", "cmdline": ["sglang", "serve"]})
+    assert off.fact("hicache").value is False and off.kv_on_host is None

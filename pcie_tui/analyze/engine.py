@@ -241,11 +241,13 @@ class EngineStats:
         ):
             # Both are lower bounds where an engine has live_tokens: llama-server's counters move
             # only when a prompt or a request ends (nothing during a long prefill), its /slots miss
-            # requests that start and end between two polls. The larger one is shown.
+            # requests that start and end between two polls. The larger one is shown, unless the
+            # engine's live count is exact (SGLang's realtime counters).
             got = eng.live_tokens(self._ticks, what) if eng is not None else None
             live = got[0] / got[1] if got is not None else None
             counted = self._rate(attr)
-            if live is not None and (counted is None or live >= counted):
+            exact = eng is not None and eng.live_tokens_exact
+            if live is not None and (counted is None or live >= counted or exact):
                 out[key] = live
                 sources.append(f"{what}: {got[2]}" if got is not None else what)
             else:

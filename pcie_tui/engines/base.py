@@ -255,6 +255,10 @@ class Engine(ABC):
     quantile_method: ClassVar[str | None] = None
     # Whether the engine's TTFT counts the time a request waited in its queue (None: unknown or no TTFT).
     ttft_includes_queue: ClassVar[bool | None] = None
+    # True: :meth:`live_tokens`, where it answers, counts every token as it is processed (SGLang's
+    # realtime counters), so its rate is shown over the request-end counters'; False: both are lower
+    # bounds (llama-server's /slots misses short requests) and the larger is shown.
+    live_tokens_exact: ClassVar[bool] = False
     # Layout flags ``doctor`` fingerprints: canonical name -> every spelling on the command line.
     layout_flags: ClassVar[Mapping[str, tuple[str, ...]]] = {}
     layout_repeatable: ClassVar[frozenset[str]] = frozenset()  # canonical names whose values accumulate

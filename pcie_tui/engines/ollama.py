@@ -20,6 +20,15 @@ fb30760996871fa9460115c753afd2c60d4ab0f7 (v0.33.0-rc2), and older tags where nam
 * The runner writes to ``ollama serve``'s stderr (``NewStatusWriter(os.Stderr)``), including
   ``offloaded N/M layers to GPU`` (``offloadedLayersRegex`` in llm/llama_server.go; ml/backend/ggml/ggml.go).
   Read from that file when stderr is one (``--log`` overrides), never from the journal.
+* ``/api/ps`` ``size`` / ``size_vram`` of a v0.30+ runner: ``llamaServerRunner.MemorySize`` (llm/llama_server.go)
+  sums llama-server's model, KV, compute, output and RS buffer lines; ``size_vram`` the GPU ones. So
+  ``size - size_vram`` is the model memory not in VRAM (weights, KV cache, compute buffers), never weights
+  alone: weights on the host are claimed only from the ``offloaded N/M layers to GPU`` line.
+* The runner's port: ``startLlamaServer`` picks a free 127.0.0.1 port and passes it as ``--port P``; no Ollama
+  API returns it, so it is read from the runner's command line (a child of ``ollama serve``). The runner runs
+  without ``--metrics`` (no token counters) with ``/slots`` on (llama-server's default) and
+  ``--log-verbosity 4 --no-log-prefix --no-log-timestamps``; its output goes to ``ollama serve``'s stderr, so
+  its per-request timing lines are in that log, read by the llama.cpp adapter (:class:`LlamaCppClient`).
 """
 
 from __future__ import annotations
@@ -34,6 +43,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+import psutil
+
 from pcie_tui.core.model import EngineSample
 from pcie_tui.core.units import pct, size
 from pcie_tui.engines.base import (
@@ -42,12 +53,16 @@ from pcie_tui.engines.base import (
     EngineClient,
     EngineFacts,
     FindingFacts,
+    RequestTiming,
     Role,
+    RuntimeFact,
     SourceRow,
     TimingBasis,
     typed,
 )
 from pcie_tui.engines.http import SCRAPE_TIMEOUT_S, failure_reason, http_get, normalize_url
+from pcie_tui.engines.llamacpp import ENGINE as LLAMACPP
+from pcie_tui.engines.llamacpp.client import LlamaCppClient
 
 DOCS = (
     "https://github.com/ollama/ollama/blob/main/docs/api.md#list-running-models",
@@ -222,6 +237,47 @@ def _stderr_file(pid: int | None) -> str | None:
     return str(target) if target.is_file() else None
 
 
+def runner_of(argv: Sequence[str]) -> tuple[int | None, str]:
+    """(port, why) of one runner command line: the port of a v0.30+ ``llama-server`` runner (``--port P``
+    on its command line, bound to 127.0.0.1), else None and why its timing cannot be read."""
+    if classify(argv) != "child":
+        return None, "not an Ollama runner"
+    if os.path.basename(argv[0]) != "llama-server":
+        return None, "Ollama's own runner (before v0.30) serves no llama-server /slots or timing log"
+    port = _flag(argv, "--port")
+    if port is None or not port.isdigit():
+        return None, "the runner's command line names no --port"
+    return int(port), f"runner's command line: --port {port}"
+
+
+def find_runner(serve_pid: int | None) -> tuple[dict[str, Any] | None, str]:
+    """The newest llama-server runner under ``ollama serve`` ({pid, port, argv, source}), or None and why
+    not. Ollama's API does not say where its runner listens: only the runner's own command line does."""
+    if serve_pid is None:
+        return None, "per-request timing unknown: the runner's port is private (attached by URL, no process)"
+    try:
+        children = psutil.Process(serve_pid).children(recursive=True)
+    except psutil.Error:
+        return None, "per-request timing unknown: ollama serve's processes could not be read"
+    found: list[tuple[float, dict[str, Any]]] = []
+    why = "per-request timing unknown: no runner is running (no model loaded)"
+    for c in children:
+        try:
+            argv, started = c.cmdline(), c.create_time()
+        except psutil.Error:
+            continue
+        port, reason = runner_of(argv)
+        if port is not None:
+            found.append((started, {"pid": c.pid, "port": port, "argv": argv, "source": reason}))
+        elif reason != "not an Ollama runner":
+            why = f"per-request timing unknown: {reason}"
+    if not found:
+        return None, why
+    runner = max(found, key=lambda x: x[0])[1]
+    runner["runners"] = len(found)
+    return runner, runner["source"]
+
+
 class OllamaClient:
     """One ``ollama serve``. ``read`` never raises; /api/ps at most every PS_EVERY_S, the log every LOG_EVERY_S."""
 
@@ -248,6 +304,12 @@ class OllamaClient:
         self._log_pos: int | None = None
         self._log_t = 0.0
         self._offload: dict[str, Any] | None = None
+        # The v0.30+ llama-server runner, read through the llama.cpp client (its /slots and its timing
+        # lines in ollama serve's log), re-found at most every LOG_EVERY_S: each model load starts a new one.
+        self._runner: LlamaCppClient | None = None
+        self._runner_info: dict[str, Any] | None = None
+        self._runner_t = float("-inf")
+        self.runner_note = "per-request timing unknown: the runner was not looked for yet"
 
     def _models(self, max_age_s: float) -> list[dict[str, Any]]:
         """Loaded models, from a fresh /api/ps when the last is older than ``max_age_s``. Raises OSError/ValueError."""
@@ -282,6 +344,36 @@ class OllamaClient:
         if found is not None:
             self._offload = found
 
+    def _runner_client(self) -> LlamaCppClient | None:
+        """The llama.cpp client of ollama serve's newest llama-server runner (None: none, or its port
+        cannot be known; ``runner_note`` says which)."""
+        now = time.monotonic()
+        if now - self._runner_t < LOG_EVERY_S:
+            return self._runner
+        self._runner_t = now
+        info, self.runner_note = find_runner(self.pid)
+        if info is None:
+            self._runner = self._runner_info = None
+        elif self._runner_info is None or info["pid"] != self._runner_info["pid"]:
+            # The runner writes into ollama serve's stderr (a pipe to it): its timing lines are in that log.
+            url = f"http://127.0.0.1:{info['port']}"
+            self._runner = LlamaCppClient(url, pid=info["pid"], log_path=self.log_path, info={"cmdline": info["argv"]})
+            self._runner_info = {k: info[k] for k in ("pid", "port", "source", "runners")} | {"url": url}
+        return self._runner
+
+    def _read_runner(self, extra: dict[str, Any]) -> float | None:
+        """One read of the runner (/slots, the log's finished requests) into ``extra``; its busy slots."""
+        runner = self._runner_client()
+        if runner is None:
+            return None
+        s = runner.read()
+        for k in ("slots", "slots_prefill", "slots_decode", "requests"):
+            if k in s.extra:
+                extra[k] = s.extra[k]
+        if s.error:
+            extra["runner_error"] = s.error[:200]
+        return s.requests_running if s.up else None
+
     def describe(self) -> dict[str, Any]:
         """Header facts, with the models loaded now and the runner's last layer offload (None when not known)."""
         if self._version is None:
@@ -302,6 +394,9 @@ class OllamaClient:
         d = {k: self.info.get(k) for k in ("cmdline", "layout", "gpus", "tree_pids", "titles")}
         d.update(kind=self.kind, url=self.url, pid=self.pid, version=self._version, log_path=self.log_path)
         d.update(model=models[0]["name"] if models else None, models=models, offload=offload, tested=False)
+        self._runner_t = float("-inf")
+        self._runner_client()
+        d.update(runner=self._runner_info, runner_note=self.runner_note)
         return {**d, "placement": placement(models) if models is not None else None}
 
     def read(self) -> EngineSample:
@@ -321,7 +416,46 @@ class OllamaClient:
             if self._offload is not None:
                 extra["gpu_layers"] = self._offload["gpu_layers"]
                 extra["total_layers"] = self._offload["total_layers"]
-        return EngineSample(kind=self.kind, up=True, extra=extra)
+            running = self._read_runner(extra)
+        return EngineSample(kind=self.kind, up=True, requests_running=running, extra=extra)
+
+
+def memory_fact(models: list[dict[str, Any]]) -> RuntimeFact:
+    """Model memory Ollama did not place in VRAM, per partly placed model: ``size - size_vram`` of /api/ps,
+    which counts the runner's weights, KV cache and compute buffers alike (llm/llama_server.go
+    ``MemorySize``: the sum of llama-server's model, KV, compute, output buffers), so not weights alone."""
+    src = "/api/ps size - size_vram: weights, KV cache and compute buffers together"
+    if not models:
+        return RuntimeFact("memory_not_in_vram", None, "unknown: no model loaded at attach (/api/ps)")
+    known = [m for m in models if isinstance(m.get("vram_frac"), int | float)]
+    if not known:
+        return RuntimeFact("memory_not_in_vram", None, "unknown: /api/ps gives no share ('ollama ps' says Unknown)")
+    partial = [m for m in known if m["vram_frac"] < 1.0]
+    if not partial:
+        return RuntimeFact("memory_not_in_vram", "none", src)
+    said = "; ".join(f"{size(m.get('host_bytes'))} of {m.get('name')} ({pct(1 - m['vram_frac'])})" for m in partial)
+    return RuntimeFact("memory_not_in_vram", said, src)
+
+
+def layers_fact(offload: Mapping[str, Any]) -> RuntimeFact:
+    """The runner's layer split from its ``offloaded N/M layers to GPU`` line (the last model load)."""
+    line = offload.get("line")
+    host = _host_layers(dict(offload))
+    if not isinstance(line, str) or host is None:
+        return RuntimeFact("gpu_layers", None, "unknown: no 'offloaded N/M layers to GPU' line read from the log")
+    return RuntimeFact("gpu_layers", f"{offload['gpu_layers']}/{offload['total_layers']}", f"log: '{line}'")
+
+
+def timing_fact(engine_info: Mapping[str, Any]) -> RuntimeFact:
+    """Whether per-request timing can be read: the runner's port and where it was read, or why not."""
+    runner = engine_info.get("runner")
+    if isinstance(runner, dict) and isinstance(runner.get("port"), int):
+        many = runner.get("runners")
+        more = f"; the newest of {many} runners" if isinstance(many, int) and many > 1 else ""
+        return RuntimeFact("request_timing", f"llama-server runner on 127.0.0.1:{runner['port']}",
+                           f"{runner.get('source')}{more}")  # fmt: skip
+    note = engine_info.get("runner_note")
+    return RuntimeFact("request_timing", None, str(note) if note else "unknown: the runner's port is private")
 
 
 def _host_layers(offload: dict[str, Any]) -> int | None:
@@ -338,6 +472,12 @@ class OllamaEngine(Engine):
     tested = False
     docs = DOCS
     probe_paths = ("/api/version",)
+    # From v0.30 the runner is llama-server: its requests are timed as llama.cpp's are (where its port is known).
+    per_request_timing = True
+    quantile_method = (
+        "per request, from the llama-server runner's timing lines in ollama serve's log (Ollama starts it with "
+        "--no-log-timestamps: TTFT = prompt eval time, a lower bound; ITL = mean gap per request)"
+    )
 
     def classify(self, argv: Sequence[str], proc_name: str) -> Role | None:
         return classify(argv, proc_name)
@@ -362,50 +502,76 @@ class OllamaEngine(Engine):
     def client(self, url: str, pid: int | None, info: dict[str, Any], log_path: str | None) -> EngineClient:
         return OllamaClient(url, pid=pid, info=info, log_path=log_path)
 
+    # ---- per-request timing: the runner's, read as llama.cpp's -------------------------
+
+    def live_tokens(self, ticks: Sequence[tuple[float, EngineSample]], what: str) -> tuple[float, float, str] | None:
+        got = LLAMACPP.live_tokens(ticks, what)
+        return (got[0], got[1], f"runner {got[2]}") if got is not None else None
+
+    def request_latencies(self, requests: Sequence[dict[str, Any]]) -> dict[str, dict[str, float] | None]:
+        return LLAMACPP.request_latencies(requests)
+
+    def request_timing(self, request: Mapping[str, Any]) -> RequestTiming | None:
+        return LLAMACPP.request_timing(request)
+
+    def timings_unavailable(self, engine_info: dict[str, Any]) -> str | None:
+        fact = timing_fact(engine_info)
+        return fact.source if fact.value is None and "runner_note" in engine_info else None
+
+    def timing_basis(self, n_requests: int, n_client_timed: int | None = None) -> str | None:
+        basis = LLAMACPP.timing_basis(n_requests, n_client_timed)
+        return f"Ollama's runner: {basis}" if basis else None
+
     def sources(self, window: str) -> list[SourceRow]:
-        note = "Ollama /api/ps; written from its docs, not tested against a real server"
+        note = "Ollama /api/ps; written from its source, not tested against a real server"
         return [
             ("model in VRAM", f"size_vram / size summed over loaded models ({note})", "%", "latest (every 1 s)"),
-            ("model in host memory", "size - size_vram from /api/ps", "GB", "latest (every 1 s)"),
+            ("model memory not in VRAM", "size - size_vram from /api/ps: weights, KV cache and buffers", "GB",
+             "latest (every 1 s)"),
             ("GPU layers", "'offloaded N/M layers to GPU' in ollama serve's log", "layers", "last model load"),
-            ("tokens, requests, latencies", "not exposed by Ollama (no metrics endpoint)", "n/a", "-"),
-        ]
+            ("running, per-request timing", "the llama-server runner's /slots and timing lines (v0.30+, port "
+             "from its command line)", "requests, s", window),
+            ("token counters, waiting", "not exposed by Ollama or its runner (no --metrics)", "n/a", "-"),
+        ]  # fmt: skip
 
     def facts(self, engine_info: dict[str, Any]) -> EngineFacts:
         models = [m for m in typed(engine_info, "models", list, []) if isinstance(m, dict)]
         off: dict[str, Any] = typed(engine_info, "offload", dict, {})
         layout: dict[str, Any] = typed(engine_info, "layout", dict, {})
-        partial = [m for m in models if isinstance(m.get("vram_frac"), int | float) and m["vram_frac"] < 1.0]
-        evidence = tuple(s for m in models if (s := vram_sentence(m)) is not None)
-        host = None
-        if partial:
-            host = "; ".join(
-                f"{size(m.get('host_bytes'))} of {m.get('name')} ({pct(1 - m['vram_frac'])})" for m in partial
-            )
-            host += " (/api/ps size - size_vram)"
+        layers, timed = layers_fact(off), timing_fact(engine_info)
+        host = _host_layers(off)
+        # Weights in host memory only where the runner's layer split says so; /api/ps alone cannot.
+        weights = f"weights of {host} of {off['total_layers']} layers ({layers.source})" if host else None
+        evidence = tuple(sv for m in models if (sv := vram_sentence(m)) is not None)
         line = off.get("line") if isinstance(off.get("line"), str) else None
         return EngineFacts(
             kind=self.name,
-            host_weights=host,
-            host_layers=_host_layers(off) if host else None,
-            timing=self.timing(),
+            host_weights=weights,
+            host_layers=host if layers.value is not None else None,
+            timing=self.timing() if timed.value is not None else TimingBasis("none", None, None, timed.source),
             flags={k: layout[k] for k in ("num_parallel", "flash_attention", "kv_cache_type") if k in layout},
             log_evidence=(*evidence, *((line,) if line else ())),
+            runtime=(memory_fact(models), layers, timed),
         )
 
-    def timing(self) -> TimingBasis:
-        return TimingBasis("none", None, None, "Ollama exposes no latencies (no metrics endpoint)")
-
     def advise(self, facts: EngineFacts, finding: FindingFacts) -> list[Advice]:
-        if finding.bound not in ("link", "transfer") or not facts.host_weights:
+        mem, layers = facts.fact("memory_not_in_vram"), facts.fact("gpu_layers")
+        partly = mem is not None and mem.value not in (None, "none")
+        if finding.bound not in ("link", "transfer") or not (facts.host_weights or partly):
             return []
-        note = "Ollama support is written from its documentation, not tested against a real server"
+        note = "Ollama support is written from its source, not tested against a real server"
+        if facts.host_weights:
+            cause = f"{facts.host_weights} stay in host memory: those layers are computed from host memory"
+        else:
+            cause = (f"{mem.value if mem else '?'} of the model's memory is not in VRAM ({mem.source if mem else ''}); "
+                     "how much of it is weights is unknown (no layer split read)")  # fmt: skip
+        said = tuple(f"{f.name}: {'unknown' if f.value is None else f.value} ({f.source})" for f in (mem, layers) if f)
         return [
             Advice(
-                cause=f"{facts.host_weights} in host memory: the layers kept there are computed from host memory",
+                cause=cause,
                 fix="a smaller quantization or context (num_ctx), fewer parallel slots (OLLAMA_NUM_PARALLEL), "
                 "OLLAMA_KV_CACHE_TYPE=q8_0, or more GPU memory, until /api/ps size_vram reaches size",
-                evidence=(*facts.log_evidence, note),
+                evidence=(*said, *facts.log_evidence, note),
                 short="model partly in host memory",
             )
         ]

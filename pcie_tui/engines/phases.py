@@ -54,6 +54,9 @@ def counter_phase(prev: EngineSample | None, cur: EngineSample) -> str | None:
         return "mixed" if sp and sd else "prefill" if sp else "decode" if sd else "idle"
     if prev is None:
         return None
+    live = live_phase(prev, cur)
+    if live is not None:
+        return live
 
     def delta(a: float | None, b: float | None) -> float:
         return b - a if a is not None and b is not None and b > a else 0.0
@@ -75,6 +78,31 @@ def counter_phase(prev: EngineSample | None, cur: EngineSample) -> str | None:
     return "idle"
 
 
+LIVE_KEYS = ("live_prompt_tokens_total", "live_generation_tokens_total")
+
+
+def _live(e: EngineSample, key: str) -> float | None:
+    v = e.extra.get(key)
+    return float(v) if isinstance(v, int | float) and not isinstance(v, bool) else None
+
+
+def live_phase(prev: EngineSample, cur: EngineSample) -> str | None:
+    """prefill/decode/mixed/idle from counters that move as batches run (``extra`` ``LIVE_KEYS``: SGLang's
+    ``realtime_tokens_total``, whose decode mode holds no first token), where both scrapes carry them;
+    None otherwise. Requests running while neither moved: a prefill batch still in flight (decode
+    steps are counted each step, a prefill when its batch runs)."""
+    p0, g0 = (_live(prev, k) for k in LIVE_KEYS)
+    p1, g1 = (_live(cur, k) for k in LIVE_KEYS)
+    if p0 is None or g0 is None or p1 is None or g1 is None:
+        return None
+    p, g = p1 > p0, g1 > g0
+    if p and g:
+        return "mixed"
+    if p or g:
+        return "prefill" if p else "decode"
+    return "prefill" if cur.requests_running else "idle"
+
+
 class PhaseTracker:
     """Keeps the previous answering scrape and classifies each new one."""
 
@@ -89,6 +117,7 @@ class PhaseTracker:
         for a, b in (
             (p.prompt_tokens_total, cur.prompt_tokens_total),
             (p.generation_tokens_total, cur.generation_tokens_total),
+            *((_live(p, k), _live(cur, k)) for k in LIVE_KEYS),
         ):
             if a is not None and b is not None and b < a:
                 return True

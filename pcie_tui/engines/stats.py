@@ -41,3 +41,23 @@ def unique_requests(engines: Iterable[EngineSample | None]) -> list[dict[str, An
                 seen.add(key)
                 out.append(r)
     return out
+
+
+def extra_counter_total(ticks: Iterable[tuple[float, EngineSample]], key: str) -> tuple[float, float] | None:
+    """(increase, seconds) of the cumulative counter ``extra[key]`` over the answering ticks that carry it,
+    timed when it was read (tick time less ``extra["read_age_s"]``; one point per reading); a drop is a
+    restart from zero. None with fewer than two readings."""
+    pts: list[tuple[float, float]] = []
+    for t, e in ticks:
+        v = e.extra.get(key) if e.up else None
+        if not isinstance(v, int | float) or isinstance(v, bool):
+            continue
+        age = e.extra.get("read_age_s")
+        read_t = t - (float(age) if isinstance(age, int | float) and 0 <= age < 3600 else 0.0)
+        if pts and read_t - pts[-1][0] < 0.005:
+            continue
+        pts.append((read_t, float(v)))
+    if len(pts) < 2 or pts[-1][0] <= pts[0][0]:
+        return None
+    total = sum(b - a if b >= a else b for (_, a), (_, b) in zip(pts, pts[1:], strict=False))
+    return total, pts[-1][0] - pts[0][0]

@@ -181,7 +181,7 @@ HELP = {
     "pcie_engine_requests_waiting": "requests queued",
     "pcie_engine_kv_cache_util_ratio": "KV cache in use, 0..1 (where the engine reports it)",
     "pcie_engine_model_vram_ratio": "share of the loaded model's bytes in GPU memory, 0..1 (where the engine reports it)",
-    "pcie_engine_model_host_bytes": "bytes of the loaded model kept in host memory (where the engine reports it)",
+    "pcie_engine_model_host_bytes": "bytes of the loaded model not in GPU memory: weights, KV cache and buffers together (where the engine reports it)",
     "pcie_engine_ttft_seconds": "time to first token from arrival (histograms: the engine's; llama-server: slot wait + slot setup + batch wait + prompt eval from its log, prompt eval alone where the arrival was not seen)",
     "pcie_engine_itl_seconds": "gap between consecutive output tokens, one observation per gap (engines with histograms)",
     "pcie_engine_prefill_seconds": "prefill time per request",

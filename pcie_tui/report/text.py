@@ -273,6 +273,11 @@ _FACT_NAMES = {
     "gpu_layers": "layers on the GPU",
     "op_offload": "op offload",
     "op_offload_min_batch": "op offload from batch",
+    "memory_not_in_vram": "model memory not in VRAM",
+    "request_timing": "per-request timing",
+    "hicache": "HiCache",
+    "hicache_moved": "HiCache moved",
+    "token_source": "token counts",
 }
 
 
