@@ -92,9 +92,9 @@ def clients(url: str, conc: int, n: int, prompt_len: int, n_predict: int) -> lis
     return done
 
 
-def run_case(args: argparse.Namespace, spec: str) -> None:
+def run_case(args: argparse.Namespace, spec: str) -> None:  # noqa: PLR0915 - one case, start to end
     name, slots_, conc_, n_, ngl_, *rest = spec.split(":")
-    slots, conc, n, ngl = int(slots_), int(conc_), int(n_), int(ngl_)
+    slots, conc, n, ngl = int(slots_), int(conc_), int(n_), ngl_  # ngl: a number, "auto" or "all"
     prompt_len = int(rest[0]) if rest else args.prompt_len
     n_predict = int(rest[1]) if len(rest) > 1 else args.n_predict
     extra = [a for a in rest[2].split(",") if a] if len(rest) > 2 else []

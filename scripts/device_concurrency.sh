@@ -13,8 +13,13 @@ export PYTHONPATH="$PWD:/tmp/site" PATH="/tmp/site/bin:$PATH" XDG_CONFIG_HOME=/t
 W=/tmp/llb
 R=/tmp/conc
 mkdir -p "$W" "$R"
-# NAME:SLOTS:CONC:N:NGL:PROMPT:PREDICT:EXTRA  (issue 24's A/B: the host prompt cache on (default) and off)
-CASES=${CASES:-"seq-cache:1:1:6:999:9600:32: seq-nocache:1:1:6:999:9600:32:--cache-ram,0 np4c4:4:4:8:4:4000:8: np1c4:1:4:8:4:4000:8:"}
+# NAME:SLOTS:CONC:N:NGL:PROMPT:PREDICT:EXTRA. Issue 24's A/B (the host prompt cache on, the default, and
+# off); issue 20's 4 concurrent long prompts with host layers, -lm mlock, --no-op-offload and fit (a
+# margin that leaves too little VRAM for the model, as a model larger than the card would).
+CASES=${CASES:-"seq-cache:1:1:6:999:9600:32: seq-nocache:1:1:6:999:9600:32:--cache-ram,0 np4c4:4:4:8:4:4000:8: mlock:1:1:3:4:4000:8:-lm,mlock noop:1:1:2:4:1000:8:--no-op-offload fit:1:1:3:auto:4000:8:-fitt,FITT"}
+# fit: leave all but 4 GiB of the card free, so the 6.5 GB model cannot fit (as on any card)
+FITT=$(( $(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1) - 4096 ))
+CASES=${CASES//FITT/$FITT}
 {
   date -u
   nvidia-smi --query-gpu=name,driver_version,pcie.link.gen.current,pcie.link.width.current,memory.used --format=csv
@@ -35,10 +40,11 @@ CASES=${CASES:-"seq-cache:1:1:6:999:9600:32: seq-nocache:1:1:6:999:9600:32:--cac
   ls -la "$W/build/bin/llama-server" "$W/model.gguf"
   "$W/build/bin/llama-server" --version 2>&1 | tail -3
   echo "== cases"; date -u
-  ARGS=()
-  for c in $CASES; do ARGS+=(--case "$c"); done
-  python3 scripts/device_concurrency.py --server "$W/build/bin/llama-server" --model "$W/model.gguf" \
-      --out "$R" "${ARGS[@]}"
+  for c in $CASES; do
+    timeout 150 python3 scripts/device_concurrency.py --server "$W/build/bin/llama-server" --model "$W/model.gguf" \
+        --out "$R" --case "$c"
+    tar czf "$OUT/concurrency.tar.gz" -C "$R" .  # what is done so far comes back even if the call is cut
+  done
   date -u
 } 2>&1 | tee "$R/device_log.txt"
 tar czf "$OUT/concurrency.tar.gz" -C "$R" .

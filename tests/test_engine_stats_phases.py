@@ -69,6 +69,15 @@ def test_tick_phase_rules():
     assert tick_phase(up, "idle", alive=True, served=True, rx_Bps=1e6) == "idle"
     assert tick_phase(up, "prefill", alive=True, served=True, rx_Bps=20e9) == "prefill"
     assert tick_phase(up, None, alive=True, served=True, rx_Bps=None) == "idle"
+    # A request outstanding is never idle: waiting with nothing processed is the queue; an engine busy with its
+    # own work between requests (its log says so) is housekeeping; whatever the log says it is doing wins.
+    waiting = EngineSample(kind="vllm", up=True, prompt_tokens_total=1, generation_tokens_total=1, requests_waiting=2.0)
+    assert tick_phase(waiting, "idle", alive=True, served=True, rx_Bps=1e6) == "queue"
+    busy = EngineSample(kind="llamacpp", up=True, extra={"busy_with": "housekeeping", "server_state": "busy"})
+    assert tick_phase(busy, "idle", alive=True, served=True, rx_Bps=2e9) == "housekeeping"  # not loading
+    assert tick_phase(busy, None, alive=True, served=True, rx_Bps=None) == "housekeeping"
+    odd = EngineSample(kind="llamacpp", up=True, extra={"busy_with": "nonsense"})
+    assert tick_phase(odd, "idle", alive=True, served=True, rx_Bps=None) == "idle"
     # Several requests, some in prefill, some decoding: the bus says which one the tick's work was.
     assert tick_phase(up, "mixed", alive=True, served=True, rx_Bps=48e9) == "prefill"  # host weights streaming
     assert tick_phase(up, "mixed", alive=True, served=True, rx_Bps=2e6) == "mixed"

@@ -282,3 +282,21 @@ def test_the_text_report_states_what_was_read_and_from_where():
         "read: load mode none (flag -lm none) · layers on the GPU 4/17 (flag -ngl 4) · op offload on "
         "(default: --op-offload)" in text
     )
+
+
+# ---- the host prompt cache (issue 24) ---------------------------------------------------------
+
+
+def test_the_prompt_cache_is_a_fact_and_names_housekeeping_between_requests():
+    # b11434 common.h: cache_ram_mib = 8192 by default; -cram/--cache-ram, LLAMA_ARG_CACHE_RAM; 0: off.
+    assert _fact(_facts(["-ngl", "99"]), "prompt_cache_mib") == (8192, "default: --cache-ram 8192")
+    assert _fact(_facts(["--cache-ram", "0"]), "prompt_cache_mib") == (0, "flag --cache-ram 0")
+    assert _fact(_facts(["--cache_ram", "2048"]), "prompt_cache_mib") == (2048, "flag --cache_ram 2048")
+    assert _fact(_facts([], {"LLAMA_ARG_CACHE_RAM": "-1"}), "prompt_cache_mib") == (-1, "env LLAMA_ARG_CACHE_RAM=-1")
+    fx = _facts(["-ngl", "99"])
+    (a,) = advice.advise(fx, FindingFacts(bound="transfer", phase="housekeeping"))
+    assert "host prompt cache, 8192 MiB, default: --cache-ram 8192" in a.cause
+    assert (a.fix or "").startswith("--cache-ram 0 turns the host prompt cache off")
+    assert "prefilled again" in (a.fix or "")  # what the user gives up
+    (b,) = advice.advise(_facts(["--cache-ram", "0"]), FindingFacts(bound="host", phase="housekeeping"))
+    assert "prompt cache is off" in b.cause and b.fix is None  # nothing the data supports

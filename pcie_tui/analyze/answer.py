@@ -21,7 +21,7 @@ from pcie_tui.engines import EngineFacts, FindingFacts, advise, engine_info, fac
 
 # Phases that are not work: a headline about them answers nothing.
 NOT_WORK = ("idle", "down", "unlabelled", "load", "gap")
-ENGINE_PHASES = ("prefill", "decode", "mixed")
+ENGINE_PHASES = ("prefill", "decode", "mixed", "housekeeping", "queue")
 
 
 def _pct(v: float | None) -> str:

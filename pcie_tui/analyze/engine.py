@@ -32,7 +32,8 @@ from pcie_tui.engines.stats import QUANTILES, unique_requests
 
 QUANTILE_METHOD = "interpolated within histogram buckets"
 # Histograms the snapshot reports, by their key in extra["hist"].
-LATENCIES = ("ttft_s", "itl_s", "prefill_s", "decode_s", "queue_s")
+# setup_s: the engine's own work before a request starts (llama-server: slot setup, its prompt cache).
+LATENCIES = ("ttft_s", "itl_s", "prefill_s", "decode_s", "queue_s", "setup_s")
 SNAPSHOT_KEYS = (
     "kind",
     "up",

@@ -6,6 +6,12 @@ rising), ``decode`` (generation counter rising), ``mixed`` (both in the same
 scrape interval: continuous batching), ``idle`` (answering, nothing moving),
 ``down`` (not answering).
 
+A tick with a request outstanding is never ``idle``: ``queue`` when requests wait and none is being
+processed; ``housekeeping`` when the engine does its own work between requests (``extra``
+``busy_with``, from the engine's log: llama-server saving a slot's KV to its host prompt cache or
+loading one back before a request starts); a scrape the engine's loop could not answer (inside a
+batch) keeps what its log and last answer say it is doing (``busy_with``: prefill, decode, ...).
+
 A ``mixed`` tick is given to what the bus was doing: with bulk host->device traffic (the
 engine's GPUs receiving at least ``loading_rx_Bps``) it is ``prefill``, since a batch that
 carries prompt tokens is what streams host weights or KV to the GPU (decode steps of the other
@@ -22,7 +28,7 @@ from collections.abc import Sequence
 
 from pcie_tui.core.model import EngineSample, GpuSample
 
-PHASES = ("loading", "prefill", "decode", "mixed", "idle", "down")
+PHASES = ("loading", "queue", "housekeeping", "prefill", "decode", "mixed", "idle", "down")
 # Host->device traffic per GPU above which an engine that produces no tokens
 # is taken to be loading weights. Idle PCIe reads ~1 MB/s; decode of a fully
 # offloaded model moves kB per token; weight uploads run at GB/s.
@@ -158,6 +164,11 @@ def tick_phase(
             return "loading"
         return "down"
     phase = counter_phase_ or "idle"
+    busy_with = engine.extra.get("busy_with")
+    if phase == "idle" and busy_with in PHASES:
+        return str(busy_with)
+    if phase == "idle" and engine.requests_waiting:
+        return "queue"
     if phase == "idle" and bulk_rx and not engine.requests_running:
         return "loading"
     if phase == "mixed" and bulk_rx:

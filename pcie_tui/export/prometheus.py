@@ -16,13 +16,14 @@ from pcie_tui.core import metrics
 from pcie_tui.core.model import Sample, SessionHeader
 from pcie_tui.core.vocab import TICK_BOUNDS, VERDICTS
 from pcie_tui.engines import registry
+from pcie_tui.engines.phases import PHASES as ENGINE_PHASES
 from pcie_tui.engines.stats import REQUEST_IDENTITY
 
 DEFAULT_PORT = 9842
 # Label values of pcie_verdict and pcie_bound: the one vocabulary (pcie_tui.core.vocab).
 VERDICT_NAMES = VERDICTS
 BOUND_NAMES = TICK_BOUNDS
-PHASES = ("loading", "prefill", "decode", "mixed", "idle", "down")
+PHASES = ENGINE_PHASES  # every phase an engine tick can be in, one gauge each
 # Engine histograms (engine.extra["hist"]), re-exposed with the engine's own buckets: key -> metric stem.
 HIST_STEMS = {f"{k}_s": k for k in ("ttft", "itl", "prefill", "decode", "queue", "e2e")}
 # An engine without histograms but with per-request timings (engine.extra["requests"], e.g. from its

@@ -33,6 +33,8 @@ FORMATS = {".svg": "svg", ".png": "png", ".pdf": "pdf"}
 
 PHASE_COLOURS = {
     "loading": "#aec7e8",
+    "queue": "#dbdb8d",
+    "housekeeping": "#c49c94",
     "prefill": "#ffbb78",
     "decode": "#98df8a",
     "mixed": "#f7b6d2",

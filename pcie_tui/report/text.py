@@ -365,7 +365,10 @@ def _render_engine(eng: dict[str, Any], console: Console) -> None:
         ("time to first token  ", "ttft_s"),
         ("inter-token latency  ", "itl_s"),
         ("queue                ", "queue_s"),
+        ("slot setup           ", "setup_s"),
     ):
+        if key == "setup_s" and not eng.get(key):
+            continue  # only engines that time it (llama-server: its prompt cache's work before a request)
         _wrapped(console, f"  {label} {_q(eng.get(key))}")
     pr = eng.get("per_request") or {}
     if pr.get("n"):

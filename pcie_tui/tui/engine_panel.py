@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Vertical
@@ -49,22 +51,8 @@ def engine_lines(frame: Frame, wide: bool, stacked: bool = False) -> Text:
         span = stats.get("span_s")
         shown = f"{span:.1f}" if isinstance(span, int | float) and span < window - 0.05 else f"{window:g}"
         out.append(f" (last {shown} s)" if stacked else f" · over the last {shown} s", style="dim")
-    names = {"ttft_s": "TTFT", "itl_s": "ITL", "prefill_s": "prefill", "decode_s": "decode", "queue_s": "queue"}
-    groups = [("ttft_s", "itl_s")] + ([("prefill_s", "decode_s", "queue_s")] if wide else [])
-    if stacked:
-        groups = [(k,) for k in names]
-    for keys in groups:
-        parts = []
-        for k in keys:
-            q = stats.get(k)
-            if q is None:
-                parts.append(f"{names[k]} n/a")
-            else:
-                parts.append(
-                    f"{names[k]} p50 {fmt.seconds(q.get('p50'))} p95 {fmt.seconds(q.get('p95'))}"
-                    f" p99 {fmt.seconds(q.get('p99'))}"
-                )
-        out.append("\n" + " · ".join(parts))
+    for line in _latency_lines(stats, wide, stacked):
+        out.append("\n" + line)
     method = stats.get("quantile_method")
     if method:
         if (stacked or not wide) and " (" in method:
@@ -108,3 +96,28 @@ class EnginePanel(Vertical):
             hist, frame.engine_hist_phase, frame.engine_hist_start, max(top or 0.0, 1.0), self.history_ticks
         )
         self.legend.show(frame.engine_hist_span_s, frame.engine_hist_phase)
+
+
+def _latency_lines(stats: dict[str, Any], wide: bool, stacked: bool) -> list[str]:
+    """TTFT and ITL (wide: prefill, decode, queue and, where the engine times it, slot setup), p50/p95/p99."""
+    names = {"ttft_s": "TTFT", "itl_s": "ITL", "prefill_s": "prefill", "decode_s": "decode", "queue_s": "queue"}
+    if stats.get("setup_s"):  # engines that time their own work before a request (llama-server's prompt cache)
+        names["setup_s"] = "slot setup"
+    wide_group = ("prefill_s", "decode_s", "queue_s", *(("setup_s",) if "setup_s" in names else ()))
+    groups = [("ttft_s", "itl_s")] + ([wide_group] if wide else [])
+    if stacked:
+        groups = [(k,) for k in names]
+    lines = []
+    for keys in groups:
+        parts = []
+        for k in keys:
+            q = stats.get(k)
+            if q is None:
+                parts.append(f"{names[k]} n/a")
+            else:
+                parts.append(
+                    f"{names[k]} p50 {fmt.seconds(q.get('p50'))} p95 {fmt.seconds(q.get('p95'))}"
+                    f" p99 {fmt.seconds(q.get('p99'))}"
+                )
+        lines.append(" · ".join(parts))
+    return lines

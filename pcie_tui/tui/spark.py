@@ -25,6 +25,8 @@ PHASE_BG = {
     "decode": "#173d5c",
     "mixed": "#46265c",
     "loading": "#3a3a3a",
+    "queue": "#3d4a12",
+    "housekeeping": "#4a2a1a",
     "down": "#5c1717",
 }
 _PALETTE = ("#173d5c", "#5a3d12", "#1d4d2b", "#46265c", "#0f4a4a", "#5c1740", "#3d4a12", "#4a2a1a")

@@ -72,7 +72,7 @@ def facts(engine_info: dict[str, Any]) -> EngineFacts:
         flags=f,
         log_evidence=evidence,
         log_warnings=warnings,
-        runtime=(mode, pinned, layers, *runtime.op_offload(f, src)),
+        runtime=(mode, pinned, layers, *runtime.op_offload(f, src), runtime.prompt_cache(f, src)),
     )
 
 
@@ -140,6 +140,8 @@ def _vram(finding: FindingFacts) -> str | None:
 def advise(fx: EngineFacts, finding: FindingFacts) -> list[Advice]:
     bound, phase = finding.bound, finding.phase
     vram = _vram(finding)
+    if phase == "housekeeping":
+        return [_housekeeping_advice(fx, finding)]
     if bound == "transfer" and fx.host_weights and fx.host_pinned is False and phase != "loading":
         return [_pageable_advice(fx, finding)]
     if (
@@ -162,6 +164,36 @@ def advise(fx: EngineFacts, finding: FindingFacts) -> list[Advice]:
     if bound == "host" and fx.host_weights and phase in ("prefill", "decode", "mixed"):
         return [_host_compute_advice(fx, phase, vram)]
     return []
+
+
+def _housekeeping_advice(fx: EngineFacts, finding: FindingFacts) -> Advice:
+    """Time between requests in the server's own work: its host prompt cache (the log showed a slot given
+    a request that had not started; the cache's save and load run there, on the server's one loop)."""
+    cache = fx.fact("prompt_cache_mib")
+    size, where = (cache.value, cache.source) if cache is not None else (None, "not read")
+    off = size == 0
+    cause = "llama-server's own work between a slot being given a request and the request starting " + (
+        f"(the host prompt cache is off: {where}; what ran there is not in its log)"
+        if off
+        else f"(its host prompt cache, {size if size is not None else 'size unknown'} MiB, {where}: the slot's "
+        "KV state is copied to host memory and a cached prompt loaded back, on the server's one loop, "
+        "while requests wait)"
+    )
+    fix = (
+        None
+        if off
+        else "--cache-ram 0 turns the host prompt cache off: requests start without the save and load, but a "
+        "returning prompt is prefilled again instead of loaded; a smaller --cache-ram, or fewer slots (-np) and "
+        "a smaller context (-c), make each save smaller"
+    )
+    return Advice(
+        cause=cause,
+        fix=fix,
+        evidence=tuple(x for x in [f"prompt cache: {size} MiB ({where})", _vram(finding)] if x),
+        short="the server's own prompt-cache work between requests"
+        if not off
+        else "the server's own work between requests",
+    )
 
 
 def _prefill_on_cpu(fx: EngineFacts) -> str | None:

@@ -101,6 +101,7 @@ class LlamaCppClient:
         self._start_time: str | None = None
         self._last_prompt_total: float | None = None
         self._metrics_sent = 0.0  # when the last /metrics was asked for
+        self._last_slot_phase: str | None = None  # what the last /slots answer showed running
         self._metrics_body: bytes | None = None  # the last /metrics text and what it parsed to
         self._metrics_vals: dict[str, float] | None = None
         self.props: dict[str, Any] | None = None
@@ -320,6 +321,8 @@ class LlamaCppClient:
             busy = [s for s in slots if s.get("processing")]
             extra["slots_prefill"] = sum(1 for s in busy if not s.get("n_decoded"))
             extra["slots_decode"] = sum(1 for s in busy if s.get("n_decoded"))
+            sp, sd = extra["slots_prefill"], extra["slots_decode"]
+            self._last_slot_phase = "mixed" if sp and sd else "prefill" if sp else "decode" if sd else None
             return state, float(len(busy))
         if status == 501:
             self.slots_enabled = False
@@ -361,9 +364,24 @@ class LlamaCppClient:
                 status = 0
             if status == 200:
                 extra["server_state"] = "busy"
+                busy_with = self._busy_with()
+                if busy_with is not None:
+                    extra["busy_with"] = busy_with
                 return EngineSample(kind=self.kind, up=True, error=f"{e} (server busy in a batch)", extra=extra)
         extra["server_state"] = "down"
         return EngineSample(kind=self.kind, up=False, error="; ".join([*errors, str(e)]), extra=extra)
+
+    def _busy_with(self) -> str | None:
+        """What a loop that does not answer is busy with: housekeeping between requests (the log shows a
+        slot given a request that has not started), else what the last /slots answer showed running
+        (prefill, decode, mixed), else a started request's prefill (the log shows it, /slots never did)."""
+        now = time.time()
+        said = [b for t in self.tailers if (b := t.clock.busy_with(now)) is not None]
+        if not said:
+            return None  # no log, or it shows nothing running: not known
+        if "housekeeping" in said:
+            return "housekeeping"
+        return self._last_slot_phase if self._last_slot_phase in ("prefill", "decode", "mixed") else "prefill"
 
     def _note_restart(self, start: str | None, prompt_total: float | None, extra: dict[str, Any]) -> None:
         restarted = False

@@ -130,6 +130,17 @@ class RequestClock:
 
     # ---- output -----------------------------------------------------------
 
+    def busy_with(self, t_wall: float) -> str | None:
+        """What the server's loop is doing now by its log, where the log says: "housekeeping" while a
+        slot has been given a request and the request has not started (the prompt cache's save and
+        load run in between), "prefill" while a started request has not ended; else None."""
+        now = self._to_server(t_wall)
+        if any(0.0 <= now - t < _FORGET_S for t in self._selected.values()):
+            return "housekeeping"
+        if any(v.t_end is None for v in self._tasks.values()):
+            return "prefill"
+        return None
+
     def finish(self, rec: dict[str, Any], t_read: float, line: str) -> bool:
         """A request ended (``rec``: TimingParser's dict, with ``task``; ``line``: its last timing line,
         read at ``t_read``). False when its start was not seen: it has no timeline."""

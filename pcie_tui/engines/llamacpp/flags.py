@@ -34,6 +34,8 @@ VALUE_FLAGS: dict[str, tuple[str, ...]] = {
     "fit": ("-fit", "--fit"),
     "ubatch": ("-ub", "--ubatch-size"),
     "batch": ("-b", "--batch-size"),
+    "cache_ram": ("-cram", "--cache-ram"),
+    "parallel": ("-np", "--parallel"),
 }
 # Options without a value: name -> (key, value it sets).
 SWITCHES: dict[str, tuple[str, bool]] = {
@@ -61,6 +63,8 @@ ENV_VALUES = {
     "LLAMA_ARG_FIT": "fit",
     "LLAMA_ARG_UBATCH": "ubatch",
     "LLAMA_ARG_BATCH": "batch",
+    "LLAMA_ARG_CACHE_RAM": "cache_ram",
+    "LLAMA_ARG_N_PARALLEL": "parallel",
 }
 ENV_SWITCHES = {
     "LLAMA_ARG_CPU_MOE": "cpu_moe",
@@ -76,7 +80,7 @@ GGML_ENV = ("GGML_CUDA_NO_PINNED", "GGML_OP_OFFLOAD_MIN_BATCH")
 TRUTHY = ("on", "enabled", "true", "1")  # common_arg_utils::is_truthy
 FALSEY = ("off", "disabled", "false", "0")  # common_arg_utils::is_falsey
 _ADDITIVE = ("override_tensor", "n_cpu_ffn", "n_cpu_moe")
-_INTS = ("n_cpu_ffn", "n_cpu_moe", "ubatch", "batch", "n_gpu_layers")
+_INTS = ("n_cpu_ffn", "n_cpu_moe", "ubatch", "batch", "n_gpu_layers", "cache_ram", "parallel")
 _ALIAS = {n: key for key, names in VALUE_FLAGS.items() for n in names}
 
 

@@ -184,3 +184,18 @@ def _atoi(s: str) -> int:
     """C's atoi: the leading integer, 0 if none."""
     m = re.match(r"\s*([+-]?\d+)", s)
     return int(m.group(1)) if m else 0
+
+
+DEFAULT_CACHE_RAM_MIB = 8192  # b11434 common.h: cache_ram_mib (-1: no limit, 0: off)
+
+
+def prompt_cache(f: dict[str, Any], src: dict[str, str]) -> RuntimeFact:
+    """The host-memory prompt cache's size in MiB (``--cache-ram``; 0: off, -1: no limit). llama-server
+    saves a slot's KV there when the slot takes a new request and loads a cached prompt back, on its one
+    loop, before the request starts (b11434 ``get_available_slot``)."""
+    v = f.get("cache_ram")
+    if isinstance(v, int):
+        return RuntimeFact("prompt_cache_mib", v, src.get("cache_ram", "flag"))
+    if v is not None:
+        return RuntimeFact("prompt_cache_mib", None, f"{src.get('cache_ram', 'flag')}: not a number")
+    return RuntimeFact("prompt_cache_mib", DEFAULT_CACHE_RAM_MIB, f"default: --cache-ram {DEFAULT_CACHE_RAM_MIB}")

@@ -61,7 +61,7 @@ def client_timed(requests: Sequence[Mapping[str, Any]]) -> int:
 
 
 def request_latencies(requests: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, float] | None]:
-    """p50/p95/p99 of ttft_s, itl_s, prefill_s, decode_s, queue_s over per-request llama-server timings
+    """p50/p95/p99 of ttft_s, itl_s, prefill_s, decode_s, queue_s, setup_s over per-request llama-server timings
     (each request as :func:`request_timing` reads it; itl_s: each request's mean gap). TTFT and queue
     come from the requests whose arrival was seen when any were (the client's TTFT), else TTFT is the
     prefill (a lower bound) and the queue unknown."""
@@ -71,12 +71,14 @@ def request_latencies(requests: Sequence[Mapping[str, Any]]) -> dict[str, dict[s
     itl = [t.itl_mean_s for t in timings if t.itl_mean_s is not None]
     queue = [t.queue_s for t in timings if t.queue_s is not None]
     ttft = [t.ttft_s for t in timings if t.queue_s is not None and t.ttft_s is not None] if queue else prefill
+    setup = [v for r in requests if (v := _num(r.get("slot_setup_s"))) is not None]
     return {
         "ttft_s": _q3(ttft),
         "itl_s": _q3(itl),
         "prefill_s": _q3(prefill),
         "decode_s": _q3(decode),
         "queue_s": _q3(queue),
+        "setup_s": _q3(setup),
     }
 
 
