@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from pcie_tui.analyze.columns import COL, Chunk
+from pcie_tui.core.model import EngineSample
 
 BYTES = ("kv_offload_h2d_bytes_total", "kv_offload_d2h_bytes_total")
 PREFIX = ("prefix_cache_hits_total", "prefix_cache_queries_total")
@@ -58,11 +59,11 @@ def _num(extra: Any, key: str) -> float | None:
 
 def _extra(e: Any) -> dict[str, Any] | None:
     """An engine reading's raw fields (an EngineSample's ``extra`` or a recorded dict), None if down."""
-    if e is None:
-        return None
     if isinstance(e, dict):
-        return e if e.get("up") else None
-    return e.extra if e.up else None
+        return e if e.get("up") is True else None
+    if isinstance(e, EngineSample):
+        return e.extra if e.up else None
+    return None  # no reading, or a damaged one
 
 
 def _add(a: float | None, b: float) -> float:
