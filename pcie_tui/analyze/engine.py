@@ -24,6 +24,7 @@ from collections import deque
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from pcie_tui.analyze import engine_bytes
 from pcie_tui.analyze.engine_requests import per_request_summary
 from pcie_tui.core.model import EngineSample, Sample
 from pcie_tui.engines import registry
@@ -47,6 +48,8 @@ SNAPSHOT_KEYS = (
     "requests_running",
     "requests_waiting",
     "kv_cache_util",
+    "prefix_cache_hit_rate",
+    "kv_offload_Bps",
     "quantile_method",
     "rate_source",
     "requests_timed",
@@ -173,6 +176,16 @@ def read_age_s(e: EngineSample) -> float:
     return float(v) if isinstance(v, int | float) and not isinstance(v, bool) and 0 <= v < 3600 else 0.0
 
 
+def _num(v: Any) -> float | None:
+    return float(v) if isinstance(v, int | float) and not isinstance(v, bool) else None
+
+
+def _extra_total(e: EngineSample, keys: Sequence[str]) -> float | None:
+    """The sum of the engine's cumulative counters ``keys`` in ``extra`` (None: it has none of them)."""
+    vals = [v for k in keys if (v := _num(e.extra.get(k))) is not None]
+    return sum(vals) if vals else None
+
+
 # ---- sliding window -------------------------------------------------------
 
 
@@ -208,7 +221,7 @@ class EngineStats:
         # Over the time the counters were read (tick time minus the reading's age), not tick time.
         pts: list[tuple[float, Any]] = []
         for t, e in self._ticks:
-            v = getattr(e, attr)
+            v = getattr(e, attr) if not attr.startswith("extra.") else _extra_total(e, attr[6:].split("+"))
             if not e.up or v is None:
                 continue
             read_t = t - read_age_s(e)
@@ -219,6 +232,14 @@ class EngineStats:
             return None
         inc = counter_total(v for _, v in pts)
         return None if inc is None else inc / (pts[-1][0] - pts[0][0])
+
+    def _hit_rate(self) -> float | None:
+        """Share of the prompt tokens looked up in the engine's prefix cache over the window that were
+        found there (``prefix_cache_hits_total`` / ``prefix_cache_queries_total`` increases), None: none."""
+        up = [e.extra for _, e in self._ticks if e.up]
+        hits = counter_total(_num(x.get("prefix_cache_hits_total")) for x in up)
+        queries = counter_total(_num(x.get("prefix_cache_queries_total")) for x in up)
+        return min(max(hits / queries, 0.0), 1.0) if hits is not None and queries else None
 
     def snapshot(self) -> dict[str, Any]:
         """Current figures; None wherever the engine does not expose one or no data yet."""
@@ -272,6 +293,8 @@ class EngineStats:
         out["requests_waiting"] = last.requests_waiting if up and last else None
         kv = last.extra.get("kv_cache_util") if up and last else None
         out["kv_cache_util"] = kv if isinstance(kv, int | float) else None
+        out["prefix_cache_hit_rate"] = self._hit_rate()
+        out["kv_offload_Bps"] = self._rate("extra.kv_offload_h2d_bytes_total+kv_offload_d2h_bytes_total")
         out["quantile_method"] = _method(per_req_eng)
         out["rate_source"] = ", ".join(sources) or None
         out["requests_timed"] = len(reqs) if per_req_eng else None
@@ -329,6 +352,8 @@ def engine_report(samples: Iterable[Sample], analyzer: Any = None) -> dict[str, 
         "basis": "engine histograms, quantiles interpolated within buckets (estimates bounded by bucket edges)",
         "per_request": per_request_summary(per_request),
         "phases": _phase_times(ticks),
+        # The engine's own byte and prefix-cache counters, NVML's PCIe bytes beside them.
+        "bytes": engine_bytes.report(getattr(analyzer, "engine_bytes", None), eng.display if eng else "the engine"),
     }
     if per_req_eng is not None:
         # No histograms: exact quantiles over the requests the engine timed; queue time unknown.

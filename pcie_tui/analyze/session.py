@@ -19,6 +19,7 @@ import numpy as np
 
 from pcie_tui.analyze.columns import CHUNK_TICKS, COL, Chunk, from_rows, from_samples
 from pcie_tui.analyze.columns import sample_phase as sample_phase  # re-exported (tests import it from here)
+from pcie_tui.analyze.engine_bytes import EngineBytes
 from pcie_tui.analyze.quantiles import quantile  # noqa: F401  (re-exported: one quantile)
 from pcie_tui.analyze.series import (
     GpuSeries,
@@ -67,6 +68,8 @@ class SessionAnalyzer:
         # words differ, e.g. ``load`` vs the engine's ``loading``). Without an engine, the labels.
         self.engine_session = header.engine is not None
         self.phase: str | None = None  # the last tick's phase, by that rule
+        # The engine's own byte and prefix-cache counters per phase, with NVML's PCIe bytes beside them.
+        self.engine_bytes = EngineBytes()
 
     @property
     def version(self) -> int:
@@ -107,6 +110,7 @@ class SessionAnalyzer:
         self.t_last = ch.t[-1]
         self.n += len(ch.t)
         self._phases(ch)
+        self.engine_bytes.feed_chunk(ch)
         idx = ch.index
         if not idx.size:
             return []

@@ -147,6 +147,12 @@ class FindingFacts:
     transfer_staged: bool = False  # the copies went through pageable memory (staged by the driver)
     # The what-if of pinned host memory for this phase (docs/whatif.md), where the data can price it.
     whatif_pinned: dict[str, Any] | None = None
+    # The engine's own counters over this phase (all GPUs), None where it exposes none:
+    # share of looked-up prompt tokens found in its prefix cache (their prefill moves nothing) ...
+    prefix_cache_hit_rate: float | None = None
+    # ... host<->device bytes/s its KV offloading says it moved, and NVML's PCIe RX + TX over the same intervals.
+    engine_offload_Bps: float | None = None
+    nvml_pcie_Bps: float | None = None
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,7 @@ from pcie_tui.core.model import EngineSample, GpuInfo, Sample
 from pcie_tui.core.units import bind_units, tokens_per_s, unbind_units
 from pcie_tui.core.units import pct as _pct
 from pcie_tui.core.units import rate as _gbs
+from pcie_tui.core.units import rate as fmt_rate
 from pcie_tui.core.vocab import BOUND_SHORT
 from pcie_tui.doctor.cli import render_linkmodel
 from pcie_tui.recording.reader import Recording, SampleList, gc_paused
@@ -236,6 +237,7 @@ def _render_tail(report: dict[str, Any], console: Console) -> None:
     eng = report.get("engine")
     if eng:
         _render_engine(eng, console)
+        _render_engine_bytes(eng.get("bytes"), console)
         _render_engine_facts((report.get("attribution") or {}).get("engine_facts"), console)
     lm = report.get("linkmodel")
     if lm and lm.get("available"):
@@ -250,6 +252,31 @@ def _render_tail(report: dict[str, Any], console: Console) -> None:
         _wrapped(console, whatif)
     for w in report["warnings"]:
         console.print(f"[yellow]warning:[/] {w}")
+
+
+def _render_engine_bytes(b: dict[str, Any] | None, console: Console) -> None:
+    """The engine's own prefix-cache and KV offload counters, NVML's PCIe bytes beside them, and the
+    check line where the engine's bytes exceed what NVML saw."""
+    if not b:
+        return
+    s = b.get("session") or {}
+    rate = s.get("prefix_cache_hit_rate")
+    if rate is not None:
+        _wrapped(
+            console,
+            f"  prefix cache: {_pct(rate)} of {s.get('prefix_cache_queries') or 0:.0f} looked-up prompt tokens were hits "
+            "(the engine's counters; a hit's prefill computes and moves nothing)",
+        )
+    if s.get("engine_Bps") is not None:
+        nvml = s.get("nvml_pcie_Bps")
+        seen = f"; NVML PCIe RX + TX over the same {s['span_s']:.1f} s: {fmt_rate(nvml)}" if nvml is not None else ""
+        _wrapped(
+            console,
+            f"  KV offload (the engine's counters): {fmt_rate(s.get('h2d_Bps'))} host->device, "
+            f"{fmt_rate(s.get('d2h_Bps'))} device->host{seen}",
+        )
+    if b.get("check"):
+        _wrapped(console, f"  check: {b['check']}")
 
 
 def _render_engine_facts(fx: dict[str, Any] | None, console: Console) -> None:
@@ -278,6 +305,9 @@ _FACT_NAMES = {
     "hicache": "HiCache",
     "hicache_moved": "HiCache moved",
     "token_source": "token counts",
+    "weight_offload": "weight offload",  # vLLM (weights_pinned is the line above, as host_pinned)
+    "kv_offload": "KV offload",
+    "prefix_caching": "prefix caching",
 }
 
 

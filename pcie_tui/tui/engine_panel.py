@@ -15,6 +15,16 @@ from pcie_tui.tui.state import Frame
 from pcie_tui.tui.widgets import HistoryLegend, MetricRow, set_text
 
 
+def _cache_counters(stats: dict[str, Any]) -> str:
+    """Prefix-cache hits and KV offload bytes/s, where the engine counts them (vLLM)."""
+    out = ""
+    if stats.get("prefix_cache_hit_rate") is not None:
+        out += f" · prefix hits {fmt.pct(stats['prefix_cache_hit_rate'])}"
+    if stats.get("kv_offload_Bps") is not None:
+        out += f" · KV offload {fmt.rate(stats['kv_offload_Bps'])}"
+    return out
+
+
 def engine_lines(frame: Frame, wide: bool, stacked: bool = False) -> Text:
     """State, token rates and latency quantiles of the attached engine.
 
@@ -32,7 +42,7 @@ def engine_lines(frame: Frame, wide: bool, stacked: bool = False) -> Text:
     waiting = stats.get("requests_waiting", eng.requests_waiting)
     reqs = f"running {fmt.count(running, 'req')} · waiting {fmt.count(waiting, 'req')}"
     if frame.engine_stats is not None:
-        out.append(f" · KV cache {fmt.pct(stats.get('kv_cache_util'))}")
+        out.append(f" · KV cache {fmt.pct(stats.get('kv_cache_util'))}{_cache_counters(stats)}")
     out.append(f"\n{reqs}" if stacked else f" · {reqs}")
     err = stats.get("error") or eng.error
     if err:

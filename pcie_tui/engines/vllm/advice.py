@@ -1,19 +1,24 @@
-"""vLLM: what its flags do to the bus, and what to change.
+"""vLLM: what its settings do to the bus, and what to change; every cause rests on a fact with its source.
 
-From vLLM's engine arguments (vllm/engine/arg_utils.py, docs "Engine Arguments"):
-``--cpu-offload-gb N`` keeps N GiB of weights per GPU in CPU memory and streams them to the GPU
-in every forward pass; ``--kv-offloading-size`` / ``--kv-offloading-backend`` (and the older
-``--swap-space``) put KV cache blocks in CPU memory; ``--tensor-parallel-size`` splits each
-layer across GPUs, two all-reduces per layer over NVLink or PCIe.
-No vLLM GPU session has been recorded for this project yet: these rules rest on the flags and on
-the attribution's evidence, and are tested on synthetic findings only.
+The facts (:mod:`.runtime`): weight offload (``--cpu-offload-gb`` for the UVA backend,
+``--offload-group-size`` / ``--offload-num-in-group`` for prefetch), whether those weights are
+pinned (``VLLM_WEIGHT_OFFLOADING_DISABLE_PIN_MEMORY``), the KV connector that keeps KV blocks in
+host memory (``--kv-offloading-size`` / ``--kv-offloading-backend``, ``--kv-transfer-config``;
+older ``--swap-space``), prefix caching; and, per phase, the engine's own counters
+(:class:`~pcie_tui.engines.base.FindingFacts`): its KV offload bytes (``vllm:kv_offload_load_bytes``,
+``vllm:kv_offload_store_bytes``) and prefix-cache hit rate (``vllm:prefix_cache_hits`` /
+``vllm:prefix_cache_queries``). A fact not readable is unknown and no cause rests on it.
+``--tensor-parallel-size`` splits each layer across GPUs: two all-reduces per layer over NVLink or PCIe.
+No vLLM GPU session has been recorded for this project yet: these rules are tested on synthetic findings.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from pcie_tui.engines.base import Advice, EngineFacts, FindingFacts, Layout, typed
+from pcie_tui.core.units import rate as fmt_rate
+from pcie_tui.engines.base import Advice, EngineFacts, FindingFacts, Layout, RuntimeFact, typed
+from pcie_tui.engines.vllm import runtime
 
 _VALUE_FLAGS = {
     "--cpu-offload-gb": "cpu_offload_gb",
@@ -40,20 +45,23 @@ def parse_flags(argv: list[str]) -> dict[str, Any]:
 
 
 def facts(engine_info: dict[str, Any]) -> EngineFacts:
-    argv: list[Any] = typed(engine_info, "cmdline", list, [])
-    f = parse_flags([str(a) for a in argv])
+    argv = [str(a) for a in typed(engine_info, "cmdline", list, [])]
+    f = parse_flags(argv)
     layout: dict[str, Any] = typed(engine_info, "layout", dict, {})
     tp: Any = f.get("tp") or layout.get("tensor_parallel_size") or layout.get("tp")
     tp = tp if type(tp) in (int, float) and 0 < tp < 4096 else None
-    off = f.get("cpu_offload_gb")
-    kv = f.get("kv_offloading_size")
+    off, pinned, kv, prefix = runtime.facts(argv, runtime.environ(layout))
+    host_weights = f"{off.value} ({off.source})" if off.value not in (None, "none") else None
+    kv_moves = isinstance(kv.value, str) and kv.value != "none" and not kv.value.startswith("none ")
     load = f.get("load_format")
     return EngineFacts(
         kind="vllm",
-        host_weights=f"{off} GiB of weights per GPU (--cpu-offload-gb {off})" if off else None,
-        host_pinned=True if off else None,  # vLLM allocates its CPU-offloaded weights pinned
-        host_memory_why="vLLM pins CPU-offloaded weights" if off else None,
-        kv_on_host=f"--kv-offloading-size {kv}: KV cache blocks in CPU memory" if kv else None,
+        host_weights=host_weights,
+        host_pinned=pinned.value if host_weights else None,
+        host_memory_why=f"pinned: {'unknown' if pinned.value is None else pinned.value} ({pinned.source})"
+        if host_weights
+        else None,
+        kv_on_host=f"KV cache blocks in host memory: {kv.value} ({kv.source})" if kv_moves else None,
         tensor_parallel=int(tp) if tp is not None else None,
         load_mode=str(load) if load is not None else None,
         layout=Layout(
@@ -62,6 +70,7 @@ def facts(engine_info: dict[str, Any]) -> EngineFacts:
             data_parallel=_size(layout, "data_parallel_size"),
         ),
         flags=f,
+        runtime=(off, pinned, kv, prefix),
     )
 
 
@@ -71,32 +80,110 @@ def _size(layout: dict[str, Any], key: str) -> int | None:
     return v if isinstance(v, int) and not isinstance(v, bool) and 0 < v < 4096 else None
 
 
+# The engine's KV offload bytes below this share of the link's rate: not what loads the link.
+KV_SHARE_MIN = 0.10
+PREFIX_HIT_MIN = 0.10  # a prefill phase whose prefix-cache hit rate is at least this gets the note
+QUIET_LINK = 0.10  # share of a phase's time bound by the link below which it counts as quiet
+
+
 def advise(fx: EngineFacts, finding: FindingFacts) -> list[Advice]:
     bound = finding.bound
     out: list[Advice] = []
-    if bound in ("link", "transfer") and fx.host_weights:
-        out.append(
-            Advice(
-                cause=f"{fx.host_weights} are streamed to the GPU in every forward pass",
-                fix="lower --cpu-offload-gb (or spread the model over more GPUs with -tp) if memory allows",
-                evidence=(f"--cpu-offload-gb {fx.flags.get('cpu_offload_gb')} on the command line",),
-            )
-        )
-    elif bound in ("link", "transfer") and fx.kv_on_host:
-        out.append(
-            Advice(
-                cause=fx.kv_on_host + ", moved over PCIe when reused",
-                fix="give the GPU KV cache more room (--gpu-memory-utilization) or a smaller offload size",
-                evidence=(fx.kv_on_host,),
-            )
-        )
+    off = fx.fact("weight_offload")
+    if bound in ("link", "transfer") and fx.host_weights and off is not None:
+        out.append(_weight_advice(fx, finding, off))
+    elif bound in ("link", "transfer") and fx.kv_on_host and _kv_moves_enough(finding):
+        out.append(_kv_advice(fx, finding))
     elif bound == "link" and (fx.tensor_parallel or 1) > 1:
+        tp = fx.tensor_parallel
+        said = f"flag --tensor-parallel-size {tp}" if fx.flags.get("tp") else f"layout tensor_parallel_size {tp}"
         out.append(
             Advice(
-                cause=f"tensor parallelism over {fx.tensor_parallel} GPUs: two all-reduces per layer cross the link",
+                cause=f"tensor parallelism over {tp} GPUs ({said}): two all-reduces per layer cross the link",
                 fix="a faster GPU-to-GPU path (NVLink bridge, both GPUs on CPU lanes at x16), or pipeline "
                 "parallelism (-pp), which sends one activation per stage instead",
-                evidence=(f"--tensor-parallel-size {fx.tensor_parallel}",),
+                evidence=(said,),
             )
         )
+    note = _prefix_note(finding)
+    if note is not None:
+        out.append(note)
     return out
+
+
+def _kv_moves_enough(finding: FindingFacts) -> bool:
+    """The engine's own KV offload bytes do not rule it out: unknown, or at least KV_SHARE_MIN of the link's rate."""
+    eng, link = finding.engine_offload_Bps, finding.link_Bps
+    return eng is None or not link or eng >= KV_SHARE_MIN * link
+
+
+def _engine_bytes(finding: FindingFacts) -> str | None:
+    """The engine's KV offload bytes/s in this phase with NVML's beside them, as evidence."""
+    if finding.engine_offload_Bps is None:
+        return None
+    nvml = finding.nvml_pcie_Bps
+    seen = f"; NVML PCIe RX + TX {fmt_rate(nvml)} over the same ticks" if nvml is not None else ""
+    return (
+        f"/metrics vllm:kv_offload_load_bytes + vllm:kv_offload_store_bytes: {fmt_rate(finding.engine_offload_Bps)} "
+        f"host<->device in this phase{seen}"
+    )
+
+
+def _weight_advice(fx: EngineFacts, finding: FindingFacts, off: RuntimeFact) -> Advice:
+    """Weights kept in CPU memory (UVA or prefetch offload) load the link every forward pass."""
+    pin = fx.fact("weights_pinned")
+    ev = tuple(x for x in (f"weight offload: {off.value} ({off.source})", fx.host_memory_why) if x)
+    if finding.bound == "transfer" and pin is not None and pin.value is False:
+        return Advice(
+            cause=f"offloaded weights ({off.value}) are copied from pageable memory ({pin.source}): the driver "
+            "stages every copy, so the link runs below its capacity",
+            fix="unset VLLM_WEIGHT_OFFLOADING_DISABLE_PIN_MEMORY (vLLM then pins offloaded weights)",
+            evidence=ev,
+            short=f"offloaded weights copied from pageable memory ({pin.source})",
+        )
+    if str(off.value).startswith("prefetch"):
+        fix = (
+            "offload fewer layers: lower --offload-num-in-group or raise --offload-group-size "
+            f"({off.source.removeprefix('flag ')}) if memory allows; a larger --offload-prefetch-step only "
+            "starts the same copies earlier"
+        )
+        cause = f"{off.value} stay in CPU memory and are copied to the GPU in every forward pass"
+    else:
+        gb = fx.flags.get("cpu_offload_gb")
+        fix = (
+            f"lower --cpu-offload-gb (now {gb}) if memory allows, or spread the model over more GPUs with -tp; the "
+            "prefetch backend (--offload-group-size, --offload-num-in-group) copies whole layers ahead instead "
+            "of reading them during the pass"
+        )
+        cause = f"{off.value} of weights stay in CPU memory and are read over the link in every forward pass (UVA)"
+    return Advice(cause=f"{cause} ({off.source})", fix=fix, evidence=ev, short=f"weight offload {off.value}")
+
+
+def _kv_advice(fx: EngineFacts, finding: FindingFacts) -> Advice:
+    """KV blocks offloaded to host memory come back over the link when a prefix is reused."""
+    measured = _engine_bytes(finding)
+    return Advice(
+        cause=f"{fx.kv_on_host}: blocks move over PCIe when stored and when a reused prefix is loaded back",
+        fix="give the GPU KV cache more room (--gpu-memory-utilization, a smaller --max-model-len) so fewer "
+        "blocks leave it, or a smaller --kv-offloading-size",
+        evidence=tuple(x for x in (fx.kv_on_host, measured) if x),
+        short="KV offload traffic"
+        + (f" ({fmt_rate(finding.engine_offload_Bps)} by vLLM's counters)" if measured else ""),
+    )
+
+
+def _prefix_note(finding: FindingFacts) -> Advice | None:
+    """A prefill quiet on the link with prefix-cache hits: cached prompt tokens move no bytes."""
+    rate = finding.prefix_cache_hit_rate
+    if finding.phase not in ("prefill", "mixed") or finding.bound in ("link", "transfer") or rate is None:
+        return None
+    if rate < PREFIX_HIT_MIN or finding.shares.get("link", 0.0) >= QUIET_LINK:
+        return None
+    said = "/metrics vllm:prefix_cache_hits / vllm:prefix_cache_queries over this phase"
+    return Advice(
+        cause=f"{rate * 100:.0f}% of the prompt tokens looked up were prefix-cache hits ({said}): their KV blocks "
+        "were already on the GPU, so their prefill computed and moved nothing, and the link stays quiet for them",
+        fix=None,
+        evidence=(f"prefix-cache hit rate {rate * 100:.0f}% ({said})",),
+        short=f"{rate * 100:.0f}% of prompt tokens were prefix-cache hits",
+    )

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +26,35 @@ COUNTERS = {
     "generation_tokens_total": ("vllm:generation_tokens_total",),
     "requests_finished_total": ("vllm:request_success_total",),
     "preemptions_total": ("vllm:num_preemptions_total",),
+    # Prompt tokens looked up in / found in the GPU's prefix cache (vLLM < 0.10: gpu_prefix_cache_*).
+    # A hit is a prompt token whose KV blocks were already on the GPU: nothing is computed or moved.
+    "prefix_cache_queries_total": ("vllm:prefix_cache_queries_total", "vllm:gpu_prefix_cache_queries_total"),
+    "prefix_cache_hits_total": ("vllm:prefix_cache_hits_total", "vllm:gpu_prefix_cache_hits_total"),
+    # Hits a KV connector supplied (host memory, disk, another instance): those blocks are loaded.
+    "external_prefix_cache_queries_total": ("vllm:external_prefix_cache_queries_total",),
+    "external_prefix_cache_hits_total": ("vllm:external_prefix_cache_hits_total",),
+    # KV offloading (OffloadingConnector, distributed/kv_transfer/kv_connector/v1/offloading/metrics.py):
+    # bytes loaded from the offload medium to the GPU (host->device) and stored from the GPU to it.
+    "kv_offload_h2d_bytes_total": ("vllm:kv_offload_load_bytes_total",),
+    "kv_offload_d2h_bytes_total": ("vllm:kv_offload_store_bytes_total",),
 }
+# Counters read per label value (our name -> sample name, label, value): the deprecated KV offload
+# byte counter of the same connector, kept beside the flat ones above during vLLM's migration.
+LABELLED = {
+    "kv_offload_h2d_bytes_total": ("vllm:kv_offload_total_bytes_total", "transfer_type", "CPU_to_GPU"),
+    "kv_offload_d2h_bytes_total": ("vllm:kv_offload_total_bytes_total", "transfer_type", "GPU_to_CPU"),
+}
+# Counters copied into EngineSample.extra as they are (cumulative; the analysis takes differences).
+EXTRA_COUNTERS = (
+    "requests_finished_total",
+    "preemptions_total",
+    "prefix_cache_queries_total",
+    "prefix_cache_hits_total",
+    "external_prefix_cache_queries_total",
+    "external_prefix_cache_hits_total",
+    "kv_offload_h2d_bytes_total",
+    "kv_offload_d2h_bytes_total",
+)
 GAUGES = {
     "requests_running": ("vllm:num_requests_running",),
     "requests_waiting": ("vllm:num_requests_waiting",),
@@ -55,6 +84,7 @@ def _wanted_samples() -> frozenset[str]:
     for alts in HISTOGRAMS.values():
         for n in alts:
             names.update((n + "_bucket", n + "_count", n + "_sum"))
+    names.update(name for name, _, _ in LABELLED.values())
     return frozenset(names)
 
 
@@ -95,11 +125,16 @@ def parse_vllm_metrics(text: str) -> dict[str, Any]:
     """
     sums: dict[str, float] = {}
     buckets: dict[str, dict[float, float]] = {}
+    labelled: dict[str, float] = {}
+    by_label = {(n, lab, v): key for key, (n, lab, v) in LABELLED.items()}
     for fam in text_string_to_metric_families(select_lines(text)):
         for s in fam.samples:
             if not s.name.startswith("vllm:"):
                 continue
-            if s.name.endswith("_bucket") and "le" in s.labels:
+            lkey = next((k for (n, lab, v), k in by_label.items() if n == s.name and s.labels.get(lab) == v), None)
+            if lkey is not None:
+                labelled[lkey] = labelled.get(lkey, 0.0) + float(s.value)
+            elif s.name.endswith("_bucket") and "le" in s.labels:
                 le = float(s.labels["le"])
                 b = buckets.setdefault(s.name[: -len("_bucket")], {})
                 b[le] = b.get(le, 0.0) + float(s.value)
@@ -108,11 +143,11 @@ def parse_vllm_metrics(text: str) -> dict[str, Any]:
     if not sums and not buckets:
         raise ValueError("no vllm: metrics in the response")
 
-    def first(names: tuple[str, ...]) -> float | None:
+    def first(names: tuple[str, ...], key: str) -> float | None:
         for n in names:
             if n in sums:
                 return sums[n]
-        return None
+        return labelled.get(key)
 
     hist: dict[str, dict[str, Any]] = {}
     for key, names in HISTOGRAMS.items():
@@ -132,8 +167,8 @@ def parse_vllm_metrics(text: str) -> dict[str, Any]:
             }
             break
     return {
-        "counters": {k: first(v) for k, v in COUNTERS.items()},
-        "gauges": {k: first(v) for k, v in GAUGES.items()},
+        "counters": {k: first(v, k) for k, v in COUNTERS.items()},
+        "gauges": {k: first(v, k) for k, v in GAUGES.items()},
         "hist": hist,
     }
 
@@ -185,6 +220,8 @@ class VllmClient:
         self.info: dict[str, Any] = dict(info or {})
         self._model: str | None = None
         self._version: str | None = self.info.get("version")
+        # The last scrape's KV offload byte counters and when it was read (for bytes/s between scrapes).
+        self._prev_offload: tuple[float, float | None, float | None] | None = None
 
     def _get_json(self, path: str) -> Any:
         status, body = http_get(self.url + path, self.timeout_s)
@@ -228,6 +265,24 @@ class VllmClient:
             "metrics_url": self.url + "/metrics",
         }
 
+    def _offload_rates(self, c: dict[str, Any]) -> dict[str, float]:
+        """Bytes/s the engine says its KV offloading moved host->device and device->host since the
+        last scrape (``kv_offload_h2d_Bps``, ``kv_offload_d2h_Bps``); none where it has no such counter,
+        on the first scrape, and across a restart (a counter that went down)."""
+        h2d, d2h = c.get("kv_offload_h2d_bytes_total"), c.get("kv_offload_d2h_bytes_total")
+        if h2d is None and d2h is None:
+            self._prev_offload = None
+            return {}
+        now, prev = time.monotonic(), self._prev_offload
+        self._prev_offload = (now, h2d, d2h)
+        if prev is None or now - prev[0] <= 0:
+            return {}
+        out: dict[str, float] = {}
+        for key, cur, old in (("kv_offload_h2d_Bps", h2d, prev[1]), ("kv_offload_d2h_Bps", d2h, prev[2])):
+            if cur is not None and old is not None and cur >= old:
+                out[key] = (cur - old) / (now - prev[0])
+        return out
+
     def read(self) -> EngineSample:
         """One /metrics scrape -> EngineSample (phase left for the poller)."""
         try:
@@ -245,9 +300,10 @@ class VllmClient:
         for k in ("kv_cache_util",):
             if g.get(k) is not None:
                 extra[k] = g[k]
-        for k in ("requests_finished_total", "preemptions_total"):
+        for k in EXTRA_COUNTERS:
             if c.get(k) is not None:
                 extra[k] = c[k]
+        extra.update(self._offload_rates(c))
         return EngineSample(
             kind=self.kind,
             up=True,

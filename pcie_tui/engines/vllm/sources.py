@@ -42,4 +42,20 @@ def rows(win: str) -> list[SourceRow]:
             "% of KV cache blocks in use",
             "latest tick",
         ),
+        (
+            "prefix hits",
+            "vLLM /metrics counters vllm:prefix_cache_hits, vllm:prefix_cache_queries (older: vllm:gpu_prefix_cache_*): "
+            "increase of hits over increase of queries, in prompt tokens; a hit's KV blocks were already on the GPU, "
+            "so its prefill computes and moves nothing",
+            "% of looked-up prompt tokens",
+            win,
+        ),
+        (
+            "KV offload",
+            "vLLM /metrics counters vllm:kv_offload_load_bytes (host->device) + vllm:kv_offload_store_bytes "
+            "(device->host) (older: vllm:kv_offload_total_bytes by transfer_type), only with KV offloading on: "
+            "increase / the time between the readings; the report sets it beside NVML's PCIe RX + TX",
+            "bytes/s",
+            win,
+        ),
     ]

