@@ -124,3 +124,28 @@ def test_the_log_says_what_a_busy_loop_is_doing():
     assert clock.busy_with(t_wall + 3.2) is None
     tl = clock.timeline(7)
     assert tl["slot_setup_s"] == pytest.approx(2.5) and tl["client_ttft_s"] == pytest.approx(2.5 + 0.3, abs=1e-6)
+
+
+def test_a_request_that_came_while_the_loop_was_inside_a_batch_waited_for_it():
+    """A free slot, but the server's loop was inside a long prompt batch (the gauge went unanswered): the
+    request waited in the server's queue, not counted as deferred. Seen on an H200: 4 requests at once,
+    the first one's 2.9 s batch ran before the other three were looked at."""
+    clock = RequestClock()
+    w = 1000.0  # wall time of the server's log time 0
+    clock.feed_line("0.00.000.000 I slot print_timing: id  3 | task 1 |    graphs reused = 1", w)
+    clock.feed_deferred(w + 0.01, 0.0, t_sent=w + 0.005)  # answered at once: the loop idle
+    clock.feed_deferred(w + 0.4, None, t_sent=w + 0.1)  # asked, never answered: the loop is in a batch
+    lines = [
+        "0.02.900.000 I slot get_availabl: id  0 | task -1 | selected slot by LRU, t_last = -1",
+        "0.02.900.100 I slot launch_slot_: id  0 | task 9 | processing task, is_child = 0",
+    ]
+    for line in lines:
+        clock.feed_line(line, w + 3.0)
+    clock.feed_deferred(w + 2.95, 0.0, t_sent=w + 2.5)
+    clock.lines_read(w + 5.0)
+    rec = {"task": 9, "prompt_ms": 1000.0, "predicted_ms": 100.0, "predicted_n": 5}
+    assert clock.finish(rec, w + 4.1, "0.04.000.100 I slot print_timing: id  0 | task 9 | total time = 1100 ms")
+    tl = clock.timeline(9)
+    # It came between the last prompt answer (0.01 s) and being taken (2.9 s): the middle, 1.45 s.
+    assert tl["queue_s"] == pytest.approx((2.9 - 0.01) / 2, abs=1e-3)
+    assert tl["client_ttft_s"] == pytest.approx(tl["queue_s"] + 1.0001, abs=1e-3)

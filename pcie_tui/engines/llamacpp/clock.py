@@ -80,7 +80,11 @@ class RequestClock:
         self._since = float("-inf")  # the earliest a request first counted by the next reading can have arrived
         self._unanswered = False  # a reading since the last answered one went unanswered
         self._counted = 0  # requests counted as arrived so far
-        self._gauge_times: deque[float] = deque(maxlen=4096)  # when each placed gauge reading was answered
+        # Placed gauge readings: when each was answered, whether it waited for a batch (and since when
+        # the loop could have been blocked), and when unanswered ones were asked. Bounded: a few minutes.
+        self._gauge_times: deque[float] = deque(maxlen=4096)
+        self._gauge_blocked: deque[tuple[bool, float]] = deque(maxlen=4096)
+        self._unanswered_sent: deque[float] = deque(maxlen=4096)
         self._prefills: deque[tuple[float, float]] = deque(maxlen=256)  # (start, end) of finished requests' prefills
         self._steps: deque[tuple[float, float, float]] = deque(maxlen=256)  # (first token, end, seconds per step)
         self.read_until = 0.0  # wall time up to which the log has been read
@@ -209,10 +213,14 @@ class RequestClock:
 
     def _direct_arrival(self, t_select: float) -> float:
         """When a request that found a slot free arrived. At once if the server's loop was idle; else it
-        waited in the server's queue (not counted as deferred) for the loop's turn to end: a prompt batch
-        that ended just before it was taken (since that batch's start or the last gauge reading, which
-        the loop answers between batches), or one decode step of the requests generating then. The
-        middle of that span."""
+        waited in the server's queue (not counted as deferred) for the loop's turn to end, the middle of
+        that span: a stretch in which the gauge went unanswered or was answered late (the loop inside
+        a batch: since the last reading answered at once before it), a prompt batch that ended just
+        before it was taken (since that batch's start or the last reading), or one decode step of the
+        requests generating then."""
+        blocked_since = self._blocked_before(t_select)
+        if blocked_since is not None:
+            return (blocked_since + t_select) / 2
         busy = [s for s, e in self._prefills if e <= t_select <= e + _TURN_S]
         if busy:
             i = bisect.bisect_left(self._gauge_times, t_select)
@@ -220,6 +228,22 @@ class RequestClock:
             return (since + t_select) / 2 if since < t_select else t_select
         steps = [step for first, end, step in self._steps if first < t_select < end]
         return t_select - max(steps) / 2 if steps else t_select
+
+    def _blocked_before(self, t_select: float) -> float | None:
+        """Where the loop was blocked up to ``t_select`` (a reading sent before it went unanswered, or
+        the last reading before it was answered late and ``t_select`` came in that same turn): since when
+        it could have been (the last reading answered at once before), else None."""
+        i = bisect.bisect_left(self._gauge_times, t_select)
+        if i == 0:
+            return None
+        t_last = self._gauge_times[i - 1]
+        j = bisect.bisect_left(self._unanswered_sent, t_last)
+        if j < len(self._unanswered_sent) and self._unanswered_sent[j] < t_select:
+            return t_last  # asked after the last answer and never answered: blocked since then
+        blocked, since = self._gauge_blocked[i - 1]
+        if blocked and t_select - t_last <= _TURN_S and since > float("-inf"):
+            return since
+        return None
 
     def _place(self, sent: float, t: float, deferred: float | None) -> None:
         """Count the arrivals a gauge reading shows: deferred now plus launched before ``t``.
@@ -231,6 +255,7 @@ class RequestClock:
         """
         if deferred is None:  # not answered: the loop was busy from before it was asked
             self._unanswered = True
+            self._unanswered_sent.append(sent)
             return
         launched = bisect.bisect_right(self._launch_walls, t)
         arrived = int(round(deferred)) + launched
@@ -241,6 +266,7 @@ class RequestClock:
         self._unanswered = False
         self._since = (prev[1] if prev is not None else float("-inf")) if blocked else t
         self._gauge_times.append(t)
+        self._gauge_blocked.append((blocked, self._since))
         new = arrived - self._counted
         if new <= 0:
             return
