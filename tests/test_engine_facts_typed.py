@@ -197,7 +197,9 @@ def old_export_observations(r: dict[str, Any]) -> list[tuple[str, float]]:
     pn, pms = _num(r.get("prompt_n")), _num(r.get("prompt_ms"))
     gn, gms = _num(r.get("predicted_n")), _num(r.get("predicted_ms"))
     if pms is not None and pms >= 0 and (pn is None or pn > 0):
-        out += [("ttft", pms / 1e3), ("prefill", pms / 1e3)]
+        # Since issue 20: a request whose arrival the log showed is observed at the client's TTFT.
+        client = _num(r.get("client_ttft_s"))
+        out += [("ttft", client if client is not None else pms / 1e3), ("prefill", pms / 1e3)]
     if gn is not None and gms is not None and gn >= 2 and gms >= 0:
         out += [("decode", gms / 1e3), ("request_itl_mean", gms / (gn - 1) / 1e3)]
     return out

@@ -116,3 +116,30 @@ def test_sample_phase_feeds_the_analyzer():
     for s in rec.samples[:50]:
         an.feed(Sample(t=s.t, gpus=s.gpus, engine=EngineSample(kind="vllm", up=True, phase="decode")))
     assert set(an.phase_summary(0)) == {"decode"}
+
+
+def test_a_tick_is_idle_only_when_nothing_is_outstanding():
+    """Property (issue 24): whatever the counters, slots and link say, a tick with a request waiting or the
+    engine's log saying what it is busy with is never idle; with nothing outstanding and nothing moving it is."""
+    from hypothesis import given
+    from hypothesis import strategies as st
+
+    from pcie_tui.engines.phases import PHASES
+
+    @given(
+        waiting=st.sampled_from([None, 0.0, 1.0, 5.0]),
+        running=st.sampled_from([None, 0.0, 1.0]),
+        busy_with=st.sampled_from([None, "housekeeping", "prefill", "decode", "mixed"]),
+        counter=st.sampled_from([None, *PHASES]),
+        rx=st.sampled_from([None, 0.0, 5e8, 4e10]),
+    )
+    def check(waiting, running, busy_with, counter, rx):
+        extra = {"busy_with": busy_with} if busy_with else {}
+        eng = EngineSample(kind="llamacpp", up=True, requests_waiting=waiting, requests_running=running, extra=extra)
+        phase = tick_phase(eng, counter, alive=True, served=True, rx_Bps=rx)
+        if phase == "idle":
+            assert not waiting and busy_with is None
+        if counter in (None, "idle") and not waiting and busy_with is None and not (rx and rx >= 1e9):
+            assert phase == "idle"
+
+    check()

@@ -7,7 +7,8 @@ NAME.clients.json holds what each client measured (send, first token, end: numbe
 server's own log, NAME.report.txt what `pcie-tui report` printed there, device_log.txt the call's output.
 
 * seq-cache / seq-nocache: 6 sequential 9,600-token prompts fully on the GPU, the host prompt cache on (the
-  default, 8192 MiB) and off (--cache-ram 0): the A/B of issue 24.
+  default, 8192 MiB) and off (--cache-ram 0): the A/B of issue 24, bundled as the demos h200-prompt-cache
+  and h200-prompt-cache-off (pcie_tui/data, with their truth).
 * np4c4: 4 slots, 4 concurrent clients, 13 of 16 layers in host memory (pageable: mmap).
 * mlock (-lm mlock), noop (--no-op-offload), fit (-ngl auto with a --fit-target margin that leaves the model
   too little VRAM, as a model larger than the card would).
@@ -21,16 +22,25 @@ from pathlib import Path
 import pytest
 
 from pcie_tui.engines.stats import quantile
+from pcie_tui.recording import demos
 from pcie_tui.recording.reader import read_recording
 from pcie_tui.report.text import build_report
 
 RUNS = Path(__file__).parent / "fixtures" / "h200-runs" / "engine-truth-20261206"
 
 
+DEMOS = {"seq-cache": "h200-prompt-cache", "seq-nocache": "h200-prompt-cache-off"}
+
+
 def _case(name: str) -> tuple[dict, list[float]]:
-    rep, _ = build_report(read_recording(RUNS / f"{name}.jsonl.gz"))
-    truth = json.loads((RUNS / f"{name}.clients.json").read_text())
-    return rep, sorted(r["t_first"] - r["t_send"] for r in truth["requests"])
+    if name in DEMOS:
+        rec = read_recording(demos.resolve(DEMOS[name]))
+        truth = json.loads((demos.data_dir() / f"{DEMOS[name]}.truth.json").read_text())["truth"]
+    else:
+        rec = read_recording(RUNS / f"{name}.jsonl.gz")
+        truth = json.loads((RUNS / f"{name}.clients.json").read_text())["requests"]
+    rep, _ = build_report(rec)
+    return rep, sorted(r["t_first"] - r["t_send"] for r in truth)
 
 
 @pytest.mark.parametrize("name", ["seq-cache", "seq-nocache", "mlock", "noop", "fit"])
@@ -67,7 +77,7 @@ def test_the_prompt_cache_ab_names_the_housekeeping_and_its_price():
     assert on["engine"]["setup_s"]["p50"] > 1.5 and off["engine"]["setup_s"]["p50"] < 0.01
     assert on["engine"]["phases"]["housekeeping"]["time_s"] > 5.0 and "housekeeping" not in off["engine"]["phases"]
     h = on["headline"]
-    assert h["phase"] == "housekeeping"
+    assert h["phase"] == "housekeeping" and "TTFT p50 2.30 s -> about 0.53 s" in h["text"]
     finding = next(f for f in on["attribution"]["findings"]["0"] if f["phase"] == "housekeeping")
     (advice,) = finding["advice"]
     assert "host prompt cache, 8192 MiB, default: --cache-ram 8192" in advice["cause"]

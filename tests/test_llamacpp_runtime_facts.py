@@ -13,6 +13,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from pcie_tui.doctor import fingerprint
 from pcie_tui.engines import FindingFacts
 from pcie_tui.engines.llamacpp import advice, flags, proc, runtime
@@ -297,6 +299,13 @@ def test_the_prompt_cache_is_a_fact_and_names_housekeeping_between_requests():
     (a,) = advice.advise(fx, FindingFacts(bound="transfer", phase="housekeeping"))
     assert "host prompt cache, 8192 MiB, default: --cache-ram 8192" in a.cause
     assert (a.fix or "").startswith("--cache-ram 0 turns the host prompt cache off")
-    assert "prefilled again" in (a.fix or "")  # what the user gives up
+    assert "gives up cache hits" in (a.fix or "")  # what the user gives up (not counted: no requests timed here)
+    assert a.predicted is None  # no requests timed: not priced
+    priced = FindingFacts(
+        bound="host", phase="housekeeping", requests_timed=6, ttft_p50_s=2.3, setup_p50_s=1.77, cached_prompt_tokens=0.0
+    )
+    (p,) = advice.advise(fx, priced)
+    assert "(TTFT p50 2.30 s -> about 0.53 s)" in (p.fix or "") and "nothing is given up here" in (p.fix or "")
+    assert p.predicted["ttft_after_s"] == pytest.approx(0.53)
     (b,) = advice.advise(_facts(["--cache-ram", "0"]), FindingFacts(bound="host", phase="housekeeping"))
     assert "prompt cache is off" in b.cause and b.fix is None  # nothing the data supports

@@ -8,6 +8,7 @@ the same text above its panels (:class:`pcie_tui.analyze.analysis.Analysis` serv
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from pcie_tui.analyze.attribution import phase_findings
@@ -125,9 +126,17 @@ def answer(
     fx = facts if facts is not None else facts_for(engine_info(header.engine, events))
     findings = phase_findings(header, analyzer, fx)
     counts = getattr(getattr(analyzer, "engine_bytes", None), "phases", {})
+    rw = getattr(analyzer, "request_waits", None)
+    waits = rw.waits() if rw is not None else None
     for fs in findings.values():
         for f in fs:
-            f.advice = tuple(advise(fx, finding_facts(f, counts.get(str(f.phase)))))
+            ff = finding_facts(f, counts.get(str(f.phase)))
+            if waits is not None:
+                ff = dataclasses.replace(
+                    ff, requests_timed=waits.n, ttft_p50_s=waits.ttft_p50_s, setup_p50_s=waits.setup_p50_s,
+                    cached_prompt_tokens=waits.cached_tokens,
+                )  # fmt: skip
+            f.advice = tuple(advise(fx, ff))
             f.evidence = evidence_text(f)
     top = pick(findings, phase)
     head = headline(top, len(findings) > 1, final) if top is not None else unlabelled_headline(findings)
@@ -188,6 +197,8 @@ def _second_line(f: Finding, adv: Any) -> str:
         pred = adv.predicted
         if pred and pred.get("phase_s_at_best"):
             line2 += f": {f.phase} {pred['phase_s']:.1f} s -> {predicted_range(pred)}"
+        elif pred and pred.get("ttft_after_s") is not None:
+            line2 += f": TTFT p50 {pred['ttft_p50_s']:.2f} s -> about {pred['ttft_after_s']:.2f} s"
         return line2 + "."
     if adv:
         return f"Cause: {adv.cause}."

@@ -21,6 +21,7 @@ from pcie_tui.analyze.columns import CHUNK_TICKS, COL, Chunk, from_rows, from_sa
 from pcie_tui.analyze.columns import sample_phase as sample_phase  # re-exported (tests import it from here)
 from pcie_tui.analyze.engine_bytes import EngineBytes
 from pcie_tui.analyze.quantiles import quantile  # noqa: F401  (re-exported: one quantile)
+from pcie_tui.analyze.request_waits import RequestWaits
 from pcie_tui.analyze.series import (
     GpuSeries,
     drop_gaps,
@@ -70,6 +71,7 @@ class SessionAnalyzer:
         self.phase: str | None = None  # the last tick's phase, by that rule
         # The engine's own byte and prefix-cache counters per phase, with NVML's PCIe bytes beside them.
         self.engine_bytes = EngineBytes()
+        self.request_waits = RequestWaits()
 
     @property
     def version(self) -> int:
@@ -111,6 +113,7 @@ class SessionAnalyzer:
         self.n += len(ch.t)
         self._phases(ch)
         self.engine_bytes.feed_chunk(ch)
+        self.request_waits.feed_chunk(ch)
         idx = ch.index
         if not idx.size:
             return []

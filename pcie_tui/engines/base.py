@@ -153,6 +153,13 @@ class FindingFacts:
     # ... host<->device bytes/s its KV offloading says it moved, and NVML's PCIe RX + TX over the same intervals.
     engine_offload_Bps: float | None = None
     nvml_pcie_Bps: float | None = None
+    # Finished requests over the session (pcie_tui.analyze.request_waits), where the engine times them:
+    # medians of the client's TTFT and of the engine's own work before each started (slot setup), and the
+    # prompt tokens it served from its cache (a cache hit saves a prefill).
+    requests_timed: int = 0
+    ttft_p50_s: float | None = None
+    setup_p50_s: float | None = None
+    cached_prompt_tokens: float | None = None
 
 
 @dataclass(frozen=True)

@@ -168,31 +168,64 @@ def advise(fx: EngineFacts, finding: FindingFacts) -> list[Advice]:
 
 def _housekeeping_advice(fx: EngineFacts, finding: FindingFacts) -> Advice:
     """Time between requests in the server's own work: its host prompt cache (the log showed a slot given
-    a request that had not started; the cache's save and load run there, on the server's one loop)."""
+    a request that had not started; the cache's save and load run there, on the server's one loop). The
+    fix's price: TTFT without the slot setup, and what it gives up (prompt tokens served from the cache)."""
     cache = fx.fact("prompt_cache_mib")
     size, where = (cache.value, cache.source) if cache is not None else (None, "not read")
     off = size == 0
-    cause = "llama-server's own work between a slot being given a request and the request starting " + (
-        f"(the host prompt cache is off: {where}; what ran there is not in its log)"
-        if off
-        else f"(its host prompt cache, {size if size is not None else 'size unknown'} MiB, {where}: the slot's "
-        "KV state is copied to host memory and a cached prompt loaded back, on the server's one loop, "
-        "while requests wait)"
-    )
-    fix = (
-        None
-        if off
-        else "--cache-ram 0 turns the host prompt cache off: requests start without the save and load, but a "
-        "returning prompt is prefilled again instead of loaded; a smaller --cache-ram, or fewer slots (-np) and "
-        "a smaller context (-c), make each save smaller"
-    )
+    if off:
+        cause = (
+            "llama-server's own work between a slot being given a request and the request starting (the host "
+            f"prompt cache is off: {where}; what ran there is not in its log)"
+        )
+    else:
+        cause = (
+            "llama-server's own work between a slot being given a request and the request starting (its host "
+            f"prompt cache, {size if size is not None else 'size unknown'} MiB, {where}: the slot's KV state is "
+            "copied to host memory and a cached prompt loaded back, on the server's one loop, while requests wait)"
+        )
+    priced = not off and finding.setup_p50_s is not None and finding.ttft_p50_s is not None
     return Advice(
         cause=cause,
-        fix=fix,
-        evidence=tuple(x for x in [f"prompt cache: {size} MiB ({where})", _vram(finding)] if x),
+        fix=None if off else _cache_fix(finding),
+        predicted={
+            "ttft_p50_s": finding.ttft_p50_s,
+            "ttft_after_s": max((finding.ttft_p50_s or 0.0) - (finding.setup_p50_s or 0.0), 0.0),
+            "basis": "TTFT p50 less the slot setup p50 (server log timestamps); a cache hit's saved prefill not counted",
+        }
+        if priced
+        else None,
+        evidence=tuple(x for x in [f"prompt cache: {size} MiB ({where})", _setup_words(finding), _vram(finding)] if x),
         short="the server's own prompt-cache work between requests"
         if not off
         else "the server's own work between requests",
+    )
+
+
+def _setup_words(f: FindingFacts) -> str | None:
+    if f.setup_p50_s is None or f.ttft_p50_s is None:
+        return None
+    return (
+        f"slot setup p50 {f.setup_p50_s:.2f} s of TTFT p50 {f.ttft_p50_s:.2f} s over {f.requests_timed} requests "
+        "(server log timestamps)"
+    )
+
+
+def _cache_fix(f: FindingFacts) -> str:
+    """--cache-ram 0, priced where the requests were timed: TTFT less the slot setup, and what a cache hit
+    would have saved (the recording's count of prompt tokens served from the cache)."""
+    price = ""
+    if f.setup_p50_s is not None and f.ttft_p50_s is not None:
+        price = f" (TTFT p50 {f.ttft_p50_s:.2f} s -> about {max(f.ttft_p50_s - f.setup_p50_s, 0.0):.2f} s)"
+    if f.cached_prompt_tokens is None:
+        gives = "; it gives up cache hits (a returning prompt is loaded instead of prefilled; not counted here: no --metrics)"
+    elif f.cached_prompt_tokens > 0:
+        gives = f"; it gives up cache hits: {f.cached_prompt_tokens:.0f} prompt tokens came from the cache in this recording"
+    else:
+        gives = "; no prompt token came from the cache in this recording, so nothing is given up here"
+    return (
+        f"--cache-ram 0 turns the host prompt cache off: requests start without the save and load{price}{gives}; "
+        "a smaller --cache-ram, or fewer slots (-np) and a smaller context (-c), make each save smaller"
     )
 
 

@@ -1,0 +1,91 @@
+"""What finished requests waited on, accumulated tick by tick (the analyzer's chunks, in order): each request's
+time to first token as its client waited and the engine's own work before it started (llama-server: slot
+setup, where its host prompt cache saves and loads; see :mod:`pcie_tui.engines.llamacpp.clock`), and the
+engine's count of prompt tokens served from a cache. The price of a housekeeping fix rests on these."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from pcie_tui.analyze.columns import Chunk
+from pcie_tui.core.model import EngineSample
+from pcie_tui.engines.stats import QUANTILES, REQUEST_IDENTITY, quantile
+
+CACHED = "prompt_tokens_cached_total"  # llama-server's /metrics: prompt tokens reused from a cache
+
+
+@dataclass(frozen=True)
+class Waits:
+    """Medians over the finished requests that carry them (None: none did)."""
+
+    n: int = 0
+    ttft_p50_s: float | None = None
+    setup_p50_s: float | None = None
+    cached_tokens: float | None = None  # prompt tokens the engine served from its cache over the session
+
+
+def _num(v: Any) -> float | None:
+    return float(v) if isinstance(v, int | float) and not isinstance(v, bool) else None
+
+
+def _fields(e: Any) -> dict[str, Any] | None:
+    if isinstance(e, dict):
+        return e if e.get("up") is True else None
+    if isinstance(e, EngineSample):
+        return e.extra if e.up else None
+    return None
+
+
+class RequestWaits:
+    """Fed the analyzer's chunks; :meth:`waits` gives the medians so far."""
+
+    def __init__(self) -> None:
+        self._seen: set[tuple[Any, ...]] = set()
+        self._ttft: list[float] = []
+        self._setup: list[float] = []
+        self._cached_first: float | None = None
+        self._cached_last: float | None = None
+        self._cached_sum = 0.0
+
+    def feed_chunk(self, ch: Chunk) -> None:
+        for e in ch.engine:
+            x = _fields(e)
+            if x is None:
+                continue
+            self._cached(_num(x.get(CACHED)))
+            for r in x.get("requests") or ():
+                if isinstance(r, dict):
+                    self._request(r)
+
+    def _request(self, r: dict[str, Any]) -> None:
+        key = tuple(r.get(k) for k in REQUEST_IDENTITY)
+        if key in self._seen:
+            return
+        self._seen.add(key)
+        ttft, setup = _num(r.get("client_ttft_s")), _num(r.get("slot_setup_s"))
+        if ttft is not None and setup is not None:
+            self._ttft.append(ttft)
+            self._setup.append(setup)
+
+    def _cached(self, v: float | None) -> None:
+        if v is None:
+            return
+        if self._cached_first is None:
+            self._cached_first = v
+        elif self._cached_last is not None and v < self._cached_last:  # restarted from zero
+            self._cached_sum += self._cached_last - (self._cached_first or 0.0)
+            self._cached_first = 0.0
+        self._cached_last = v
+
+    def waits(self) -> Waits:
+        p50 = dict(QUANTILES)["p50"]
+        cached = None
+        if self._cached_first is not None and self._cached_last is not None:
+            cached = self._cached_sum + self._cached_last - self._cached_first
+        return Waits(
+            n=len(self._ttft),
+            ttft_p50_s=quantile(sorted(self._ttft), p50) if self._ttft else None,
+            setup_p50_s=quantile(sorted(self._setup), p50) if self._setup else None,
+            cached_tokens=cached,
+        )
