@@ -32,6 +32,8 @@ RECORDINGS = (
 SHOTS = (("demo.svg", (140, 45)), ("demo-80x24.svg", (80, 24)), ("demo-170x45.svg", (170, 45)))
 # The answer where nothing saturates: the pageable session mid-prefill (transfer-bound at 9 GB/s).
 ANSWER = (REPO / "pcie_tui/data/h200-pageable.jsonl.gz", "prefill", "answer-pageable-170x45.svg", (170, 45))
+# The client's wait explained: the prompt-cache session in its last housekeeping stretch (issue 24).
+HOUSEKEEPING = (REPO / "pcie_tui/data/h200-prompt-cache.jsonl.gz", "housekeeping", "prompt-cache-170x45.svg", (170, 45))
 
 
 async def shoot(recording: Path, phase: str, out: Path, size: tuple[int, int]) -> int:
@@ -51,12 +53,15 @@ async def shoot(recording: Path, phase: str, out: Path, size: tuple[int, int]) -
     return pos
 
 
-async def shoot_mid_phase(recording: Path, phase: str, out: Path, size: tuple[int, int]) -> int:
-    """The tick in the middle of the recording's first run of ``phase``."""
+async def shoot_mid_phase(recording: Path, phase: str, out: Path, size: tuple[int, int], last: bool = False) -> int:
+    """The tick in the middle of the recording's ticks of ``phase`` (``last``: of its last run of them)."""
     rec = read_recording(recording)
     idx = [i for i, s in enumerate(rec.samples) if s.engine is not None and s.engine.phase == phase]
     if not idx:
         raise SystemExit(f"no {phase} in {recording}")
+    if last:
+        start = max(k for k in range(len(idx)) if k == 0 or idx[k] != idx[k - 1] + 1)
+        idx = idx[start:]
     pos = idx[len(idx) // 2] + 1
     src = ReplaySource(rec)
     src.seek_to_index(pos)
@@ -83,6 +88,9 @@ def main(argv: list[str]) -> int:
         rec, ph, name, size = ANSWER
         pos = run(shoot_mid_phase(rec, ph, out_dir / name, size))
         print(f"{out_dir / name}: {size[0]}x{size[1]}, {rec.name} at tick {pos} (middle of {ph})")
+        rec, ph, name, size = HOUSEKEEPING
+        pos = run(shoot_mid_phase(rec, ph, out_dir / name, size, last=True))
+        print(f"{out_dir / name}: {size[0]}x{size[1]}, {rec.name} at tick {pos} (middle of its last {ph})")
     return 0
 
 
