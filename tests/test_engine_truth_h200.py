@@ -102,3 +102,19 @@ def test_runtime_facts_on_the_gpu():
     # the measurement still shows weights streamed from pageable host memory in prefill.
     assert layers["value"] is None and layers["source"].startswith("unknown")
     assert fit["headline"]["phase"] == "prefill" and fit["headline"]["bound"] == "transfer"
+
+
+def test_the_exporter_observes_each_requests_wait():
+    """The demo's six requests: one observation each of TTFT (the client's), queue and slot setup."""
+    from pcie_tui.export.prometheus import ExportState
+
+    rec = read_recording(demos.resolve("h200-prompt-cache"))
+    state = ExportState()
+    state.start(rec.header, "replay", "h200-prompt-cache", rec.events)
+    for s in rec.samples:
+        state.feed(s)
+    for name in ("ttft", "queue", "setup"):
+        assert state.per_request[name]["count"] == 6, name
+    setup = state.per_request["setup"]
+    # ~1.8 s of each later request's wait was the prompt cache (the first one's slot had nothing to save).
+    assert 8.0 < setup["sum"] < 10.5

@@ -117,6 +117,7 @@ class RequestTiming:
     decode_s: float | None = None
     itl_mean_s: float | None = None  # the request's mean gap between output tokens
     queue_s: float | None = None  # arrival to being taken up (a slot given), where the engine's timeline shows it
+    setup_s: float | None = None  # the engine's own work before the request started (llama-server: slot setup)
 
 
 @dataclass(frozen=True)

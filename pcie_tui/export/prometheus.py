@@ -34,6 +34,7 @@ REQUEST_LE = {
     "ttft": _PROMPT_LE,
     "prefill": _PROMPT_LE,
     "queue": _PROMPT_LE,
+    "setup": _PROMPT_LE,
     "decode": (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 40.0, 80.0, 160.0, 320.0, 640.0),
     "request_itl_mean": (0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.15, 0.2, 0.3, 0.5, 1.0),
 }
@@ -143,6 +144,7 @@ class ExportState:
                 ("decode", rt.decode_s),
                 ("request_itl_mean", rt.itl_mean_s),
                 ("queue", rt.queue_s),
+                ("setup", rt.setup_s),
             ):
                 if v is not None:
                     self._observe(name, v)
@@ -189,6 +191,7 @@ HELP = {
     "pcie_engine_decode_seconds": "decode time per request",
     "pcie_engine_queue_seconds": "time a request waited in the queue before it was taken up (engine histograms; llama-server: arrival to its slot)",
     "pcie_engine_e2e_seconds": "end-to-end latency per request (engines with histograms)",
+    "pcie_engine_setup_seconds": "the engine's own work before a request started (llama-server: slot setup, where its host prompt cache saves and loads)",
     "pcie_engine_request_itl_mean_seconds": "mean inter-token gap of each request, one observation per request",
 }
 

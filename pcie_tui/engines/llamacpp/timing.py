@@ -50,9 +50,11 @@ def request_timing(r: Mapping[str, Any]) -> RequestTiming | None:
     itl = gms / (gn - 1) / 1e3 if timed and gms is not None and gn is not None else None
     if prompt_s is None and decode_s is None:
         return None
-    client, queue = _num(r.get("client_ttft_s")), _num(r.get("queue_s"))
+    client, queue, setup = _num(r.get("client_ttft_s")), _num(r.get("queue_s")), _num(r.get("slot_setup_s"))
     ttft = client if client is not None and client >= 0 else prompt_s
-    return RequestTiming(ttft_s=ttft, prefill_s=prompt_s, decode_s=decode_s, itl_mean_s=itl, queue_s=queue)
+    return RequestTiming(
+        ttft_s=ttft, prefill_s=prompt_s, decode_s=decode_s, itl_mean_s=itl, queue_s=queue, setup_s=setup
+    )
 
 
 def client_timed(requests: Sequence[Mapping[str, Any]]) -> int:
@@ -71,7 +73,7 @@ def request_latencies(requests: Sequence[Mapping[str, Any]]) -> dict[str, dict[s
     itl = [t.itl_mean_s for t in timings if t.itl_mean_s is not None]
     queue = [t.queue_s for t in timings if t.queue_s is not None]
     ttft = [t.ttft_s for t in timings if t.queue_s is not None and t.ttft_s is not None] if queue else prefill
-    setup = [v for r in requests if (v := _num(r.get("slot_setup_s"))) is not None]
+    setup = [t.setup_s for t in timings if t.setup_s is not None]
     return {
         "ttft_s": _q3(ttft),
         "itl_s": _q3(itl),
