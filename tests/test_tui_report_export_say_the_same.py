@@ -202,3 +202,22 @@ def test_the_answer_screen_shows_the_report_findings(name: str) -> None:
         asyncio.run(go())
     finally:
         src.close()
+
+
+def test_no_bound_is_named_before_a_second_of_the_phase() -> None:
+    """Live (issue 22): one tick into the prefill the headline says it is measuring, not a guess; a second in,
+    it names the bound; at the end it is the report's."""
+    rec = load("h200-pinned")
+    vm = ViewModel(rec.header, events=rec.events)
+    first = next(i for i, s in enumerate(rec.samples) if s.engine is not None and s.engine.phase == "prefill")
+    for s in rec.samples[: first + 2]:
+        vm.feed(s)
+    early = vm.frame().headline or ""
+    assert early.startswith("prefill · measuring (") and "named after 1 s of the phase" in early
+    assert vm.answer().headline.bound == "unknown" and vm.answer().headline.fix is None
+    t_first = rec.samples[first].t
+    rest = [s for s in rec.samples[first + 2 :] if s.t - t_first < 3.0]
+    for s in rest:
+        vm.feed(s)
+    later = vm.frame().headline or ""
+    assert later.startswith("prefill so far (") and "measuring" not in later

@@ -166,6 +166,8 @@ def finding_facts(f: Finding, counts: PhaseCounts | None = None) -> FindingFacts
 
 
 NOTHING = "Nothing was in flight: no phase of work to attribute."
+# A live phase's bound is named once this much of it has been measured: one tick is a guess, not a finding.
+EVIDENCE_MIN_S = 1.0
 
 
 def headline(f: Finding | None, several_gpus: bool, final: bool = True) -> Headline:
@@ -174,6 +176,12 @@ def headline(f: Finding | None, several_gpus: bool, final: bool = True) -> Headl
     if f is None:
         return Headline(NOTHING, None, "idle", None, None)
     where = f" on GPU {f.gpu}" if several_gpus else ""
+    if not final and f.duration_s < EVIDENCE_MIN_S:
+        text = (
+            f"{f.phase}{where} · measuring ({f.duration_s:.1f} s of it so far): "
+            f"what holds it back is named after {EVIDENCE_MIN_S:g} s of the phase."
+        )
+        return Headline(text, f.phase, "unknown", f.gpu, None, finding=f, final=False)
     so_far = "" if final else " so far"
     # One screen line where it can be: the evidence in short (the detail below has it in full).
     line1 = (

@@ -34,7 +34,8 @@ HEADLINE_SOURCE = (
     "pcie_tui.analyze.attribution: each tick link-saturated, transfer-bound (GPU idle, host<->GPU traffic "
     "above the transfer floor), host-bound (GPU idle, bus quiet, work in flight), memory, compute or idle; "
     "the headline names the current phase's most common bound with the medians of its ticks so far, "
-    "worked out again once per second of the session by the one analysis report uses (a phase that is "
+    "worked out again once per second of the session by the one analysis report uses, and only after 1 s "
+    "of the phase (before that: measuring) (a phase that is "
     "not work, such as idle: the longest phase of work so far; once the source ended: the report's "
     "headline word for word) (docs/attribution.md). "
 )
