@@ -116,12 +116,12 @@ def test_the_log_says_what_a_busy_loop_is_doing():
     clock = RequestClock()
     t_wall = 1000.0
     clock.feed_line("0.00.100.000 I slot get_availabl: id  0 | task -1 | selected slot by LRU, t_last = -1", t_wall)
-    assert clock.busy_with(t_wall + 2.0) == "housekeeping"
+    assert clock.busy_with(t_wall + 2.0) == "housekeeping" and clock.open_requests() == 1
     clock.feed_line("0.02.600.000 I slot launch_slot_: id  0 | task 7 | processing task, is_child = 0", t_wall + 2.5)
     assert clock.busy_with(t_wall + 2.6) == "prefill"
     rec = {"task": 7, "prompt_ms": 300.0, "predicted_ms": 100.0, "predicted_n": 5}
     assert clock.finish(rec, t_wall + 3.1, "0.03.000.000 I slot print_timing: id  0 | task 7 | total time = 400 ms")
-    assert clock.busy_with(t_wall + 3.2) is None
+    assert clock.busy_with(t_wall + 3.2) is None and clock.open_requests() == 0
     tl = clock.timeline(7)
     assert tl["slot_setup_s"] == pytest.approx(2.5) and tl["client_ttft_s"] == pytest.approx(2.5 + 0.3, abs=1e-6)
 

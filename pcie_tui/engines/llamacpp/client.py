@@ -365,9 +365,19 @@ class LlamaCppClient:
             if status == 200:
                 extra["server_state"] = "busy"
                 busy_with = self._busy_with()
+                running = None
                 if busy_with is not None:
                     extra["busy_with"] = busy_with
-                return EngineSample(kind=self.kind, up=True, error=f"{e} (server busy in a batch)", extra=extra)
+                    # What the log shows open stands in for /slots, which the busy loop cannot answer.
+                    running = float(sum(t.clock.open_requests() for t in self.tailers)) or None
+                    extra["running_from"] = "log"
+                return EngineSample(
+                    kind=self.kind,
+                    up=True,
+                    requests_running=running,
+                    error=f"{e} (server busy in a batch)",
+                    extra=extra,
+                )
         extra["server_state"] = "down"
         return EngineSample(kind=self.kind, up=False, error="; ".join([*errors, str(e)]), extra=extra)
 

@@ -134,6 +134,10 @@ class RequestClock:
 
     # ---- output -----------------------------------------------------------
 
+    def open_requests(self) -> int:
+        """Requests the log shows taken up (given a slot or started) and not ended."""
+        return len(self._selected) + sum(1 for v in self._tasks.values() if v.t_end is None)
+
     def busy_with(self, t_wall: float) -> str | None:
         """What the server's loop is doing now by its log, where the log says: "housekeeping" while a
         slot has been given a request and the request has not started (the prompt cache's save and
