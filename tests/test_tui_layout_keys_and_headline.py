@@ -288,8 +288,10 @@ def test_headline_text_follows_the_verdict(rec):
     assert seen["matmul"].startswith("matmul so far (") and ": compute-bound" in seen["matmul"]
     # 1.3 GB/s trickle copies with the GPU idle: below the pageable floor, and no engine says work was in flight.
     assert seen["h2d_trickle"].startswith("h2d_trickle so far (") and ": host-bound" in seen["h2d_trickle"]
-    # Between phases of work (the probe's "gap"): the longest phase of work so far stays the answer.
-    assert seen["gap"].startswith("d2h_pinned so far (") and ": link-saturated" in seen["gap"]
+    # Between phases of work (the probe's "gap"): the longest phase of work so far stays the answer, and the
+    # headline says the phase now first, so it never disagrees with the GPU panel's phase (issue 22).
+    assert seen["gap"].startswith("gap now · so far the longest work: d2h_pinned so far (")
+    assert ": link-saturated" in seen["gap"]
 
 
 def test_headline_takes_the_rows_its_lines_need_four_at_most(llama):

@@ -221,3 +221,18 @@ def test_no_bound_is_named_before_a_second_of_the_phase() -> None:
         vm.feed(s)
     later = vm.frame().headline or ""
     assert later.startswith("prefill so far (") and "measuring" not in later
+
+
+@pytest.mark.parametrize("name", ["h200-pinned", "h200-prompt-cache", "h200-reference"])
+def test_the_headline_and_the_gpu_panel_never_disagree_on_the_phase(name: str) -> None:
+    """Every tick of a replay (issue 22): the headline starts with the phase the GPU panel shows."""
+    rec = load(name)
+    vm = ViewModel(rec.header, events=rec.events)
+    checked = 0
+    for s in rec.samples:
+        vm.feed(s)
+        text = vm.frame().headline
+        if text and vm.phase:
+            assert text.startswith(f"{vm.phase} "), (vm.phase, text[:80])
+            checked += 1
+    assert checked > len(rec.samples) // 2

@@ -48,6 +48,11 @@ def headline_text(state: ViewModel) -> str | None:
         return h.text
     if h.finding is None or h.phase == "unlabelled":
         return saturation_text(state) or engine_only_text(state)
+    now = state.phase
+    if now and h.phase and now != h.phase:
+        # Between phases of work (idle, loading, a phase with nothing to tell yet) the answer is about the
+        # longest one so far: say so, so the headline and the GPU panel's phase never disagree on screen.
+        return f"{now} now · so far the longest work: {h.text}"
     return h.text
 
 

@@ -36,7 +36,7 @@ HEADLINE_SOURCE = (
     "the headline names the current phase's most common bound with the medians of its ticks so far, "
     "worked out again once per second of the session by the one analysis report uses, and only after 1 s "
     "of the phase (before that: measuring) (a phase that is "
-    "not work, such as idle: the longest phase of work so far; once the source ended: the report's "
+    "not work, such as idle: 'idle now', then the longest phase of work so far; once the source ended: the report's "
     "headline word for word) (docs/attribution.md). "
 )
 
