@@ -32,6 +32,7 @@ from pcie_tui.engines.registry import get as engine_kind
 
 pytestmark = pytest.mark.engine
 QUANTILE_METHOD_LLAMA = engine_kind("llamacpp").quantile_method
+N_LONG = 1500  # tokens of the long request whose decode the /slots counts follow
 
 _why = llama_available()
 if _why is not None:
@@ -171,7 +172,8 @@ def test_engine_stats_live_rate_from_slots_and_latencies_from_the_log(server):
     t0 = time.time()
     ticks: list[tuple[float, object]] = [(t0, client.read())]
     with ThreadPoolExecutor(max_workers=1) as pool:
-        fut = pool.submit(stream_completion, server.url, "abc", server.n_tokens("abc"), 400)
+        # 1500 tokens: the tiny model decodes ~1,500 tok/s on 2 idle cores, so 400 gave only 2-3 reads.
+        fut = pool.submit(stream_completion, server.url, "abc", server.n_tokens("abc"), N_LONG)
         counters, decoded, snap = set(), [], None
         end = time.monotonic() + 60
         early: list[dict] = []  # the request's log lines can land before the loop sees the future done
@@ -192,14 +194,14 @@ def test_engine_stats_live_rate_from_slots_and_latencies_from_the_log(server):
     assert snap["generation_tokens_per_s"] > 0  # ... the slots did
     # One request on a slot that started idle: at least the last count seen, never more than it made.
     got = slot_tokens_total(ticks, "n_decoded")
-    assert got is not None and decoded[-1] <= got[0] <= 400
+    assert got is not None and decoded[-1] <= got[0] <= N_LONG
     s, reqs = _read_until(client, lambda s: bool(early) or bool(s.extra.get("requests")))
     reqs = early + reqs  # the stats already took the early ones from the ticks that carried them
     st.feed(Sample(t=time.time(), gpus=(), engine=s))
     snap = st.snapshot()
-    assert [(r["prompt_n"], r["predicted_n"]) for r in reqs] == [(res.prompt_tokens, 400)]
+    assert [(r["prompt_n"], r["predicted_n"]) for r in reqs] == [(res.prompt_tokens, N_LONG)]
     assert snap["quantile_method"] == QUANTILE_METHOD_LLAMA and snap["requests_timed"] == 1
-    itl = res.timings["predicted_ms"] / 399 / 1e3  # 400 tokens: 399 gaps after the first
+    itl = res.timings["predicted_ms"] / (N_LONG - 1) / 1e3  # N_LONG tokens: N_LONG - 1 gaps after the first
     assert snap["itl_s"]["p50"] == pytest.approx(itl, rel=1e-3)
     # TTFT as the client waits: the prefill plus the slot's setup (the log's timestamps), nothing waited
     # for a slot; within the client's own TTFT (+5 ms of scheduling on 2 shared cores).

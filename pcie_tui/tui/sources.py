@@ -33,11 +33,9 @@ LINK_SHARE_PAGE = 50
 HEADLINE_SOURCE = (
     "pcie_tui.analyze.attribution: each tick link-saturated, transfer-bound (GPU idle, host<->GPU traffic "
     "above the transfer floor), host-bound (GPU idle, bus quiet, work in flight), memory, compute or idle; "
-    "the headline names the current phase's most common bound with the medians of its ticks so far, "
-    "worked out again once per second of the session by the one analysis report uses, and only after 1 s "
-    "of the phase (before that: measuring) (a phase that is "
-    "not work, such as idle: 'idle now', then the longest phase of work so far; once the source ended: the report's "
-    "headline word for word) (docs/attribution.md). "
+    "the headline names the current phase's most common bound (after 1 s of it) with the medians of its "
+    "ticks so far, once per second by the one analysis report uses (idle now: the longest phase of work "
+    "so far; once the source ended: the report's headline word for word) (docs/attribution.md). "
 )
 
 
