@@ -57,7 +57,7 @@ def _num(extra: Any, key: str) -> float | None:
     return float(v) if isinstance(v, int | float) and not isinstance(v, bool) else None
 
 
-def _extra(e: Any) -> dict[str, Any] | None:
+def engine_fields(e: Any) -> dict[str, Any] | None:
     """An engine reading's raw fields (an EngineSample's ``extra`` or a recorded dict), None if down."""
     if isinstance(e, dict):
         return e if e.get("up") is True else None
@@ -78,11 +78,11 @@ class EngineBytes:
         self._prev: tuple[float, dict[str, float | None]] | None = None  # last engine tick: time, counters
 
     def feed_chunk(self, ch: Chunk) -> None:
-        if not any(_extra(e) is not None for e in ch.engine):
+        if not any(engine_fields(e) is not None for e in ch.engine):
             return
         pcie = self._pcie_per_tick(ch)
         for i, (t, e) in enumerate(zip(ch.t, ch.engine, strict=True)):
-            x = _extra(e)
+            x = engine_fields(e)
             if x is None:
                 continue
             cur = {k: _num(x, k) for k in (*BYTES, *PREFIX)}

@@ -9,8 +9,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from pcie_tui.analyze.columns import Chunk
-from pcie_tui.core.model import EngineSample
-from pcie_tui.engines.stats import QUANTILES, REQUEST_IDENTITY, quantile
+from pcie_tui.analyze.engine_bytes import engine_fields
+from pcie_tui.engines.stats import REQUEST_IDENTITY, quantile
 
 CACHED = "prompt_tokens_cached_total"  # llama-server's /metrics: prompt tokens reused from a cache
 
@@ -29,14 +29,6 @@ def _num(v: Any) -> float | None:
     return float(v) if isinstance(v, int | float) and not isinstance(v, bool) else None
 
 
-def _fields(e: Any) -> dict[str, Any] | None:
-    if isinstance(e, dict):
-        return e if e.get("up") is True else None
-    if isinstance(e, EngineSample):
-        return e.extra if e.up else None
-    return None
-
-
 class RequestWaits:
     """Fed the analyzer's chunks; :meth:`waits` gives the medians so far."""
 
@@ -50,7 +42,7 @@ class RequestWaits:
 
     def feed_chunk(self, ch: Chunk) -> None:
         for e in ch.engine:
-            x = _fields(e)
+            x = engine_fields(e)
             if x is None:
                 continue
             self._cached(_num(x.get(CACHED)))
@@ -79,13 +71,12 @@ class RequestWaits:
         self._cached_last = v
 
     def waits(self) -> Waits:
-        p50 = dict(QUANTILES)["p50"]
         cached = None
         if self._cached_first is not None and self._cached_last is not None:
             cached = self._cached_sum + self._cached_last - self._cached_first
         return Waits(
             n=len(self._ttft),
-            ttft_p50_s=quantile(sorted(self._ttft), p50) if self._ttft else None,
-            setup_p50_s=quantile(sorted(self._setup), p50) if self._setup else None,
+            ttft_p50_s=quantile(sorted(self._ttft), 0.5) if self._ttft else None,
+            setup_p50_s=quantile(sorted(self._setup), 0.5) if self._setup else None,
             cached_tokens=cached,
         )

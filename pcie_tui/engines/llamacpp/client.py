@@ -46,7 +46,7 @@ from pcie_tui.engines.llamacpp.proc import (
     proc_argv,
     proc_environ,
 )
-from pcie_tui.engines.llamacpp.scrape import parse_metrics, slot_numbers
+from pcie_tui.engines.llamacpp.scrape import busy_phase, parse_metrics, slot_numbers
 
 __all__ = ["METRICS_OFF_NOTE", "LlamaCppClient", "wait_ready"]
 
@@ -322,7 +322,7 @@ class LlamaCppClient:
             extra["slots_prefill"] = sum(1 for s in busy if not s.get("n_decoded"))
             extra["slots_decode"] = sum(1 for s in busy if s.get("n_decoded"))
             sp, sd = extra["slots_prefill"], extra["slots_decode"]
-            self._last_slot_phase = "mixed" if sp and sd else "prefill" if sp else "decode" if sd else None
+            self._last_slot_phase = busy_phase(sp, sd)
             return state, float(len(busy))
         if status == 501:
             self.slots_enabled = False
@@ -391,7 +391,7 @@ class LlamaCppClient:
             return None  # no log, or it shows nothing running: not known
         if "housekeeping" in said:
             return "housekeeping"
-        return self._last_slot_phase if self._last_slot_phase in ("prefill", "decode", "mixed") else "prefill"
+        return self._last_slot_phase if self._last_slot_phase not in (None, "idle") else "prefill"
 
     def _note_restart(self, start: str | None, prompt_total: float | None, extra: dict[str, Any]) -> None:
         restarted = False

@@ -65,20 +65,18 @@ def log_stamp_s(line: str) -> float | None:
 class RequestClock:
     """Timelines of llama-server requests from its log and its deferred gauge (see the module doc)."""
 
-    def __init__(self, scrape_interval_s: float = 0.1) -> None:
-        self.scrape_interval_s = scrape_interval_s
+    def __init__(self) -> None:
         self._offset: float | None = (
             None  # wall time - log stamp (smallest seen: lines are read after they are written)
         )
         self._stamped: bool | None = None
         self._selected: dict[int, float] = {}  # slot -> server time its next task was given it
         self._tasks: dict[int, _Task] = {}
-        self._launch_walls: list[float] = []  # server time of each launch, in launch order
+        self._launch_times: list[float] = []  # server time of each launch, in launch order
         self._arrivals: dict[int, float] = {}  # launch index (FIFO: arrival order) -> when it arrived, if it waited
         self._gauge: deque[tuple[float, float, float | None]] = deque()  # (sent, answered, deferred) not placed
         self._last_gauge: tuple[float, float, float] | None = None  # (sent, answered, deferred), server time
         self._since = float("-inf")  # the earliest a request first counted by the next reading can have arrived
-        self._unanswered = False  # a reading since the last answered one went unanswered
         self._counted = 0  # requests counted as arrived so far
         # Placed gauge readings: when each was answered, whether it waited for a batch (and since when
         # the loop could have been blocked), and when unanswered ones were asked. Bounded: a few minutes.
@@ -104,9 +102,9 @@ class RequestClock:
         if msg.startswith("selected slot"):
             self._selected[slot] = t
         elif fn.startswith("launch_slot") and msg.startswith("processing task") and task >= 0:
-            idx = len(self._launch_walls)
+            idx = len(self._launch_times)
             self._tasks[task] = _Task(slot, self._selected.pop(slot, None), t, idx)
-            self._launch_walls.append(t)
+            self._launch_times.append(t)
             self._forget_before(t - _FORGET_S)
         elif fn == "release" and task in self._tasks:
             # Ended: with its timings (printed just before) or without (cancelled): it holds nobody up.
@@ -258,16 +256,15 @@ class RequestClock:
         well after it was asked, or after readings that got no answer), after the one before it.
         """
         if deferred is None:  # not answered: the loop was busy from before it was asked
-            self._unanswered = True
             self._unanswered_sent.append(sent)
             return
-        launched = bisect.bisect_right(self._launch_walls, t)
+        launched = bisect.bisect_right(self._launch_times, t)
         arrived = int(round(deferred)) + launched
         prev = self._last_gauge
         since = self._since
         self._last_gauge = (sent, t, deferred)
-        blocked = t - sent > _BLOCKED_S or self._unanswered
-        self._unanswered = False
+        unanswered = bool(self._unanswered_sent) and (prev is None or self._unanswered_sent[-1] > prev[1])
+        blocked = t - sent > _BLOCKED_S or unanswered
         self._since = (prev[1] if prev is not None else float("-inf")) if blocked else t
         self._gauge_times.append(t)
         self._gauge_blocked.append((blocked, self._since))

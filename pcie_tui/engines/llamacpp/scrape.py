@@ -62,10 +62,9 @@ def slot_phase(s: EngineSample) -> str | None:
     p, d = s.extra.get("slots_prefill"), s.extra.get("slots_decode")
     if not isinstance(p, int) or not isinstance(d, int):
         return None
-    if p and d:
-        return "mixed"
-    if p:
-        return "prefill"
-    if d:
-        return "decode"
-    return "idle"
+    return busy_phase(p, d)
+
+
+def busy_phase(prefill: int, decode: int) -> str:
+    """mixed / prefill / decode / idle from how many busy slots are in prefill and in decode."""
+    return "mixed" if prefill and decode else "prefill" if prefill else "decode" if decode else "idle"

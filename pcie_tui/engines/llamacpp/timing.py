@@ -57,11 +57,6 @@ def request_timing(r: Mapping[str, Any]) -> RequestTiming | None:
     )
 
 
-def client_timed(requests: Sequence[Mapping[str, Any]]) -> int:
-    """How many of ``requests`` carry the client's TTFT (their arrival was seen)."""
-    return sum(1 for r in requests if _num(r.get("client_ttft_s")) is not None)
-
-
 def request_latencies(requests: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, float] | None]:
     """p50/p95/p99 of ttft_s, itl_s, prefill_s, decode_s, queue_s, setup_s over per-request llama-server timings
     (each request as :func:`request_timing` reads it; itl_s: each request's mean gap). TTFT and queue
