@@ -128,6 +128,8 @@ def answer(
     counts = getattr(getattr(analyzer, "engine_bytes", None), "phases", {})
     rw = getattr(analyzer, "request_waits", None)
     waits = rw.waits() if rw is not None else None
+    br = getattr(analyzer, "between_requests", None)
+    copies = br.copies() if br is not None else None
     for fs in findings.values():
         for f in fs:
             ff = finding_facts(f, counts.get(str(f.phase)))
@@ -136,6 +138,8 @@ def answer(
                     ff, requests_timed=waits.n, ttft_p50_s=waits.ttft_p50_s, setup_p50_s=waits.setup_p50_s,
                     cached_prompt_tokens=waits.cached_tokens,
                 )  # fmt: skip
+            if copies is not None and copies.stretches and f.phase == "housekeeping":
+                ff = dataclasses.replace(ff, between_copies=copies.to_json())
             f.advice = tuple(advise(fx, ff))
             f.evidence = evidence_text(f)
     top = pick(findings, phase)

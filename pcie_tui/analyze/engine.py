@@ -354,6 +354,7 @@ def engine_report(samples: Iterable[Sample], analyzer: Any = None) -> dict[str, 
         "phases": _phase_times(ticks),
         # The engine's own byte and prefix-cache counters, NVML's PCIe bytes beside them.
         "bytes": engine_bytes.report(getattr(analyzer, "engine_bytes", None), eng.display if eng else "the engine"),
+        "between_requests": _between(analyzer),
     }
     if per_req_eng is not None:
         # No histograms: exact quantiles over the requests the engine timed; queue time unknown.
@@ -418,3 +419,10 @@ def _phase_times(ticks: Sequence[tuple[float, EngineSample]]) -> dict[str, dict[
 def _method(eng: Engine | None) -> str:
     """How the latency quantiles were computed: the engine's own words, else histogram buckets."""
     return (eng.quantile_method if eng is not None else None) or QUANTILE_METHOD
+
+
+def _between(analyzer: Any) -> dict[str, Any] | None:
+    """The engine's own copies in the housekeeping stretches between requests (None: no such stretch)."""
+    br = getattr(analyzer, "between_requests", None)
+    c = br.copies() if br is not None else None
+    return c.to_json() if c is not None and c.stretches else None

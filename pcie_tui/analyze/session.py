@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from pcie_tui.analyze.between_requests import BetweenRequests
 from pcie_tui.analyze.columns import CHUNK_TICKS, COL, Chunk, from_rows, from_samples
 from pcie_tui.analyze.columns import sample_phase as sample_phase  # re-exported (tests import it from here)
 from pcie_tui.analyze.engine_bytes import EngineBytes
@@ -72,6 +73,7 @@ class SessionAnalyzer:
         # The engine's own byte and prefix-cache counters per phase, with NVML's PCIe bytes beside them.
         self.engine_bytes = EngineBytes()
         self.request_waits = RequestWaits()
+        self.between_requests = BetweenRequests()  # the engine's own copies while requests wait
 
     @property
     def version(self) -> int:
@@ -114,6 +116,7 @@ class SessionAnalyzer:
         self._phases(ch)
         self.engine_bytes.feed_chunk(ch)
         self.request_waits.feed_chunk(ch)
+        self.between_requests.feed_chunk(ch)
         idx = ch.index
         if not idx.size:
             return []

@@ -161,6 +161,9 @@ class FindingFacts:
     ttft_p50_s: float | None = None
     setup_p50_s: float | None = None
     cached_prompt_tokens: float | None = None
+    # What crossed the link in the housekeeping stretches between requests (the engine's own copies:
+    # pcie_tui.analyze.between_requests.Copies.to_json), None where the phase had none.
+    between_copies: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)

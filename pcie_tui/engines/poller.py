@@ -332,6 +332,13 @@ class EnginePoller:
         rx = engine_rx_Bps(gpu_samples, gpus)
         phase = tick_phase(s, cphase, alive=alive, served=self._served, rx_Bps=rx, loading_rx_Bps=self.loading_rx_Bps)
         extra = s.extra
+        if phase == "idle" and s.up:
+            # The last answer said idle; the log may know better since (a request given a slot, whose
+            # setup the busy loop does not answer during): never idle while a request is outstanding.
+            busy = getattr(self.client, "busy_now", None)
+            b = busy(t - t_read > 1.5 * self.interval_s) if busy is not None else None
+            if b is not None:
+                phase, extra = b, {**extra, "busy_with": b, "phase_from": "log"}
         if "requests" in extra or self._pending_requests:
             with self._lock:
                 finished, self._pending_requests = self._pending_requests, []

@@ -192,6 +192,9 @@ HELP = {
     "pcie_engine_queue_seconds": "time a request waited in the queue before it was taken up (engine histograms; llama-server: arrival to its slot)",
     "pcie_engine_e2e_seconds": "end-to-end latency per request (engines with histograms)",
     "pcie_engine_setup_seconds": "the engine's own work before a request started (llama-server: slot setup, where its host prompt cache saves and loads)",
+    "pcie_between_requests_stretches": "stretches of the engine's own work between requests (phase housekeeping) so far",
+    "pcie_between_requests_bytes_per_stretch": "PCIe bytes (NVML) per housekeeping stretch by direction (d2h: GPU->host, h2d: host->GPU)",
+    "pcie_between_requests_copy_bytes_per_second": "median PCIe rate of the ticks that carried a copy in those stretches, by direction",
     "pcie_engine_request_itl_mean_seconds": "mean inter-token gap of each request, one observation per request",
 }
 
@@ -294,11 +297,27 @@ def _answer_metrics(add: Add, st: ExportState) -> None:
                 add("pcie_phase_bound_share_ratio", {**lab, "bound": name}, f.shares.get(name))
             add("pcie_phase_link_bytes_per_second", {**lab, "stat": f.stat}, f.link_Bps)
             add("pcie_phase_link_of_ceiling_ratio", {**lab, "ceiling": f.ceilings.pinned_source}, f.link_of_pinned)
+    _between_metrics(add, st.analysis.session)
     h = ans.headline
     if h.phase is not None:
         lab = {"phase": h.phase, "bound": h.bound, "gpu": "" if h.gpu is None else str(h.gpu), **final}
         add("pcie_headline_info", lab, 1)
         add("pcie_headline_share_ratio", lab, h.share)
+
+
+def _between_metrics(add: Add, session: Any) -> None:
+    """The engine's own copies in the housekeeping stretches between requests (the report's)."""
+    c = session.between_requests.copies()
+    if not c.stretches:
+        return
+    add("pcie_between_requests_stretches", {}, c.stretches)
+    for d in ("d2h", "h2d"):
+        add("pcie_between_requests_bytes_per_stretch", {"direction": d}, c.per_stretch(d))
+        add(
+            "pcie_between_requests_copy_bytes_per_second",
+            {"direction": d, "stat": "p50"},
+            (c.rate_p50_Bps or {}).get(d),
+        )
 
 
 def _engine_metrics(add: Add, s: Sample | None) -> None:

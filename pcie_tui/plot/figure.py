@@ -129,12 +129,14 @@ def first_token_marks(rows: Sequence[dict[str, Any]]) -> tuple[list[dict[str, An
             continue
         arrive, ttft = r.get("t_arrive"), r.get("client_ttft_s")
         if isinstance(arrive, int | float) and isinstance(ttft, int | float):
-            marks.append({"t": arrive + ttft, "start": arrive, "text": seconds(ttft)})
+            marks.append({"t": arrive + ttft, "start": arrive, "text": seconds(ttft), "parts": ttft_parts(r)})
             continue
         first = t - float(gms) / 1e3
         marks.append({"t": first, "start": first - pms / 1e3, "text": seconds(pms / 1e3)})
     if marks:
-        return marks, f"first token, with its TTFT\n({registry.display(engines[0].kind)} log; bar = wait + prompt eval)"
+        split = any(m.get("parts") for m in marks)
+        bar = "bar = its wait, coloured by part" if split else "bar = wait + prompt eval"
+        return marks, f"first token, with its TTFT\n({registry.display(engines[0].kind)} log; {bar})"
     prev: dict[str, Any] | None = None
     for d in rows:
         e = d.get("engine")
@@ -148,6 +150,31 @@ def first_token_marks(rows: Sequence[dict[str, Any]]) -> tuple[list[dict[str, An
         if n > 0 and delta is not None:
             marks.append({"t": float(d["t"]), "start": None, "text": f"{n:g} x {seconds(delta['sum'] / n)}"})
     return marks, "first tokens since the previous scrape\n(vLLM histogram: count x mean TTFT)"
+
+
+# A client's wait before its first token, part by part (llama-server's clock: docs/engines.md).
+TTFT_PARTS = (
+    ("queue_s", "slot wait", PHASE_COLOURS["queue"]),
+    ("slot_setup_s", "slot setup (the engine's own work)", PHASE_COLOURS["housekeeping"]),
+    ("batch_wait_s", "batch wait", "#9e9e9e"),
+    ("prompt_ms", "prefill (prompt eval)", PHASE_COLOURS["prefill"]),
+)
+
+
+def ttft_parts(r: dict[str, Any]) -> list[tuple[float, float, str]]:
+    """A request's wait as (start, end, part) from its arrival, part after part, where the log timed each
+    (an empty list where any part is missing: the bar is then drawn whole)."""
+    t = r.get("t_arrive")
+    out: list[tuple[float, float, str]] = []
+    for key, name, _ in TTFT_PARTS:
+        v = r.get(key)
+        if not isinstance(t, int | float) or not isinstance(v, int | float):
+            return []
+        d = max(float(v) / (1e3 if key == "prompt_ms" else 1.0), 0.0)
+        if d > 0:
+            out.append((t, t + d, name))
+        t += d
+    return out
 
 
 # ---- drawing ------------------------------------------------------------------
@@ -174,7 +201,11 @@ def _marks(ax: Any, marks: list[dict[str, Any]], t0: float, top: float, span_s: 
     free = [-np.inf, -np.inf]  # where the next label may start, above and below the triangles
     for m in marks:
         x = m["t"] - t0
-        if m["start"] is not None:
+        if m.get("parts"):
+            colour = {name: c for _, name, c in TTFT_PARTS}
+            for a, b, name in m["parts"]:
+                ax.plot([a - t0, b - t0], [y, y], color=colour[name], lw=4, solid_capstyle="butt")
+        elif m["start"] is not None:
             ax.plot([m["start"] - t0, x], [y, y], color="#333333", lw=1.5, solid_capstyle="butt")
         ax.plot([x], [y], ls="none", marker="v", ms=6, color="#333333")
         left = x - 0.5 * char_s * len(m["text"])
@@ -183,6 +214,14 @@ def _marks(ax: Any, marks: list[dict[str, Any]], t0: float, top: float, span_s: 
             free[row] = x + 0.5 * char_s * len(m["text"]) + char_s
             ax.annotate(m["text"], (x, y), xytext=(0, 5 if row == 0 else -7), textcoords="offset points",
                         ha="center", va="bottom" if row == 0 else "top", fontsize=8)  # fmt: skip
+
+
+def _part_legend(ax: Any, marks: list[dict[str, Any]]) -> None:
+    """Legend entries for the parts of the wait the bars show."""
+    shown = {name for m in marks for _, _, name in m.get("parts") or ()}
+    for _, name, colour in TTFT_PARTS:
+        if name in shown:
+            ax.plot([], [], color=colour, lw=4, label=name)
 
 
 def _legend_right(ax: Any) -> None:
@@ -297,6 +336,7 @@ def render_plot(rec: Recording, an: SessionAnalyzer, path: Path, fmt: str) -> No
                 if kind == "pcie" and marks:
                     _marks(ax, marks, t0, top, t_end - t0)
                     ax.plot([], [], ls="none", marker="v", color="#333333", label=marks_label)
+                    _part_legend(ax, marks)
             elif kind == "use" and ser is not None:
                 _use_axis(ax, ser, t0)
             elif kind == "engine" and marks:

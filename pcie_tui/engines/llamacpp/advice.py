@@ -24,6 +24,7 @@ from __future__ import annotations
 from typing import Any
 
 from pcie_tui.core.units import rate as fmt_rate
+from pcie_tui.core.units import size as fmt_size
 from pcie_tui.engines.base import Advice, EngineFacts, FindingFacts, Layout, RuntimeFact, typed
 from pcie_tui.engines.llamacpp import flags, runtime
 
@@ -195,7 +196,16 @@ def _housekeeping_advice(fx: EngineFacts, finding: FindingFacts) -> Advice:
         }
         if priced
         else None,
-        evidence=tuple(x for x in [f"prompt cache: {size} MiB ({where})", _setup_words(finding), _vram(finding)] if x),
+        evidence=tuple(
+            x
+            for x in [
+                f"prompt cache: {size} MiB ({where})",
+                _setup_words(finding),
+                _copy_words(finding),
+                _vram(finding),
+            ]
+            if x
+        ),
         short="the server's own prompt-cache work between requests"
         if not off
         else "the server's own work between requests",
@@ -208,6 +218,37 @@ def _setup_words(f: FindingFacts) -> str | None:
     return (
         f"slot setup p50 {f.setup_p50_s:.2f} s of TTFT p50 {f.ttft_p50_s:.2f} s over {f.requests_timed} requests "
         "(server log timestamps)"
+    )
+
+
+def _copy_words(f: FindingFacts) -> str | None:
+    """What crossed the link in the housekeeping stretches (NVML's PCIe counters), per stretch, at what rate
+    against which ceiling; None where the recording has no PCIe readings there."""
+    c = f.between_copies
+    if not c or not c.get("stretches"):
+        return None
+    n = int(c["stretches"])
+    per = c.get("bytes_per_stretch") or {}
+    if per.get("d2h") is None and per.get("h2d") is None:
+        return f"link during the {n} stretches between requests: not reported (no PCIe readings)"
+    parts = []
+    for d, words in (("d2h", "GPU->host"), ("h2d", "host->GPU")):
+        b = per.get(d) or 0.0
+        secs = (c.get("copy_s") or {}).get(d) or 0.0
+        r = (c.get("rate_p50_Bps") or {}).get(d)
+        if r is None or secs <= 0:
+            parts.append(f"{words} {fmt_size(b)}")
+            continue
+        of = (
+            f", {r / f.pinned_ceiling_Bps:.0%} of the pinned ceiling {fmt_rate(f.pinned_ceiling_Bps)} ({f.pinned_ceiling_source})"
+            if f.pinned_ceiling_Bps
+            else ""
+        )
+        parts.append(f"{words} {fmt_size(b)} in {secs / n:.2f} s at {fmt_rate(r)} median{of}")
+    return (
+        f"link between requests (NVML PCIe, {n} stretches, per stretch): "
+        + "; ".join(parts)
+        + " (the cache is ordinary host memory: pageable; calibrate measures host->GPU only)"
     )
 
 

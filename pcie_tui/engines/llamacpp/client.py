@@ -30,6 +30,7 @@ import contextlib
 import http.client
 import json
 import os
+import threading
 import time
 from typing import Any
 from urllib.parse import urlsplit
@@ -95,6 +96,10 @@ class LlamaCppClient:
         self.user_log_path = log_path  # named by the user (--log): kept across a reattach
         paths = [log_path] if log_path else (log_paths_for_pid(pid, self.argv) if pid is not None else [])
         self.tailers = [LogTailer(p, from_start=log_from_start) for p in paths]
+        # The log is read by the scrape thread and, between scrapes, by the tick thread (busy_now): one lock
+        # around the tailers and their request clocks; requests the tick thread read wait for the next read.
+        self._log_lock = threading.RLock()
+        self._log_out: list[dict[str, Any]] = []
         self.metrics_enabled: bool | None = None
         self.slots_enabled: bool | None = None
         self._noted_metrics_off = False
@@ -224,8 +229,9 @@ class LlamaCppClient:
                 status, body, headers = self._get("/metrics")
             except _HttpError as e:
                 if e.kind == "timeout":  # the server's loop is inside a batch: its request timeline notes it
-                    for tailer in self.tailers:
-                        tailer.clock.feed_deferred(time.time(), None, self._metrics_sent)
+                    with self._log_lock:
+                        for tailer in self.tailers:
+                            tailer.clock.feed_deferred(time.time(), None, self._metrics_sent)
                 return self._unreachable(e, extra, errors)
             state, counters = self._take_metrics(status, body, headers, extra, errors)
         got_metrics = counters is not None
@@ -287,8 +293,9 @@ class LlamaCppClient:
             return "ready", None
         self.metrics_enabled = True
         t_answer = time.time()
-        for tailer in self.tailers:  # the slot wait of each request is counted from this gauge
-            tailer.clock.feed_deferred(t_answer, vals.get("llamacpp:requests_deferred"), self._metrics_sent)
+        with self._log_lock:
+            for tailer in self.tailers:  # the slot wait of each request is counted from this gauge
+                tailer.clock.feed_deferred(t_answer, vals.get("llamacpp:requests_deferred"), self._metrics_sent)
         prompt_total = vals.get("llamacpp:prompt_tokens_total")
         for name, key in (
             ("llamacpp:n_decode_total", "n_decode_total"),
@@ -369,7 +376,8 @@ class LlamaCppClient:
                 if busy_with is not None:
                     extra["busy_with"] = busy_with
                     # What the log shows open stands in for /slots, which the busy loop cannot answer.
-                    running = float(sum(t.clock.open_requests() for t in self.tailers)) or None
+                    with self._log_lock:
+                        running = float(sum(t.clock.open_requests() for t in self.tailers)) or None
                     extra["running_from"] = "log"
                 return EngineSample(
                     kind=self.kind,
@@ -386,7 +394,8 @@ class LlamaCppClient:
         slot given a request that has not started), else what the last /slots answer showed running
         (prefill, decode, mixed), else a started request's prefill (the log shows it, /slots never did)."""
         now = time.time()
-        said = [b for t in self.tailers if (b := t.clock.busy_with(now)) is not None]
+        with self._log_lock:
+            said = [b for t in self.tailers if (b := t.clock.busy_with(now)) is not None]
         if not said:
             return None  # no log, or it shows nothing running: not known
         if "housekeeping" in said:
@@ -407,17 +416,32 @@ class LlamaCppClient:
             extra["restarted"] = True
 
     def _poll_logs(self, extra: dict[str, Any]) -> list[dict[str, Any]]:
-        out: list[dict[str, Any]] = []
-        for t in self.tailers:
-            out.extend(t.poll())
-            if t.error:
-                extra["log_error"] = t.error
+        with self._log_lock:
+            out, self._log_out = self._log_out, []
+            for t in self.tailers:
+                out.extend(t.poll())
+                if t.error:
+                    extra["log_error"] = t.error
         return out
+
+    def busy_now(self, stale: bool) -> str | None:
+        """What the server's loop is doing by its log as of now, for a tick whose last answer said idle
+        (called by the poller's tick thread; reads the log without HTTP). A request given a slot since that
+        answer is in its setup ("housekeeping"); with ``stale`` (the scrape in flight past its interval: the
+        loop does not answer), whatever the log shows running. None: the log shows nothing outstanding."""
+        if not self.tailers:
+            return None
+        with self._log_lock:
+            for t in self.tailers:
+                self._log_out.extend(t.poll())
+            b = self._busy_with()
+        return b if b == "housekeeping" or (stale and b is not None) else None
 
     def progress(self) -> list[dict[str, Any]]:
         """Requests still running, per slot, as the log's progress lines said at the last read
         (:meth:`.log.LogTailer.progress`): prefill tokens processed, progress, rate."""
-        return [r for t in self.tailers for r in t.progress()]
+        with self._log_lock:
+            return [r for t in self.tailers for r in t.progress()]
 
     def close(self) -> None:
         """Nothing held open between reads; here for symmetry with other sources."""
