@@ -305,3 +305,34 @@ def test_client_turns_offload_bytes_into_rates(monkeypatch):
     assert second.extra["kv_offload_h2d_Bps"] == pytest.approx(1e9)  # 2 GB in 2 s
     assert second.extra["kv_offload_d2h_Bps"] == pytest.approx(0.25e9)
     assert second.extra["prefix_cache_queries_total"] == _value("vllm:prefix_cache_queries_total")
+
+
+def test_api_server_time_outside_vllms_interval():
+    """vLLM 0.32's own /metrics (captured): its API server timed 37 generation requests at 23.418 s in all,
+    HTTP in to last byte out; its e2e histogram 37 at 23.088 s: 8.9 ms per request the client waited
+    outside vLLM's TTFT. Missing counters or disagreeing counts: unknown, never 0."""
+    from pathlib import Path
+
+    from pcie_tui.analyze.engine import http_overhead_s, with_http
+    from pcie_tui.core.model import EngineSample
+    from pcie_tui.engines.vllm.client import parse_vllm_metrics
+
+    m = parse_vllm_metrics((Path(__file__).parent / "fixtures" / "vllm-0.32-metrics.txt").read_text())
+    c = m["counters"]
+    assert c["http_seconds_total"] == pytest.approx(23.418370462) and c["http_requests_total"] == 37.0
+
+    def eng(secs, n, e2e_sum, e2e_n):
+        hist = {"e2e_s": {"le": [1.0], "cum": [e2e_n], "count": e2e_n, "sum": e2e_sum}}
+        return EngineSample("vllm", True, extra={"http_seconds_total": secs, "http_requests_total": n, "hist": hist})
+
+    zero = eng(0.0, 0.0, 0.0, 0.0)
+    e2e = m["hist"]["e2e_s"]
+    full = eng(c["http_seconds_total"], c["http_requests_total"], e2e["sum"], e2e["count"])
+    assert http_overhead_s([zero, full]) == pytest.approx((23.418370462 - 23.08822012) / 37)
+    assert http_overhead_s([zero, eng(23.4, 37.0, 23.0, 30.0)]) is None  # 7 requests apart
+    no_http = EngineSample("vllm", True, extra={"hist": full.extra["hist"]})
+    assert http_overhead_s([EngineSample("vllm", True, extra={"hist": zero.extra["hist"]}), no_http]) is None
+    out = {"ttft_s": {"p50": 0.1, "p95": None}}
+    with_http(out, [zero, full])
+    assert out["ttft_engine_s"] == {"p50": 0.1, "p95": None}
+    assert out["ttft_s"]["p50"] == pytest.approx(0.1 + out["http_overhead_s"]) and out["ttft_s"]["p95"] is None

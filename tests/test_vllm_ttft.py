@@ -9,24 +9,22 @@ takes that step's output. So it includes the time the request waited in the sche
 (``vllm:request_queue_time_seconds``: SCHEDULED - QUEUED engine-core events) and its prefill; it
 leaves out the HTTP parse before the render and the streaming of the first chunk back.
 
-Concurrent streaming clients (concurrency 1, then 4) send prompts of known length; pcie-tui reads
+Concurrent streaming clients (concurrency 1, 4 and 16) send prompts of known length; pcie-tui reads
 the server as it does live (:class:`VllmClient` scraped between the runs, fed to
-:class:`EngineStats`). Checked per run:
+:class:`EngineStats`). The gap between vLLM's TTFT and the client's is the API server's time outside
+vLLM's interval (HTTP parse and render before arrival, the chunk's way back): measured 2026-12-06 on this
+2-core machine at 8 to 22 ms, -22 to -25 % of a tiny model's 30-90 ms TTFT. vLLM exposes the API
+server's own timing of each request (``http_request_duration_seconds``, HTTP in to last byte out); its
+mean less ``vllm:e2e_request_latency_seconds``' mean is that time, and pcie-tui adds it to the TTFT
+quantiles (``http_overhead_s``; the engine's own kept as ``ttft_engine_s``). Checked per run:
 
-* mean TTFT from the histogram's sum/count (exact over the engine's interval) against the clients'
-  mean: never above it, and below it by the HTTP and API-server time the engine does not time
-  (``overhead`` = clients' mean - engine's mean, at most 0.1 s here). Measured 2026-12-06 on this
-  2-core machine, two runs: concurrency 1: engine 30.2 / 27.5 ms vs clients 39.4 / 35.5 ms;
-  concurrency 4: 54.3 / 67.3 vs 69.9 / 89.6 ms: 8 to 22 ms of HTTP, -22 to -25 %. So ±15 % on the raw
-  means does not hold for a tiny model's ~30-90 ms TTFT, and the test does not assert it;
-* p50: within ±15 % of the clients' p50 plus that overhead. Raw, the interpolated p50 read -13 %
-  (both concurrencies, first run) and -20 % / -27 % (second run) against the clients'. Besides the
-  HTTP share, vLLM's default TTFT buckets are 1, 5, 10, 20, 50, 100, 200, 500 ms, ...: each spans a
-  factor 2 to 2.5, and linear interpolation inside one bucket (Prometheus' ``histogram_quantile``,
-  what pcie-tui reports) can land anywhere in it whatever the true values inside are: eight requests
-  of 30 ms all read p50 = 20 + 30 x 0.5 = 35 ms (+17 %). So ±15 % at p50 is not guaranteed by the
-  edges either; the interpolated p50 must also lie between the bucket below the one that holds the
-  clients' p50 and that bucket's upper edge;
+* mean: the engine's mean TTFT + that overhead within ±15 % of the clients' mean;
+* p50: within ±15 % of the clients' p50, plus half the width of the bucket holding it: vLLM's default
+  TTFT buckets are 1, 5, 10, 20, 50, 100, 200, 500 ms, ...: each spans a factor 2 to 2.5, and linear
+  interpolation inside one bucket (Prometheus' ``histogram_quantile``, what pcie-tui reports) can land
+  anywhere in it whatever the true values inside are: eight requests of 30 ms all read p50 = 20 + 30 x
+  0.5 = 35 ms (+17 %). The engine's own p50 must lie in the bucket holding the clients' p50 less the
+  overhead, or the one below;
 * queue time: the histogram counts one observation per request and its mean does not exceed the
   mean TTFT (queueing is inside TTFT).
 
@@ -85,41 +83,46 @@ def _stats(engines: list[EngineSample]) -> dict:
     return st.snapshot()
 
 
-@pytest.mark.parametrize("concurrency,n", [(1, 6), (4, 12)])
+@pytest.mark.parametrize("concurrency,n", [(1, 6), (4, 12), (16, 32)])
 def test_ttft_matches_streaming_clients(vllm_server, concurrency, n):
     client = VllmClient(vllm_server.url)
     _run(vllm_server, client, 1, 1)  # warm the path (first-request compile, tokenizer)
     results, engines = _run(vllm_server, client, concurrency, n)
     assert all(r.error is None and r.ttft_s is not None for r in results), [r.error for r in results]
     ttfts = sorted(r.ttft_s for r in results)
-    c_mean, c_p50 = statistics.fmean(ttfts), statistics.median(ttfts)
+    c_mean, c_p50, c_p95 = statistics.fmean(ttfts), statistics.median(ttfts), ttfts[int(0.95 * (n - 1) + 0.5)]
 
     h = hist_window(engines, "ttft_s")
     assert h is not None and h["count"] == n
     e_mean = h["sum"] / h["count"]
     snap = _stats(engines)
-    p50 = snap["ttft_s"]["p50"]
+    over = snap["http_overhead_s"]
+    p50, p95, raw50 = snap["ttft_s"]["p50"], snap["ttft_s"]["p95"], snap["ttft_engine_s"]["p50"]
     q = hist_window(engines, "queue_s")
     assert q is not None and q["count"] == n
     q_mean = q["sum"] / q["count"]
     print(
-        f"\nconcurrency {concurrency}, {n} requests: TTFT mean engine {e_mean * 1e3:.1f} ms vs clients "
-        f"{c_mean * 1e3:.1f} ms ({(e_mean / c_mean - 1) * 100:+.0f} %); p50 pcie-tui {p50 * 1e3:.1f} ms vs clients "
-        f"{c_p50 * 1e3:.1f} ms ({(p50 / c_p50 - 1) * 100:+.0f} %); queue mean {q_mean * 1e3:.2f} ms; "
-        f"clients' TTFT {[round(t * 1e3, 1) for t in ttfts]} ms"
+        f"\nconcurrency {concurrency}, {n} requests: TTFT mean engine {e_mean * 1e3:.1f} ms + API server "
+        f"{over * 1e3:.1f} ms vs clients {c_mean * 1e3:.1f} ms ({((e_mean + over) / c_mean - 1) * 100:+.0f} %); "
+        f"p50 pcie-tui {p50 * 1e3:.1f} ms (engine's {raw50 * 1e3:.1f}) vs clients {c_p50 * 1e3:.1f} ms "
+        f"({(p50 / c_p50 - 1) * 100:+.0f} %); p95 {p95 * 1e3:.1f} vs {c_p95 * 1e3:.1f} ms; queue mean "
+        f"{q_mean * 1e3:.2f} ms; clients' TTFT {[round(t * 1e3, 1) for t in ttfts]} ms"
     )
     # Queueing is inside vLLM's TTFT (arrival -> first output): its mean cannot exceed TTFT's.
     assert 0.0 <= q_mean <= e_mean
-    # The engine's interval lies inside the client's: never above it beyond clock noise; the rest is
-    # HTTP and API-server time (exact on the means).
-    overhead = c_mean - e_mean
-    assert -0.005 <= overhead <= 0.1, (e_mean, c_mean)
-    # p50: ±15 % of the clients' p50, with the HTTP share the engine does not time.
-    assert abs(p50 - c_p50) <= 0.15 * c_p50 + max(overhead, 0.0), (p50, c_p50, overhead)
-    # And in the bucket holding the clients' p50 or the one below it (the HTTP share moves it down).
+    # The engine's interval lies inside the client's; the API server's time outside it, measured by
+    # its own HTTP duration less the engine's e2e latency, closes the gap on the means.
+    assert 0.0 <= over <= 0.1 and e_mean <= c_mean + 0.005
+    assert e_mean + over == pytest.approx(c_mean, rel=0.15), (e_mean, over, c_mean)
+    # p50 as the client waits: within ±15 % of the clients' where the buckets allow it. The raw p50 is
+    # interpolated inside a bucket spanning a factor 2-2.5 (1, 5, 10, 20, 50, 100, 200, 500 ms, ...):
+    # eight requests of 30 ms all read 20 + 30 x 0.5 = 35 ms (+17 %), so the check is ±15 % plus the
+    # width the interpolation can err by, half the holding bucket's, and that bucket must be right.
     le = [0.0, *h["le"]]
-    i = next(k for k, b in enumerate(le) if c_p50 <= b)
-    assert le[max(i - 2, 0)] <= p50 <= le[i] + 1e-12, (p50, c_p50, le[max(i - 2, 0)], le[i])
+    i = next(k for k, b in enumerate(le) if c_p50 - over <= b)
+    slack = 0.5 * (le[i] - le[i - 1]) if i else 0.0
+    assert abs(p50 - c_p50) <= 0.15 * c_p50 + slack, (p50, c_p50, slack)
+    assert le[max(i - 1, 0)] - 1e-12 <= raw50 <= le[i] + 1e-12, (raw50, c_p50, over, le[i - 1], le[i])
 
 
 def test_prefix_cache_hits_of_a_repeated_prompt(vllm_server):

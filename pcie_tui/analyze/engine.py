@@ -45,6 +45,8 @@ SNAPSHOT_KEYS = (
     "prompt_tokens_per_s",
     "generation_tokens_per_s",
     *LATENCIES,
+    "ttft_engine_s",
+    "http_overhead_s",
     "requests_running",
     "requests_waiting",
     "kv_cache_util",
@@ -186,6 +188,35 @@ def _extra_total(e: EngineSample, keys: Sequence[str]) -> float | None:
     return sum(vals) if vals else None
 
 
+def http_overhead_s(engines: Sequence[EngineSample]) -> float | None:
+    """The mean time per request a client waits outside the engine's own interval: the API server's
+    HTTP duration of its generation requests (vLLM: ``http_request_duration_seconds``, HTTP in to the
+    last byte out, read into ``http_seconds_total`` / ``http_requests_total``) less the engine's
+    end-to-end latency (arrival to finish), both over the same readings. None where either is missing
+    or their request counts disagree by more than one request and 10 % (requests in flight at an end)."""
+    up = [e for e in engines if e.up]
+    secs = counter_total(_num(e.extra.get("http_seconds_total")) for e in up)
+    n = counter_total(_num(e.extra.get("http_requests_total")) for e in up)
+    e2e = hist_window(up, "e2e_s")
+    if secs is None or not n or e2e is None or not e2e.get("count") or e2e.get("sum") is None:
+        return None
+    if abs(n - e2e["count"]) > max(1.0, 0.1 * max(n, e2e["count"])):
+        return None
+    return max(secs / n - e2e["sum"] / e2e["count"], 0.0)
+
+
+def with_http(out: dict[str, Any], engines: Sequence[EngineSample]) -> None:
+    """TTFT as the client waits, for an engine whose TTFT starts after its API server took the request:
+    its quantiles shifted by :func:`http_overhead_s` (the engine's own kept as ``ttft_engine_s``)."""
+    over = http_overhead_s(engines)
+    out["http_overhead_s"] = over
+    q = out.get("ttft_s")
+    if over is None or not isinstance(q, dict):
+        return
+    out["ttft_engine_s"] = q
+    out["ttft_s"] = {k: (v + over if isinstance(v, int | float) else v) for k, v in q.items()}
+
+
 # ---- sliding window -------------------------------------------------------
 
 
@@ -288,6 +319,9 @@ class EngineStats:
                 out[name] = per_req.get(name)
             else:
                 out[name] = hist_quantiles(hist_window(engines, name, self._base.get(name)))
+        out["ttft_engine_s"] = out["http_overhead_s"] = None
+        if not per_req_eng:
+            with_http(out, engines)
         up = last is not None and last.up
         out["requests_running"] = last.requests_running if up and last else None
         out["requests_waiting"] = last.requests_waiting if up and last else None
@@ -356,6 +390,13 @@ def engine_report(samples: Iterable[Sample], analyzer: Any = None) -> dict[str, 
         "bytes": engine_bytes.report(getattr(analyzer, "engine_bytes", None), eng.display if eng else "the engine"),
         "between_requests": _between(analyzer),
     }
+    if per_req_eng is None:
+        with_http(out, up)
+        if out.get("http_overhead_s") is not None:
+            out["basis"] += (
+                f"; TTFT as the client waits: the engine's TTFT + {out['http_overhead_s'] * 1e3:.1f} ms mean per request "
+                "of API-server time outside it (HTTP duration - engine e2e latency)"
+            )
     if per_req_eng is not None:
         # No histograms: exact quantiles over the requests the engine timed; queue time unknown.
         out.update(per_req_eng.request_latencies(per_request))

@@ -54,7 +54,15 @@ EXTRA_COUNTERS = (
     "external_prefix_cache_hits_total",
     "kv_offload_h2d_bytes_total",
     "kv_offload_d2h_bytes_total",
+    "http_seconds_total",
+    "http_requests_total",
 )
+# The API server's own timing of each generation request, HTTP in to the last byte out
+# (prometheus-fastapi-instrumentator's ``http_request_duration_seconds``, which vLLM exposes): its mean
+# less the mean of ``vllm:e2e_request_latency_seconds`` (arrival to finish) is the time a client waits that
+# vLLM's TTFT leaves out (the HTTP parse and render before arrival, the stream out after).
+HTTP_DURATION = "http_request_duration_seconds"
+GENERATION_HANDLERS = frozenset({"/v1/completions", "/v1/chat/completions"})
 GAUGES = {
     "requests_running": ("vllm:num_requests_running",),
     "requests_waiting": ("vllm:num_requests_waiting",),
@@ -85,13 +93,16 @@ def _wanted_samples() -> frozenset[str]:
         for n in alts:
             names.update((n + "_bucket", n + "_count", n + "_sum"))
     names.update(name for name, _, _ in LABELLED.values())
+    names.update((HTTP_DURATION + "_count", HTTP_DURATION + "_sum"))
     return frozenset(names)
 
 
 _WANTED = _wanted_samples()
-_WANTED_FAMILIES = frozenset(n.removesuffix("_total") for n in _WANTED) | {
-    n for alts in HISTOGRAMS.values() for n in alts
-}
+_WANTED_FAMILIES = (
+    frozenset(n.removesuffix("_total") for n in _WANTED)
+    | {n for alts in HISTOGRAMS.values() for n in alts}
+    | {HTTP_DURATION}
+)
 
 
 def select_lines(text: str) -> str:
@@ -127,8 +138,20 @@ def parse_vllm_metrics(text: str) -> dict[str, Any]:
     buckets: dict[str, dict[float, float]] = {}
     labelled: dict[str, float] = {}
     by_label = {(n, lab, v): key for key, (n, lab, v) in LABELLED.items()}
+    http = {"_sum": 0.0, "_count": 0.0}
+    http_seen = False
     for fam in text_string_to_metric_families(select_lines(text)):
         for s in fam.samples:
+            if s.name.startswith(HTTP_DURATION):
+                suffix = s.name[len(HTTP_DURATION) :]
+                if (
+                    suffix in http
+                    and s.labels.get("handler") in GENERATION_HANDLERS
+                    and s.labels.get("method") == "POST"
+                ):
+                    http[suffix] += float(s.value)
+                    http_seen = True
+                continue
             if not s.name.startswith("vllm:"):
                 continue
             lkey = next((k for (n, lab, v), k in by_label.items() if n == s.name and s.labels.get(lab) == v), None)
@@ -166,8 +189,11 @@ def parse_vllm_metrics(text: str) -> dict[str, Any]:
                 "sum": sums.get(n + "_sum"),
             }
             break
+    counters = {k: first(v, k) for k, v in COUNTERS.items()}
+    if http_seen:
+        counters["http_seconds_total"], counters["http_requests_total"] = http["_sum"], http["_count"]
     return {
-        "counters": {k: first(v, k) for k, v in COUNTERS.items()},
+        "counters": counters,
         "gauges": {k: first(v, k) for k, v in GAUGES.items()},
         "hist": hist,
     }

@@ -19,7 +19,9 @@ def rows(win: str) -> list[SourceRow]:
             "TTFT, ITL",
             "vLLM /metrics histograms vllm:time_to_first_token_seconds, vllm:inter_token_latency_seconds "
             "(older: vllm:time_per_output_token_seconds): bucket count increases over the window, "
-            "p50/p95/p99 interpolated linearly within a bucket (as Prometheus histogram_quantile)",
+            "p50/p95/p99 interpolated linearly within a bucket (as Prometheus histogram_quantile); TTFT as the "
+            "client waits: + the mean API-server time per request outside vLLM's interval (http_request_duration_seconds "
+            "of /v1/completions and /v1/chat/completions less vllm:e2e_request_latency_seconds, over the window)",
             "s / ms",
             win,
         ),
