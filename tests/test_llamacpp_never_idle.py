@@ -1,0 +1,120 @@
+"""No "idle" while a client waits (issue 24), against a real llama-server with its host prompt cache on (the
+default) and off (--cache-ram 0), under sequential and concurrent streaming clients.
+
+pcie-tui's own poller (EnginePoller + LlamaCppClient at 10 Hz, in its thread) reads the server while a tick
+loop asks it for each tick's phase, as `pcie-tui record` does. Checked:
+
+* every tick while some client had a request outstanding is not idle, except within one scrape interval
+  plus a margin of a request's send (the server may not have it yet) and of its last byte (the server is
+  done; the client is reading): on 2 shared cores, 0.25 s each;
+* each request's parts (slot wait + slot setup + batch wait + prefill) sum to its TTFT as the tool reports
+  it, and that TTFT's median is the clients' within 25 % (see the assertion).
+"""
+
+from __future__ import annotations
+
+import random
+import statistics
+import threading
+import time
+
+import pytest
+from engines.gguf_model import write_llama_gguf
+from engines.llama_server import LlamaServer, llama_available, random_prompt, stream_completion
+
+from pcie_tui.engines.llamacpp.client import LlamaCppClient
+from pcie_tui.engines.poller import EnginePoller
+
+_why = llama_available()
+pytestmark = [pytest.mark.engine] + ([pytest.mark.skip(reason=_why)] if _why else [])
+MARGIN_S = 0.25
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory):
+    path = tmp_path_factory.mktemp("gguf") / "tiny-llama.gguf"
+    write_llama_gguf(path, n_embd=256, n_ff=768, n_layer=4, n_head=8)
+    return path
+
+
+def _session(server: LlamaServer, concurrency: int, n_requests: int, n_predict: int):
+    """Closed-loop streaming clients while the poller and a 10 Hz tick loop run; returns the clients'
+    (send, first, end) on the wall clock, the ticks' (time, phase) and the finished requests' timelines."""
+    poller = EnginePoller(
+        LlamaCppClient(server.url, pid=server.pid, log_path=str(server.log_path)), interval_s=0.1, rediscover=False
+    )
+    poller.start()
+    ticks: list[tuple[float, str | None]] = []
+    done: list[dict] = []
+    stop = threading.Event()
+
+    def tick_loop() -> None:
+        while not stop.is_set():
+            t = time.time()
+            s = poller.sample_for_tick(t, ())
+            if s is not None:
+                ticks.append((t, s.phase))
+                done.extend(s.extra.get("requests") or ())
+            stop.wait(0.1)
+
+    ticker = threading.Thread(target=tick_loop, daemon=True)
+    ticker.start()
+    time.sleep(0.5)
+    rng, lock, left, spans = random.Random(3), threading.Lock(), [n_requests], []
+    wall = time.time() - time.monotonic()
+
+    def worker() -> None:
+        while True:
+            with lock:
+                if left[0] <= 0:
+                    return
+                left[0] -= 1
+                prompt = random_prompt(rng, 1500)
+            r = stream_completion(server.url, prompt, 0, n_predict)
+            assert r.error is None and r.t_first is not None, r.error
+            with lock:
+                spans.append((r.t_send + wall, r.t_first + wall, r.t_end + wall))
+
+    workers = [threading.Thread(target=worker) for _ in range(concurrency)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    end = time.monotonic() + 5
+    while len(done) < n_requests and time.monotonic() < end:
+        time.sleep(0.1)
+    stop.set()
+    ticker.join()
+    poller.stop()
+    return spans, ticks, done
+
+
+@pytest.mark.parametrize("cache", ["on", "off"])
+@pytest.mark.parametrize(("slots", "concurrency", "n_requests", "n_predict"), [(1, 1, 6, 150), (1, 4, 12, 16)])
+def test_no_idle_tick_while_a_client_waits(model, tmp_path, cache, slots, concurrency, n_requests, n_predict):
+    extra = ("-t", "1", *(("--cache-ram", "0") if cache == "off" else ()))
+    server = LlamaServer(model, tmp_path / "server.log", metrics=True, parallel=slots, extra=extra).start()
+    try:
+        spans, ticks, done = _session(server, concurrency, n_requests, n_predict)
+    finally:
+        server.stop()
+    assert len(spans) == n_requests and len(done) == n_requests
+
+    def outstanding(t: float) -> bool:
+        return any(s + MARGIN_S <= t <= e - MARGIN_S for s, _, e in spans)
+
+    busy = [(t, p) for t, p in ticks if outstanding(t)]
+    idle = [round(t - spans[0][0], 2) for t, p in busy if p in ("idle", None)]
+    phases = sorted({str(p) for _, p in busy})
+    print(f"\ncache {cache}, {slots} slot(s), {concurrency} client(s): {len(busy)} ticks outstanding, phases {phases}")
+    assert busy and not idle, f"idle while a client waited at {idle} s (of {len(busy)} ticks)"
+
+    for r in done:  # the parts sum to the TTFT the tool reports
+        parts = r["queue_s"] + r["slot_setup_s"] + r["batch_wait_s"] + r["prompt_ms"] / 1e3
+        assert parts == pytest.approx(r["client_ttft_s"], abs=2e-3), r
+    want = statistics.median(f - s for s, f, _ in spans)
+    got = statistics.median(r["client_ttft_s"] for r in done)
+    # Here within 25 %: the tick thread shares the 2 cores with 4 clients, the server and the poller, and the
+    # server's HTTP thread tokenises a text prompt before anything it exposes sees the request (±15 % is
+    # asserted in test_llamacpp_client_ttft.py, without the tick thread).
+    assert got == pytest.approx(want, rel=0.25), (got, want)
