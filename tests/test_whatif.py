@@ -141,7 +141,7 @@ def test_no_link_readings_is_na_not_zero():
     g = rep["gpus"][0]
     assert all(p["link_busy_share"] is None for p in g["phases"].values())
     assert all(s["time_ratio"] is None for s in g["scenarios"])
-    assert "n/a (no link readings)" in render_whatif(rep)
+    assert "n/a (no link readings in both directions)" in render_whatif(rep)
 
 
 def test_nvlink_is_not_offered_to_a_single_gpu_host_copy_session():

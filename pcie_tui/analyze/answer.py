@@ -67,6 +67,10 @@ def evidence_text(f: Finding, short: bool = False) -> str:
         return f"{dram_name} {_pct(f.dram_util)} of peak, SM {_pct(f.sm_util)}"
     if f.bound == "compute":
         return f"SM {_pct(f.sm_util)}, {dram_name} {_pct(f.dram_util)}"
+    if f.bound == "unknown" and f.too_short:
+        return f"{f.unknown_why}: no bound is named from so few readings"
+    if f.bound == "unknown":
+        return f"{f.unknown_why or 'counters not reported'}: what held it back cannot be told"
     return f"link {rate}, SM {_pct(f.sm_util)}"
 
 
@@ -214,6 +218,8 @@ def _second_line(f: Finding, adv: Any) -> str:
         return line2 + "."
     if adv:
         return f"Cause: {adv.cause}."
+    if f.bound == "unknown":
+        return "No fix is proposed from counters that were not reported; the what-if leaves those ticks out."
     if f.bound == "link":
         line2 = "A faster link shortens it, a slower one lengthens it (what-if below)."
         if over_default_ceiling(f):
@@ -298,6 +304,9 @@ def finding_lines(findings: dict[str, list[dict[str, Any]]]) -> list[str]:
                 f"{BOUND_WORDS[b]} {units.pct(v)}" for b, v in f["shares"].items() if b != f["bound"] and v >= 0.05
             )
             who = f"GPU {gpu} " if len(findings) > 1 else ""
+            if f.get("too_short"):
+                lines.append(f"  {who}{f['phase']} {f['duration_s']:.1f} s: {f['evidence']}")
+                continue
             lines.append(
                 f"  {who}{f['phase']} {f['duration_s']:.1f} s: {BOUND_WORDS[f['bound']]} "
                 + units.pct(f["shares"][f["bound"]])

@@ -29,7 +29,7 @@ import numpy as np
 from pcie_tui.analyze.result import Finding
 from pcie_tui.analyze.series import series_array, tick_weights
 from pcie_tui.analyze.session import SessionAnalyzer
-from pcie_tui.analyze.verdict import VERDICTS
+from pcie_tui.analyze.verdict import MISS_WORDS, VERDICTS
 from pcie_tui.core.ceiling import Ceiling, DEFAULT_PAGEABLE_Bps, pageable_ceiling, pinned_ceiling
 from pcie_tui.core.model import GpuInfo, SessionHeader
 from pcie_tui.core.vocab import BOUND_SHORT as BOUND_SHORT
@@ -49,6 +49,8 @@ TRANSFER_OF_PAGEABLE = 0.35
 TRANSFER_OF_PINNED = 0.25
 TRANSFER_MIN_Bps = 1.0e9
 QUIET_PHASES = (None, "idle", "down")
+# A phase with fewer ticks than this has no bound: "too short to judge" (a one-tick phase is one reading).
+MIN_TICKS_TO_JUDGE = 3
 
 
 @dataclass(frozen=True)
@@ -123,20 +125,29 @@ def tick_bounds(analyzer: SessionAnalyzer, index: int, facts: EngineFacts | None
     busy = {p: p not in QUIET_PHASES for p in dict.fromkeys(ser.phase)}
     busy_phase = np.fromiter(map(busy.__getitem__, ser.phase), dtype=bool, count=len(ser.phase))
     floor = transfer_floor_Bps(gpu_ceilings(analyzer, index), facts)
-    return bound_codes(sat, rate, sm, dram, busy_phase, floor)
+    return bound_codes(sat, rate, sm, dram, busy_phase, floor, series_array(ser, "missing"))
 
 
 _SAT = {v: i for i, v in enumerate(VERDICTS)}  # the codes of SessionAnalyzer._label_codes
 
 
 def bound_codes(
-    sat: np.ndarray, rate: np.ndarray, sm: np.ndarray, dram: np.ndarray, busy_phase: np.ndarray, floor: float
+    sat: np.ndarray,
+    rate: np.ndarray,
+    sm: np.ndarray,
+    dram: np.ndarray,
+    busy_phase: np.ndarray,
+    floor: float,
+    missing: np.ndarray | None = None,
 ) -> np.ndarray:
     """The one rule of what bound a tick, for any number of ticks: an index into :data:`BOUNDS`.
 
     ``sat``: saturation verdict codes (indices into VERDICTS); ``rate`` link bytes/s,
     ``sm`` and ``dram`` use 0..1 (missing = 0; a DRAM proxy = 0); ``busy_phase`` whether the tick's
-    phase is work. The report (:func:`tick_bounds`) and the live answer (:func:`classify`) both ask it.
+    phase is work; ``missing``: the counters each tick lacks (verdict.MISS_* bits, NaN = none known).
+    A tick of work that lacks a counter the rule needs (either PCIe direction, SM, or GPM DRAM) is
+    ``unknown``, unless a counter it has shows a resource saturated. The report (:func:`tick_bounds`)
+    and the live answer (:func:`classify`) both ask it.
     """
     gpu_busy = (sm >= GPU_BUSY_SM) | (dram >= GPU_BUSY_DRAM)
     # Below saturation, DRAM streaming at 40 % or more of peak is what a busy GPU waits on (batch-1
@@ -146,10 +157,26 @@ def bound_codes(
     out[rate >= floor] = BOUNDS.index("transfer")
     out[gpu_busy & mem_side] = BOUNDS.index("memory")
     out[gpu_busy & ~mem_side] = BOUNDS.index("compute")
+    if missing is not None and missing.size:
+        out[busy_phase & (np.nan_to_num(missing) > 0)] = BOUNDS.index("unknown")
     out[sat == _SAT["compute"]] = BOUNDS.index("compute")
     out[sat == _SAT["memory"]] = BOUNDS.index("memory")
     out[sat == _SAT["link"]] = BOUNDS.index("link")
     return out
+
+
+def missing_words(missing: np.ndarray, weights: np.ndarray) -> str | None:
+    """Why ticks were unknown, in words: each counter they lacked with the share of them that lacked it."""
+    bits = np.nan_to_num(missing).astype(np.int64)
+    total = float(weights.sum())
+    if total <= 0 or not bits.any():
+        return None
+    parts = []
+    for bit, name in MISS_WORDS.items():
+        share = float(weights[(bits & bit) > 0].sum()) / total
+        if share > 0:
+            parts.append(f"{name} not reported" + ("" if share > 0.995 else f" on {share:.0%} of them"))
+    return ", ".join(parts)
 
 
 # Phases the "pinned instead of pageable" what-if does not price. Loading: pinned host weights
@@ -211,7 +238,7 @@ def _gpu_findings(
     c = gpu_ceilings(analyzer, index)
     codes = tick_bounds(analyzer, index, facts)
     w = tick_weights(np.asarray(ser.t, dtype=np.float64))
-    cols = {k: series_array(ser, k) for k in ("link_Bps", "compute", "memory", "mem_used")}
+    cols = {k: series_array(ser, k) for k in ("link_Bps", "compute", "memory", "mem_used", "missing")}
     names = list(dict.fromkeys(p if p is not None else "unlabelled" for p in dict.fromkeys(ser.phase)))
     code = {p: names.index(p if p is not None else "unlabelled") for p in dict.fromkeys(ser.phase)}
     pcode = np.fromiter(map(code.__getitem__, ser.phase), dtype=np.int64, count=len(ser.phase))
@@ -269,6 +296,14 @@ def _finding(
         transfer_Bps=_median(rate[tm]),
         transfer_staged=staged,
     )
+    um = m & (codes == BOUNDS.index("unknown"))
+    if um.any():
+        f.unknown_why = missing_words(cols["missing"][um], w[um])
+    if f.ticks < MIN_TICKS_TO_JUDGE and bound not in ("idle", "unknown"):
+        # A phase of a tick or two: a reading, not a finding (its shares stay in the JSON).
+        f.bound, f.bound_s, f.too_short = "unknown", dur, True
+        f.unknown_why = f"too short to judge: {f.ticks} tick{'s' if f.ticks != 1 else ''} ({dur:.1f} s)"
+        return f
     if bound == "transfer" and c.pinned_Bps and staged and phase not in UNPRICED_PINNED:
         moved = float(np.nansum(rate[bm] * w[bm]))  # bytes the transfer-bound ticks moved (counter)
         f.whatif_pinned = pinned_whatif(dur, dur - secs[bound], moved, c)

@@ -313,15 +313,7 @@ class EngineStats:
         if ticks and last is not None and ticks[0][0] <= ticks[-1][0] - self.window_s:
             ticks = ticks[1:]
         reqs = unique_requests(e for _, e in ticks) if per_req_eng else []
-        per_req = per_req_eng.request_latencies(reqs) if per_req_eng else {}
-        for name in LATENCIES:
-            if per_req_eng:
-                out[name] = per_req.get(name)
-            else:
-                out[name] = hist_quantiles(hist_window(engines, name, self._base.get(name)))
-        out["ttft_engine_s"] = out["http_overhead_s"] = None
-        if not per_req_eng:
-            with_http(out, engines)
+        self._latencies(out, engines, per_req_eng.request_latencies(reqs) if per_req_eng else None)
         up = last is not None and last.up
         out["requests_running"] = last.requests_running if up and last else None
         out["requests_waiting"] = last.requests_waiting if up and last else None
@@ -333,6 +325,18 @@ class EngineStats:
         out["rate_source"] = ", ".join(sources) or None
         out["requests_timed"] = len(reqs) if per_req_eng else None
         return out
+
+    def _latencies(self, out: dict[str, Any], engines: list[EngineSample], per_req: dict[str, Any] | None) -> None:
+        """The latency quantiles: the engine's per-request ones, else its histograms' over the window (TTFT
+        with the API server's time outside the engine's interval, where it exposes it)."""
+        for name in LATENCIES:
+            if per_req is not None:
+                out[name] = per_req.get(name)
+            else:
+                out[name] = hist_quantiles(hist_window(engines, name, self._base.get(name)))
+        out["ttft_engine_s"] = out["http_overhead_s"] = None
+        if per_req is None:
+            with_http(out, engines)
 
 
 # ---- whole session (report --json) ----------------------------------------

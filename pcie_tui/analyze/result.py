@@ -45,6 +45,9 @@ class Finding:
     transfer_Bps: float | None
     transfer_staged: bool
     whatif_pinned: dict[str, Any] | None = None
+    # Why some of its ticks had no bound (the counters they lacked), None where every tick had one.
+    unknown_why: str | None = None
+    too_short: bool = False  # fewer ticks than attribution.MIN_TICKS_TO_JUDGE: no bound named
     advice: tuple[Advice, ...] = ()
     stat: str = STAT
     evidence: str = ""  # the numbers behind it in words, with the ceiling and its source (answer.evidence_text)
@@ -77,6 +80,8 @@ class Finding:
             "transfer_s": self.transfer_s,
             "transfer_Bps": self.transfer_Bps,
             "transfer_staged": self.transfer_staged,
+            "unknown_why": self.unknown_why,
+            "too_short": self.too_short,
         }
         if self.whatif_pinned is not None:
             out["whatif_pinned"] = self.whatif_pinned

@@ -17,7 +17,7 @@ import numpy as np
 
 from pcie_tui.analyze.verdict import RESOURCES, VERDICTS
 
-ARRAYS = ("link", "link_Bps", "memory", "compute", "mem_used", "pcie_ceiling")
+ARRAYS = ("link", "link_Bps", "memory", "compute", "mem_used", "pcie_ceiling", "missing")
 
 
 @dataclass
@@ -31,6 +31,7 @@ class GpuSeries:
     phase: list[str | None] = field(default_factory=list)
     mem_used: list[float | None] = field(default_factory=list)  # bytes of GPU memory in use
     pcie_ceiling: list[float | None] = field(default_factory=list)  # the one PCIe ceiling of each tick, B/s
+    missing: list[float | None] = field(default_factory=list)  # counters the tick lacks (verdict.MISS_* bits)
     memory_proxy: bool = False
     # The numeric series as the chunks' float arrays (NaN = None), joined on demand by series_array.
     parts: dict[str, list[np.ndarray]] = field(default_factory=lambda: {k: [] for k in ARRAYS})

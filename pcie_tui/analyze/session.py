@@ -177,7 +177,8 @@ class SessionAnalyzer:
         ser.verdict += _VERDICT_NAMES[codes].tolist()
         ser.phase += ph
         for name, a in (("link", u["link"]), ("link_Bps", u["link_Bps"]), ("memory", u["memory"]),
-                        ("compute", u["compute"]), ("mem_used", used), ("pcie_ceiling", u["pcie_ceiling"])):  # fmt: skip
+                        ("compute", u["compute"]), ("mem_used", used), ("pcie_ceiling", u["pcie_ceiling"]),
+                        ("missing", u["missing"])):  # fmt: skip
             getattr(ser, name).extend(nullable(a))
             ser.parts[name].append(a)
         ser.memory_proxy = ser.memory_proxy or bool(u["proxy"].any())

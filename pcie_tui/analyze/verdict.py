@@ -148,6 +148,7 @@ def utilisation_columns(
         use_dram = dram == dram
         memory, proxy = np.where(use_dram, dram, busy), ~use_dram & (busy == busy)
     return {
+        "missing": _missing(cols, memory, info),
         "link": link,
         "link_Bps": np.where(none, np.nan, rates[at, every]),
         "ceiling": np.where(none, np.nan, caps[at, every]),
@@ -160,6 +161,17 @@ def utilisation_columns(
 
 
 _NAN = float("nan")
+
+
+def _missing(cols: np.ndarray, memory: np.ndarray, info: GpuInfo | None) -> np.ndarray:
+    """The counters each GPU-sample lacks, as MISS_* bits (floats, for the series' arrays)."""
+    gpm = info is not None and info.metrics_source == "gpm"
+    return (
+        np.isnan(cols[0]) * MISS_RX
+        + np.isnan(cols[1]) * MISS_TX
+        + np.isnan(cols[_SM]) * MISS_SM
+        + (np.isnan(memory) & gpm) * MISS_DRAM
+    ).astype(np.float64)
 
 
 def _one_sample(
@@ -202,7 +214,14 @@ def _one_sample(
     else:
         memory, proxy = (dram, False) if dram == dram else (busy, busy == busy)
     f = np.array([link, v[at] if known else _NAN, caps[at] if known else _NAN, memory, v[_SM], pc])
+    miss = (
+        (rx != rx) * MISS_RX
+        + (tx != tx) * MISS_TX
+        + (v[_SM] != v[_SM]) * MISS_SM
+        + (memory != memory and info is not None and info.metrics_source == "gpm") * MISS_DRAM
+    )
     return {
+        "missing": np.array([float(miss)]),
         "link": f[0:1],
         "link_Bps": f[1:2],
         "ceiling": f[2:3],
@@ -213,6 +232,10 @@ def _one_sample(
         "pcie_ceiling": f[5:6],
     }
 
+
+# Which counters a GPU-sample lacks (the ``missing`` column, a bit mask): a bound that needs one is unknown.
+MISS_RX, MISS_TX, MISS_SM, MISS_DRAM = 1, 2, 4, 8
+MISS_WORDS = {MISS_RX: "PCIe RX", MISS_TX: "PCIe TX", MISS_SM: "SM use", MISS_DRAM: "DRAM bandwidth"}
 
 _GEN, _WIDTH, _DRAM, _BUSY, _SM = (
     KEYS.index(k) for k in ("link_gen", "link_width", "dram_bw_util", "mem_busy", "sm_util")

@@ -21,8 +21,9 @@ from typing import Any
 import numpy as np
 
 from pcie_tui.analyze.attribution import gpu_ceilings
-from pcie_tui.analyze.series import tick_weights
+from pcie_tui.analyze.series import series_array, tick_weights
 from pcie_tui.analyze.session import SessionAnalyzer
+from pcie_tui.analyze.verdict import MISS_RX, MISS_TX
 from pcie_tui.core.ceiling import DEFAULT_PINNED_FRACTION
 from pcie_tui.core.model import SessionHeader, pcie_capacity_Bps
 from pcie_tui.core.units import pct
@@ -96,9 +97,11 @@ def link_shares(header: SessionHeader, analyzer: SessionAnalyzer, index: int) ->
     # recording count one interval, as in the attribution (series.tick_weights).
     dt = tick_weights(np.asarray(ser.t, dtype=float))
     link = np.asarray(ser.link, dtype=float)  # None -> NaN
+    # A tick with one PCIe direction unreported has no link busy share: the other may have been full.
+    pcie_missing = (np.nan_to_num(series_array(ser, "missing")).astype(np.int64) & (MISS_RX | MISS_TX)) > 0
     phases = np.asarray([p or "unlabelled" for p in ser.phase], dtype=object)
     ok = dt > 0
-    known = ok & ~np.isnan(link)
+    known = ok & ~np.isnan(link) & ~pcie_missing
     busy = np.where(known, dt * np.minimum(1.0, np.nan_to_num(link)), 0.0)
     acc: dict[str, list[float]] = {}  # phase -> [seconds, seconds with a reading, busy seconds]
     for phase in dict.fromkeys(phases[ok].tolist()):
@@ -336,11 +339,12 @@ def render_whatif(rep: dict[str, Any]) -> str:
         for ph, p in g["phases"].items():
             lines.append(
                 f"  {ph:<14} {p['duration_s']:7.1f} s  link busy {_pct(p['link_busy_share'])}  "
-                f"{BOUND_WORDS['link']} {_pct(p['link_bound_share'])}  ({p['basis']})"
+                f"{BOUND_WORDS['link']} {_pct(p['link_bound_share'] if p['link_busy_share'] is not None else None)}  "
+                f"({p['basis']})"
             )
         for s in g["scenarios"]:
             if s["time_ratio"] is None:
-                lines.append(f"  {s['scenario']}: n/a (no link readings)")
+                lines.append(f"  {s['scenario']}: n/a (no link readings in both directions)")
                 continue
             how = (
                 f"x{s['bandwidth_ratio']:.2f} bandwidth"

@@ -8,10 +8,10 @@ the one word for it on every surface (tests/test_vocabulary.py keeps the old one
 from __future__ import annotations
 
 # What held a tick, a phase or a session back, in the attribution's order of precedence on display.
-# "unknown" is for a headline or finding with nothing to tell it by (no GPU readings); the per-tick
-# codes are TICK_BOUNDS.
+# "unknown": a tick of work whose bound needs a counter the GPU did not report (or a headline with
+# no GPU readings at all); the per-tick codes are TICK_BOUNDS.
 BOUNDS = ("link", "transfer", "host", "memory", "compute", "idle", "unknown")
-TICK_BOUNDS = BOUNDS[:-1]
+TICK_BOUNDS = BOUNDS  # a tick whose bound needs a counter it lacks is unknown
 
 # The full words, as a sentence says them.
 BOUND_WORDS = {

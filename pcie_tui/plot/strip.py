@@ -16,6 +16,7 @@ STRIP_COLOURS = {
     "compute": "#8e44ad",
     "idle": "#f2f2f2",
     "none": "#dcdcdc",
+    "unknown": "#ffffff",
 }
 
 

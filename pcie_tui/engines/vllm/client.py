@@ -129,6 +129,17 @@ def select_lines(text: str) -> str:
     return "\n".join(keep) + "\n"
 
 
+def _add_http(s: Any, http: dict[str, float]) -> None:
+    """Sum one ``http_request_duration_seconds`` sample of a generation request into ``http``."""
+    suffix = s.name[len(HTTP_DURATION) :]
+    if (
+        suffix in ("_sum", "_count")
+        and s.labels.get("handler") in GENERATION_HANDLERS
+        and s.labels.get("method") == "POST"
+    ):
+        http[suffix] = http.get(suffix, 0.0) + float(s.value)
+
+
 def parse_vllm_metrics(text: str) -> dict[str, Any]:
     """Prometheus text -> {counters, gauges, hist}; sums over label sets (engines, finish reasons).
 
@@ -138,19 +149,11 @@ def parse_vllm_metrics(text: str) -> dict[str, Any]:
     buckets: dict[str, dict[float, float]] = {}
     labelled: dict[str, float] = {}
     by_label = {(n, lab, v): key for key, (n, lab, v) in LABELLED.items()}
-    http = {"_sum": 0.0, "_count": 0.0}
-    http_seen = False
+    http: dict[str, float] = {}
     for fam in text_string_to_metric_families(select_lines(text)):
         for s in fam.samples:
             if s.name.startswith(HTTP_DURATION):
-                suffix = s.name[len(HTTP_DURATION) :]
-                if (
-                    suffix in http
-                    and s.labels.get("handler") in GENERATION_HANDLERS
-                    and s.labels.get("method") == "POST"
-                ):
-                    http[suffix] += float(s.value)
-                    http_seen = True
+                _add_http(s, http)
                 continue
             if not s.name.startswith("vllm:"):
                 continue
@@ -190,7 +193,7 @@ def parse_vllm_metrics(text: str) -> dict[str, Any]:
             }
             break
     counters = {k: first(v, k) for k, v in COUNTERS.items()}
-    if http_seen:
+    if "_sum" in http and "_count" in http:
         counters["http_seconds_total"], counters["http_requests_total"] = http["_sum"], http["_count"]
     return {
         "counters": counters,
