@@ -125,8 +125,8 @@ def open_live(args: argparse.Namespace, interactive: bool) -> tuple[Any, str]:
             gpus.close()
         raise
     if gpus is None:
-        if engine is None:
-            raise UserError(f"nothing to watch: GPU side unavailable ({why}) and {status.removeprefix('engine: ')}")
+        if engine is None:  # no GPU is the cause (an engine would have been watched alone): exit 3, as doctor's
+            raise NoGpuError(f"nothing to watch: GPU side unavailable ({why}) and {status.removeprefix('engine: ')}")
         print(f"pcie-tui: GPU side unavailable: {why}; watching the engine alone", file=sys.stderr)
     extra = {"gpu_unavailable": why} if why else None
     return LiveSource(gpus, engine, interval_s=args.interval, extra_header=extra), status
