@@ -176,9 +176,19 @@ def test_report_does_not_read_a_gguf_whose_metadata_differs(tmp_path):
     meta = _tiny_gguf(f, hidden=512)  # same size as hidden=256: only the metadata tells them apart
     header, samples = _session(engine=_gguf_engine(str(f), dict(meta, embedding_length=256)))
     rep = lmr.report_linkmodel(header, samples)
-    assert rep["available"] is False
-    assert rep["reason"] == (
+    # The file is not read; the header's own record of the model that ran prices it instead.
+    assert rep["model_file_reason"] == (
         f"the model was not read: {f} here has embedding_length 512, the recording's header says 256: another model"
+    )
+    assert rep["available"] is True and rep["model"]["hidden_size"] == 256
+    assert rep["source"] == "model shape from the recording's header (n_embd 256, 2 layers)"
+    no_shape = dict(meta, embedding_length=256)
+    del no_shape["block_count"]
+    header, samples = _session(engine=_gguf_engine(str(f), no_shape))
+    rep = lmr.report_linkmodel(header, samples)
+    assert rep["available"] is False
+    assert rep["reason"].startswith("the model was not read: ") and rep["reason"].endswith(
+        "; the header has no n_layer"
     )
 
 
@@ -225,9 +235,8 @@ def test_report_does_not_read_a_gguf_of_another_size(tmp_path):
     for host in (socket.gethostname(), "the-recording-host"):
         header, samples = _session(engine=_gguf_engine(str(f), meta), host=host)
         rep = lmr.report_linkmodel(header, samples)
-        assert (
-            rep["available"] is False and "is 68 bytes, the recording's header says 999: another file" in rep["reason"]
-        )
+        assert "is 68 bytes, the recording's header says 999: another file" in rep["model_file_reason"]
+        assert rep["available"] is True and rep["model"]["hidden_size"] == 4096  # from the header
 
 
 def test_report_does_not_read_a_relative_model_path():

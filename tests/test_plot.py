@@ -290,14 +290,46 @@ def test_bad_plot_paths_fail_first_with_one_line(
         check_plot_path(str(tmp_path / target))
 
 
-def test_unwritable_folder_fails_first(tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch) -> None:
+def test_unwritable_folder_is_said_after_the_report(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch
+) -> None:
     import pcie_tui.plot.figure as plot
 
     # Tests may run as root, for whom every folder is writable: ask os.access to answer as for a user.
     monkeypatch.setattr(plot.os, "access", lambda path, mode: Path(path) != tmp_path)
     rc = main(["report", str(demos.resolve(None)), "--plot", str(tmp_path / "x.png")])
-    err = capsys.readouterr().err
-    assert rc == 2 and err == f"pcie-tui: error: --plot {tmp_path / 'x.png'}: no permission to write there\n"
+    cap = capsys.readouterr()
+    assert rc == 2 and cap.err == f"pcie-tui: error: --plot {tmp_path / 'x.png'}: no permission to write there\n"
+    assert "What held each phase back" in cap.out and not list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("as_json", [False, True])
+def test_a_bad_plot_path_never_loses_the_report(as_json: bool, capfd: pytest.CaptureFixture[str]) -> None:
+    """`report FILE --plot /no/such/dir/x.svg`: the whole report (text or JSON) on stdout, then one
+    line on stderr naming the path, exit 2; the same report as without --plot."""
+    argv = ["report", "h200-llama-full"] + (["--json"] if as_json else [])
+    assert main(argv) == 0
+    plain = capfd.readouterr().out
+    assert main([*argv, "--plot", "/no/such/dir/x.svg"]) == 2
+    cap = capfd.readouterr()
+    assert cap.out == plain and cap.out.strip()
+    assert cap.err == "pcie-tui: error: --plot /no/such/dir/x.svg: /no/such/dir does not exist\n"
+    if as_json:
+        assert json.loads(cap.out)["linkmodel"]["available"] is True
+
+
+def test_the_report_comes_before_the_error_line_in_one_stream() -> None:
+    """Both streams into one pipe (`2>&1`): the report first, the error line last."""
+    p = subprocess.run(
+        [sys.executable, "-m", "pcie_tui", "report", "h200-llama-full", "--plot", "/no/such/dir/x.svg"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    lines = p.stdout.rstrip("\n").splitlines()
+    assert p.returncode == 2 and "Traceback" not in p.stdout
+    assert lines[-1] == "pcie-tui: error: --plot /no/such/dir/x.svg: /no/such/dir does not exist"
+    assert any("What held each phase back" in x for x in lines[:-1])
 
 
 def test_unwritable_target_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch) -> None:

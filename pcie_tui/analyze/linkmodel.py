@@ -14,11 +14,16 @@ Time over a link of ceiling C bytes/s uses an alpha-beta model: each
 all-reduce costs a fixed latency alpha (launch + sync + hops; ~20-40 us on
 PCIe) plus bytes / C. Decode at small batch is therefore latency-bound:
 ``2 x layers`` all-reduces per step, whatever the width of the link.
+
+Host weights: an engine that keeps weights in host memory and copies them to the GPU once per
+prefill micro-batch (llama.cpp's op offload: ``Engine.weight_stream``) adds ``W / ub`` bytes per
+prompt token on the host->GPU direction (``predict``'s ``host_microbatch``; docs/doctor.md "linkmodel").
 """
 
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -73,8 +78,14 @@ def predict(
     layout: Layout,
     ceiling_Bps: float,
     allreduce_latency_s: float = PCIE_ALLREDUCE_LATENCY_S,
+    host_microbatch: tuple[float, int] | None = None,
 ) -> dict[str, Any]:
-    """Bytes and link time per phase for one GPU's link at ``ceiling_Bps`` per direction."""
+    """Bytes and link time per phase for one GPU's link at ``ceiling_Bps`` per direction.
+
+    ``host_microbatch``: (bytes, tokens) of host-resident weights copied to the GPU once per prefill
+    micro-batch of that many tokens (the engine's ``weight_stream``); a prefill step of P tokens copies
+    them ceil(P / tokens) times, and a prompt token at full micro-batches costs bytes / tokens.
+    """
     if ceiling_Bps <= 0:
         raise UserError("link ceiling must be positive")
     tpb = tp_bytes_per_token(shape, layout.tp)
@@ -83,6 +94,7 @@ def predict(
     stage_layers = shape.num_layers / max(1, layout.pp)
     n_ar = 2 * stage_layers if layout.tp > 1 else 0.0
     tp_stage = tpb / max(1, layout.pp)
+    host_bytes, ub = host_microbatch if host_microbatch and host_microbatch[1] > 0 else (0.0, 0)
     out: dict[str, Any] = {
         "model": asdict(shape),
         "layout": asdict(layout),
@@ -93,12 +105,15 @@ def predict(
         "allreduces_per_step": n_ar,
     }
     for phase, tokens in (("prefill", layout.prompt_tokens), ("decode", layout.batch)):
-        link_bytes = (tp_stage + ppb) * tokens
+        host = host_bytes * math.ceil(tokens / ub) if phase == "prefill" and ub else 0.0
+        link_bytes = (tp_stage + ppb) * tokens + host
         bw_s = link_bytes / ceiling_Bps
         lat_s = n_ar * allreduce_latency_s
         out[phase] = {
             "tokens_per_step": tokens,
             "bytes_per_step": link_bytes,
+            "host_bytes_per_step": host,
+            "bytes_per_token": tp_stage + ppb + (host_bytes / ub if phase == "prefill" and ub else 0.0),
             "bandwidth_time_s": bw_s,
             "latency_floor_s": lat_s,
             "link_time_s": bw_s + lat_s,
@@ -278,11 +293,11 @@ def _phase_tokens(
 def compare(prediction: dict[str, Any], measured: dict[str, Any]) -> dict[str, Any]:
     """Measured bytes/token against predicted, per phase and GPU (ratio > 1: more traffic than the model)."""
     out: dict[str, Any] = {}
-    predicted_bpt = prediction["tp_bytes_per_token"] + prediction["pp_bytes_per_token"]
     for phase in ("prefill", "decode"):
         m = measured.get(phase)
         if not m:
             continue
+        predicted_bpt = prediction[phase]["bytes_per_token"]
         rows = {}
         for idx, g in m["gpus"].items():
             bpt = g["bytes_per_token"]

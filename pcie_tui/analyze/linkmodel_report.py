@@ -1,13 +1,15 @@
 """The link budget for ``report``: the recording's own model and layout, from its header.
 
 The header names the model by a path on the machine that recorded. The file at that path here is
-read only when it is verifiably the model that ran (:func:`local_model_problem`); otherwise the
-result says why it was not read.
+read only when it is verifiably the model that ran (:func:`local_model_problem`); otherwise the model's
+shape comes from what the header kept (:mod:`.linkmodel_header`), and where that lacks a field the
+budget needs, the result says which.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeGuard
 
@@ -19,51 +21,104 @@ from pcie_tui.analyze.linkmodel import (
     from_hf_config,
     predict,
 )
+from pcie_tui.analyze.linkmodel_header import describe, from_meta, header_shape, missing_words
 from pcie_tui.core.errors import UserError
 from pcie_tui.core.model import Sample, SessionHeader
 from pcie_tui.engines import registry
-from pcie_tui.engines.base import default_parallelism
+from pcie_tui.engines.base import Engine, WeightStream, default_parallelism
 
 _META_KEYS = ("file_bytes", "embedding_length", "block_count")  # what a GGUF is checked by
+_ACT_BYTES = {"f32": 4, "f16": 2, "bf16": 2}  # activation bytes of an HF model of that dtype
 
 
-def from_engine(header: SessionHeader) -> tuple[ModelShape | None, Layout | None, str]:
+@dataclass(frozen=True)
+class ModelSource:
+    """The model a recording ran, as priced: ``shape`` and ``layout`` (None: unknown, ``reason`` says why),
+    the shape ``fields`` known (:mod:`.linkmodel_header`'s names) and the recorded engine."""
+
+    shape: ModelShape | None
+    layout: Layout | None
+    reason: str  # where the shape came from, or why there is none
+    fields: dict[str, Any] = field(default_factory=dict)
+    engine: Engine | None = None
+    from_header: bool = False
+    file_reason: str | None = None  # why the model file was not read (None: it was)
+
+
+def from_engine(header: SessionHeader) -> ModelSource:
     """Model shape and layout from the attached engine's facts in the header (reason when unknown).
 
     The engine says what ``layout.model`` is (``Engine.model_format``: a model directory with
     config.json, or a GGUF file) and which tp/pp its layout implies (``Engine.parallelism``).
     The model path names a file on the machine that recorded; it is read here only when it can
-    be checked to be that file (:func:`local_model_problem`), else the reason says why not.
+    be checked to be that file (:func:`local_model_problem`). Otherwise the header's own record
+    of the model's shape is used (:func:`.linkmodel_header.header_shape`).
     """
     eng: dict[str, Any] = header.engine if isinstance(header.engine, dict) else {}
     lay: dict[str, Any] = eng["layout"] if isinstance(eng.get("layout"), dict) else {}
-    path = lay.get("model") or eng.get("model")
-    if not isinstance(path, str) or not path:
-        return None, None, "the engine's model path is unknown"
-    n_gpus = max(1, len(header.gpus))
     kind = eng.get("kind") if isinstance(eng.get("kind"), str) else None
+    engine = registry.get(kind) if kind else None
+    fmt = engine.model_format if engine is not None else "hf"
+    if engine is not None:
+        tp, pp = engine.parallelism(lay, max(1, len(header.gpus)))
+    else:
+        tp, pp = default_parallelism(lay)
+    path = lay.get("model") or eng.get("model")
+    fields, conflict = header_shape(header)
+    if not isinstance(path, str) or not path:
+        shape, why = None, "the engine's model path is unknown"
+    else:
+        shape, why = _read_model(header, path, fmt, eng)
+    if shape is not None:
+        meta = _gguf_fields(str(path)) if fmt == "gguf" else {}
+        return ModelSource(shape, Layout(tp=tp, pp=pp), why, {**fields, **meta}, engine)
+    if conflict or not eng:
+        return ModelSource(None, None, f"{why}; {conflict}" if conflict else why)
+    return _from_header(fields, fmt, Layout(tp=tp, pp=pp), engine, why, path)
+
+
+def _read_model(header: SessionHeader, path: str, fmt: str, eng: dict[str, Any]) -> tuple[ModelShape | None, str]:
+    """The model file's shape where it is verifiably the one that ran, else None and why not."""
     meta: dict[str, Any] = eng["model_meta"] if isinstance(eng.get("model_meta"), dict) else {}
     try:
-        engine = registry.get(kind) if kind else None
-        fmt = engine.model_format if engine is not None else "hf"
-        tp, pp = engine.parallelism(lay, n_gpus) if engine is not None else default_parallelism(lay)
         problem = local_model_problem(header, path, fmt, meta)
         if problem:
-            return None, None, f"the model was not read: {problem}"
+            return None, f"the model was not read: {problem}"
         shape = from_gguf(path) if fmt == "gguf" else from_hf_config(path)
         for key, got in (("embedding_length", shape.hidden_size), ("block_count", shape.num_layers)):
             if fmt == "gguf" and _positive_int(meta.get(key)) and meta[key] != got:
-                return (
-                    None,
-                    None,
-                    (
-                        f"the model was not read: {path} here has {key} {got}, the recording's header says {meta[key]}: "
-                        "another model"
-                    ),
+                return None, (
+                    f"the model was not read: {path} here has {key} {got}, the recording's header says {meta[key]}: "
+                    "another model"
                 )
     except UserError as e:
-        return None, None, str(e)
-    return shape, Layout(tp=tp, pp=pp), f"from the {kind or 'engine'}'s model {path}"
+        return None, str(e)
+    return shape, f"from the {eng.get('kind') or 'engine'}'s model {path}"
+
+
+def _gguf_fields(path: str) -> dict[str, Any]:
+    from pcie_tui.core.gguf import gguf_meta
+
+    return from_meta(gguf_meta(path) or {})
+
+
+def _from_header(
+    fields: dict[str, Any], fmt: str, layout: Layout, engine: Engine | None, file_why: str, path: Any
+) -> ModelSource:
+    """The shape the header kept (llama.cpp keeps activations in f32 between layers: 4 bytes; an HF
+    model's are its dtype's), or why it cannot be priced: ``file_why`` and the fields it lacks."""
+    need = ("n_embd", "n_layer") if fmt == "gguf" else ("n_embd", "n_layer", "dtype")
+    missing = tuple(k for k in need if k not in fields)
+    if missing:
+        return ModelSource(None, None, f"{file_why}; {missing_words(missing)}", fields, engine)
+    act = 4 if fmt == "gguf" else _ACT_BYTES.get(str(fields["dtype"]))
+    if act is None:
+        return ModelSource(
+            None, None, f"{file_why}; the header's dtype {fields['dtype']} is not priced", fields, engine
+        )
+    name = Path(path).stem if isinstance(path, str) and path else "model"
+    shape = ModelShape(int(fields["n_embd"]), int(fields["n_layer"]), act, name=name, source="the recording's header")
+    return ModelSource(shape, layout, "model shape from the recording's header", fields, engine, True, file_why)
 
 
 def _positive_int(v: Any) -> TypeGuard[int]:
@@ -123,16 +178,33 @@ def local_model_problem(header: SessionHeader, path: str, fmt: str, meta: dict[s
 
 def report_linkmodel(header: SessionHeader, samples: Iterable[Sample]) -> dict[str, Any]:
     """Predicted vs measured link bytes per token for a recording (``available``), or why not (``reason``)."""
-    shape, layout, why = from_engine(header)
-    if shape is None or layout is None:
-        return {"available": False, "reason": why}
+    src = from_engine(header)
+    if src.shape is None or src.layout is None:
+        return {"available": False, "reason": src.reason}
+    eng: dict[str, Any] = header.engine if isinstance(header.engine, dict) else {}
+    stream = src.engine.weight_stream(eng, src.fields) if src.engine is not None else None
+    if stream is not None and not stream.priced:
+        return {"available": False, "reason": _unpriced(stream, src)}
     g = header.gpus[0] if header.gpus else None
     ceiling = (g.link.measured_Bps or g.link.capacity_Bps) if g else None
     if not ceiling:
         return {"available": False, "reason": "the link's ceiling is unknown"}
-    pred = predict(shape, layout, ceiling)
+    host = (stream.bytes_per_microbatch, stream.ubatch) if stream is not None and stream.ubatch else None
+    pred = predict(src.shape, src.layout, ceiling, host_microbatch=host)
     pred["ceiling_label"] = "calibrated" if g and g.link.measured_Bps else "theoretical"
-    compare_with_recording(pred, layout, header, samples)
+    compare_with_recording(pred, src.layout, header, samples)
     pred["available"] = True
-    pred["source"] = why
+    used = stream.used if stream is not None else ()
+    pred["source"] = f"{src.reason} ({describe(src.fields, used)})" if src.from_header else src.reason
+    pred["model_file_reason"] = src.file_reason
+    pred["host_weights"] = stream.to_json() if stream is not None else None
     return pred
+
+
+def _unpriced(stream: WeightStream, src: ModelSource) -> str:
+    """Why the host weights cannot be priced: the shape fields missing (and from where), or the problem."""
+    if stream.missing:
+        where = "the header" if src.from_header else "the model file (and the header)"
+        words = missing_words(stream.missing, where)
+        return f"{words}: needed to price {stream.what}, which cross the link once per micro-batch ({stream.ubatch_source})"
+    return f"{stream.problem} (host weights: {stream.what})"

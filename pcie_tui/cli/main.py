@@ -125,8 +125,8 @@ def open_live(args: argparse.Namespace, interactive: bool) -> tuple[Any, str]:
             gpus.close()
         raise
     if gpus is None:
-        if engine is None:
-            raise UserError(f"nothing to watch: GPU side unavailable ({why}) and {status.removeprefix('engine: ')}")
+        if engine is None:  # no GPU is the cause (an engine would have been watched alone): exit 3, as doctor's
+            raise NoGpuError(f"nothing to watch: GPU side unavailable ({why}) and {status.removeprefix('engine: ')}")
         print(f"pcie-tui: GPU side unavailable: {why}; watching the engine alone", file=sys.stderr)
     extra = {"gpu_unavailable": why} if why else None
     return LiveSource(gpus, engine, interval_s=args.interval, extra_header=extra), status
@@ -240,26 +240,47 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from rich.console import Console
-
+    """The report (text or --json) on stdout, always in full; a --plot that cannot be drawn is one line on
+    stderr after it (exit 2): the path is checked before any analysis, so a bad one costs no work."""
     from pcie_tui.recording.reader import read_recording
-    from pcie_tui.report.text import build_report, render_text
+    from pcie_tui.report.text import build_report
 
-    plot = None
+    plot, plot_error = None, None
     if args.plot is not None:
         from pcie_tui.plot.figure import check_plot_path
 
-        plot = check_plot_path(args.plot)  # before any analysis: a bad path fails at once
-    rec = read_recording(_recording_arg(args.file)[0])
-    if not rec.samples:
-        raise UserError(f"{args.file} holds a header but no ticks")
+        try:
+            plot = check_plot_path(args.plot)  # before any analysis: a bad path is known at once
+        except UserError as e:
+            plot_error = e  # said after the report: the answer is never lost to a bad plot path
+    try:
+        rec = read_recording(_recording_arg(args.file)[0])
+        if not rec.samples:
+            raise UserError(f"{args.file} holds a header but no ticks")
+    except UserError:
+        if plot_error is not None:  # no report to print: the first error found is the one line
+            raise plot_error from None
+        raise
     report, analyzer = build_report(rec)
+    _print_report(report, rec, args.json)
+    if plot_error is not None:
+        sys.stdout.flush()  # the report is out before the error line
+        raise plot_error
     if plot is not None:
         from pcie_tui.plot.figure import render_plot
 
+        sys.stdout.flush()
         render_plot(rec, analyzer, *plot)
         print(f"pcie-tui: wrote the timeline plot to {args.plot}", file=sys.stderr)
-    if args.json:
+    return 0
+
+
+def _print_report(report: dict[str, Any], rec: Any, as_json: bool) -> None:
+    from rich.console import Console
+
+    from pcie_tui.report.text import render_text
+
+    if as_json:
         from pcie_tui.recording.validate import finite_json
 
         json.dump(finite_json(report), sys.stdout, indent=1, allow_nan=False)
@@ -268,7 +289,6 @@ def cmd_report(args: argparse.Namespace) -> int:
         console = Console() if sys.stdout.isatty() else Console(width=piped_width())
         console.on_broken_pipe = _broken_pipe  # type: ignore[method-assign]  # rich would exit 1
         render_text(report, rec, console)
-    return 0
 
 
 def _broken_pipe() -> None:

@@ -1,4 +1,4 @@
-"""A few scalar facts from a GGUF file's header (layer and expert counts), without the gguf package.
+"""A few scalar facts from a GGUF file's header (the model's shape), without the gguf package.
 
 GGUF v2/v3 header: magic ``GGUF``, u32 version, u64 tensor count, u64 key/value count, then
 key/value pairs (u64-length key, u32 type, value). Reading stops once the wanted keys are found
@@ -12,7 +12,18 @@ import struct
 from typing import Any, BinaryIO
 
 _SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d"}
-_WANTED = ("block_count", "embedding_length", "expert_count", "expert_used_count")
+# ``<arch>.<key>`` (``general.file_type``: the weights' type, 0 all f32, 1 mostly f16, 32 mostly bf16, ...).
+_WANTED = (
+    "block_count",
+    "embedding_length",
+    "feed_forward_length",
+    "head_count",
+    "head_count_kv",
+    "vocab_size",
+    "file_type",
+    "expert_count",
+    "expert_used_count",
+)
 
 
 class _Bad(Exception):
@@ -45,8 +56,8 @@ def _skip(f: BinaryIO, vtype: int) -> Any:
 
 
 def gguf_meta(path: str, max_keys: int = 256, name: bool = False) -> dict[str, Any] | None:
-    """``{"arch", "block_count", "embedding_length", "expert_count", "expert_used_count", "file_bytes"}``
-    (keys the file does not have are left out; ``name``: also ``general.name``), or None when the
+    """``{"arch", "file_bytes"}`` and the integer keys of ``_WANTED`` (``block_count``, ``embedding_length``,
+    ``feed_forward_length``, ``head_count``, ...; keys the file does not have are left out; ``name``: also ``general.name``), or None when the
     file is not a readable GGUF. Bounded: at most ``max_keys`` keys, strings of 1 MiB, no arrays, no
     tensor info, so a corrupt or hostile file costs microseconds, never memory."""
     try:

@@ -307,37 +307,8 @@ def linkmodel_main(args: argparse.Namespace) -> int:
 
 
 def render_linkmodel(p: dict[str, Any]) -> str:
-    from pcie_tui.analyze.linkmodel import count
-    from pcie_tui.core.units import rate_sig as fmt_rate
-    from pcie_tui.core.units import size as fmt_bytes
-
-    m, lay = p["model"], p["layout"]
-    lines = [
-        f"{m['name']}: hidden {m['hidden_size']}, {count(m['num_layers'], 'layer')}, "
-        f"{m['dtype_bytes']} B/activation ({m['source']})",
-        f"layout TP={lay['tp']} PP={lay['pp']}, decode batch {lay['batch']}, prompt {count(lay['prompt_tokens'], 'token')}; "
-        f"link {p['ceiling_label']} = {fmt_rate(p['ceiling_Bps'])} per direction",
-    ]
-    no_traffic = p["tp_bytes_per_token"] <= 0 and p["pp_bytes_per_token"] <= 0
-    if no_traffic:
-        lines.append(
-            f"TP={lay['tp']} and PP={lay['pp']}: one GPU holds the whole model, so there is no inter-GPU traffic per token "
-            "(give --tp or --pp > 1 to price a split model; host<->GPU copies are not modelled)"
-        )
-    else:
-        n_ar = p["allreduces_per_step"]
-        lines.append(
-            f"per token per GPU: TP all-reduce {fmt_bytes(p['tp_bytes_per_token'])} each way, "
-            f"PP hand-off {fmt_bytes(p['pp_bytes_per_token'])} per stage boundary; "
-            f"{count(round(n_ar), 'all-reduce')} per step at {p['allreduce_latency_s'] * 1e6:g} us"
-        )
-        for ph in ("prefill", "decode"):
-            r = p[ph]
-            lines.append(
-                f"{ph:>7}: {fmt_bytes(r['bytes_per_step'])} per step ({count(r['tokens_per_step'], 'token')}) -> "
-                f"{_ms(r['bandwidth_time_s'])} on the wire + {_ms(r['latency_floor_s'])} latency floor"
-                f" = {_ms(r['link_time_s'])} ({'latency' if r['latency_bound'] else 'bandwidth'}-bound)"
-            )
+    """``linkmodel``'s text, and the report's "Link budget model" (which adds ``source`` and ``host_weights``)."""
+    lines = _model_lines(p) + _traffic_lines(p)
     measured = p.get("measured") or {}
     comparison = p.get("comparison") or {}
     if "measured" in p and p.get("comparison_reason"):
@@ -347,23 +318,104 @@ def render_linkmodel(p: dict[str, Any]) -> str:
             if ph not in comparison:
                 lines.append(f"recording {ph}: no comparison: the recording has no {ph} ticks")
     for ph, rows in comparison.items():
-        mph = measured.get(ph) or {}
         for idx, r in rows.items():
-            mb = r["measured_bytes_per_token"]
-            head = f"recording {ph} GPU{idx}"
-            if mb is None:
-                lines.append(f"{head}: bytes per token n/a ({r.get('tokens_reason') or 'no token counts'})")
-            elif no_traffic:
-                lines.append(
-                    f"{head}: measured {fmt_bytes(mb)}/token over {count(mph.get('tokens') or 0, 'token')} "
-                    "(host<->GPU traffic: the model predicts none between GPUs)"
-                )
-            else:
-                lines.append(
-                    f"{head}: measured {fmt_bytes(mb)}/token vs predicted {fmt_bytes(r['predicted_bytes_per_token'])}"
-                    + (f" (x{r['ratio']:.2f})" if r["ratio"] else "")
-                )
+            lines.append(_comparison_line(p, ph, idx, r, measured.get(ph) or {}))
     return "\n".join(lines)
+
+
+def _model_lines(p: dict[str, Any]) -> list[str]:
+    from pcie_tui.analyze.linkmodel import count
+    from pcie_tui.core.units import rate_sig as fmt_rate
+
+    m, lay = p["model"], p["layout"]
+    if p.get("model_file_reason"):  # the report, from the recording's header: say so, and why not the file
+        first = f"{p['source']}, {m['dtype_bytes']} B/activation; the model file was not read: {p['model_file_reason']}"
+    else:
+        first = (
+            f"{m['name']}: hidden {m['hidden_size']}, {count(m['num_layers'], 'layer')}, "
+            f"{m['dtype_bytes']} B/activation ({m['source']})"
+        )
+    return [
+        first,
+        f"layout TP={lay['tp']} PP={lay['pp']}, decode batch {lay['batch']}, prompt {count(lay['prompt_tokens'], 'token')}; "
+        f"link {p['ceiling_label']} = {fmt_rate(p['ceiling_Bps'])} per direction",
+    ]
+
+
+def _traffic_lines(p: dict[str, Any]) -> list[str]:
+    """Inter-GPU bytes per token, the host weights' bytes per micro-batch, and each phase's link time."""
+    from pcie_tui.analyze.linkmodel import count
+    from pcie_tui.core.units import size as fmt_bytes
+
+    lay, host = p["layout"], p.get("host_weights")
+    lines = []
+    if p["tp_bytes_per_token"] <= 0 and p["pp_bytes_per_token"] <= 0:
+        lines.append(
+            f"TP={lay['tp']} and PP={lay['pp']}: one GPU holds the whole model, so there is no inter-GPU traffic per token"
+            + (
+                ""
+                if "host_weights" in p
+                else " (give --tp or --pp > 1 to price a split model; host<->GPU copies are not modelled)"
+            )
+        )
+    else:
+        lines.append(
+            f"per token per GPU: TP all-reduce {fmt_bytes(p['tp_bytes_per_token'])} each way, "
+            f"PP hand-off {fmt_bytes(p['pp_bytes_per_token'])} per stage boundary; "
+            f"{count(round(p['allreduces_per_step']), 'all-reduce')} per step at {p['allreduce_latency_s'] * 1e6:g} us"
+        )
+    if "host_weights" in p:
+        lines.append(_host_line(host))
+        lines += [f"  {n}" for n in (host or {}).get("notes") or ()]
+    for ph in ("prefill", "decode"):
+        r = p[ph]
+        if r["bytes_per_step"] <= 0 and r["latency_floor_s"] <= 0:
+            continue
+        head = f"{ph:>7}: {fmt_bytes(r['bytes_per_step'])} per step ({count(r['tokens_per_step'], 'token')}) -> "
+        if r["latency_floor_s"] <= 0:  # no all-reduces: the wire time is the link time
+            lines.append(head + f"{_ms(r['bandwidth_time_s'])} on the wire")
+            continue
+        lines.append(
+            head + f"{_ms(r['bandwidth_time_s'])} on the wire + {_ms(r['latency_floor_s'])} latency floor"
+            f" = {_ms(r['link_time_s'])} ({'latency' if r['latency_bound'] else 'bandwidth'}-bound)"
+        )
+    return lines
+
+
+def _host_line(host: dict[str, Any] | None) -> str:
+    """The engine's host weights over the link: what, how often, the arithmetic and its bytes."""
+    from pcie_tui.core.units import size as fmt_bytes
+
+    if host is None:
+        return "host weights: not modelled for this engine (host<->GPU copies are not priced)"
+    if not host.get("what"):
+        return "host weights: none (every weight is in GPU memory): no weight crosses the link per token"
+    b, ub = host.get("bytes_per_microbatch"), host.get("ubatch")
+    if not b:
+        return f"host weights: {host['what']}; prefill copies none of them: {host.get('arithmetic')}"
+    return (
+        f"host weights: {host['what']} cross the link once per prefill micro-batch of {ub} tokens "
+        f"({host.get('ubatch_source')}): {host.get('arithmetic')} = {fmt_bytes(b)} per micro-batch, "
+        f"{fmt_bytes(host.get('prefill_bytes_per_token'))} per prompt token"
+    )
+
+
+def _comparison_line(p: dict[str, Any], ph: str, idx: Any, r: dict[str, Any], mph: dict[str, Any]) -> str:
+    from pcie_tui.analyze.linkmodel import count
+    from pcie_tui.core.units import size as fmt_bytes
+
+    mb, head = r["measured_bytes_per_token"], f"recording {ph} GPU{idx}"
+    if mb is None:
+        return f"{head}: bytes per token n/a ({r.get('tokens_reason') or 'no token counts'})"
+    if r["predicted_bytes_per_token"] > 0:
+        return (
+            f"{head}: measured {fmt_bytes(mb)}/token vs predicted {fmt_bytes(r['predicted_bytes_per_token'])}/token"
+            + (f" (x{r['ratio']:.2f})" if r["ratio"] else "")
+        )
+    why = "host<->GPU traffic: the model predicts none between GPUs"
+    if "host_weights" in p:
+        why = f"host<->GPU traffic the budget does not price: no weight crosses in {ph}"
+    return f"{head}: measured {fmt_bytes(mb)}/token over {count(mph.get('tokens') or 0, 'token')} ({why})"
 
 
 def _ms(s: float) -> str:

@@ -11,7 +11,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from pcie_tui.engines.base import Advice, EngineFacts, FindingFacts, Layout, RequestTiming, TimingBasis, typed
+from pcie_tui.engines.base import (
+    Advice,
+    EngineFacts,
+    FindingFacts,
+    Layout,
+    RequestTiming,
+    TimingBasis,
+    WeightStream,
+    typed,
+)
 
 __all__ = [
     "Advice",
@@ -20,6 +29,7 @@ __all__ = [
     "Layout",
     "RequestTiming",
     "TimingBasis",
+    "WeightStream",
     "advise",
     "engine_info",
     "facts_for",

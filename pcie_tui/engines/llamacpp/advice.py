@@ -125,7 +125,7 @@ def _host_weights(f: dict[str, Any], layers: RuntimeFact, n_layer: int | None) -
         parts.append(f"MoE experts of {f['n_cpu_moe']} layers (--n-cpu-moe {f['n_cpu_moe']})")
     if f.get("cpu_moe"):
         parts.append("all MoE experts (--cpu-moe)")
-    cpu_ot = _cpu_overrides(f)
+    cpu_ot = cpu_overrides(f)
     if cpu_ot:
         parts.append("tensors matching " + ", ".join(f"-ot {p}" for p in cpu_ot))
     return "; ".join(parts) or None
@@ -368,12 +368,12 @@ def _vram_changes(fx: EngineFacts) -> str:
     if f.get("cpu_moe"):
         # --n-cpu-moe N keeps the experts of the first N layers in host memory, the rest in VRAM.
         out.append("replace --cpu-moe by --n-cpu-moe N, N below the layer count")
-    if _cpu_overrides(f):
+    if cpu_overrides(f):
         out.append("narrow the -ot ...=CPU patterns")
     return ", ".join(out) or "raise -ngl, lower --n-cpu-ffn / --n-cpu-moe, narrow -ot"
 
 
-def _cpu_overrides(flags: dict[str, Any]) -> list[str]:
+def cpu_overrides(flags: dict[str, Any]) -> list[str]:
     """The -ot patterns that put tensors in host memory (``...=CPU``)."""
     return [
         str(p) for p in flags.get("override_tensor", []) if str(p).upper().endswith("=CPU") or "=CPU," in str(p).upper()
