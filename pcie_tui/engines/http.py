@@ -29,10 +29,28 @@ _conns = threading.local()
 _STALE = (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError, ConnectionAbortedError)
 
 
+# Local ports of pcie-tui's own open connections to engines (every thread): an engine's list of its
+# clients (pcie_tui.engines.llamacpp.conns) leaves them out.
+_OWN_PORTS: set[int] = set()
+
+
+def own_client_ports() -> frozenset[int]:
+    """The local ports of this process's open engine connections."""
+    return frozenset(_OWN_PORTS)
+
+
+def _port(conn: http.client.HTTPConnection) -> int | None:
+    try:
+        return int(conn.sock.getsockname()[1]) if conn.sock is not None else None
+    except (OSError, IndexError, TypeError):
+        return None
+
+
 def _drop(key: tuple[str, str, int | None]) -> None:
     pool: dict[tuple[str, str, int | None], http.client.HTTPConnection] = getattr(_conns, "pool", {})
     conn = pool.pop(key, None)
     if conn is not None:
+        _OWN_PORTS.discard(_port(conn) or -1)
         conn.close()
 
 
@@ -58,6 +76,8 @@ def http_request(
             if conn.sock is not None:
                 conn.sock.settimeout(max(1e-3, deadline - time.monotonic()))
             conn.request("GET", path, headers={"Accept": "*/*", "User-Agent": "pcie-tui"})
+            if not reused and (port := _port(conn)) is not None:
+                _OWN_PORTS.add(port)
             resp = conn.getresponse()
             chunks: list[bytes] = []
             size = 0

@@ -209,6 +209,10 @@ class SampleList(Sequence[Sample]):
     def __iter__(self) -> Iterator[Sample]:
         return iter(self.as_list())
 
+    def stream(self) -> Iterator[Sample]:
+        """The Samples one at a time, none kept (a single pass over a long recording, in constant memory)."""
+        return iter(self._samples) if self._samples is not None else map(_sample, self._rows)
+
     def __eq__(self, other: object) -> bool:
         if isinstance(other, SampleList):
             other = other.as_list()

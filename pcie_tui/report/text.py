@@ -112,8 +112,9 @@ def _engine_ticks(rows: list[dict[str, Any]]) -> list[Sample]:
 
 
 def _lazy(rec: Recording) -> Iterator[Sample]:
-    """The recording's Samples, built only if the link model iterates them (it needs a known model)."""
-    yield from rec.samples
+    """The recording's Samples one at a time, none kept, only if the link model iterates them (it needs a known model)."""
+    s = rec.samples
+    yield from s.stream() if isinstance(s, SampleList) else s
 
 
 def render_text(report: dict[str, Any], rec: Recording, console: Console) -> None:

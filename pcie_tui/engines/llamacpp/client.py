@@ -38,6 +38,7 @@ from urllib.parse import urlsplit
 from pcie_tui.core.gguf import gguf_meta
 from pcie_tui.core.model import EngineSample
 from pcie_tui.engines.http import MAX_BODY_BYTES, AnswerTooLarge, http_request
+from pcie_tui.engines.llamacpp.conns import Connections
 from pcie_tui.engines.llamacpp.log import LogTailer
 from pcie_tui.engines.llamacpp.proc import (
     LAYOUT_ENV,
@@ -100,6 +101,9 @@ class LlamaCppClient:
         # around the tailers and their request clocks; requests the tick thread read wait for the next read.
         self._log_lock = threading.RLock()
         self._log_out: list[dict[str, Any]] = []
+        # The server's client connections (arrivals a busy loop hides), where its process is known.
+        self._conns = Connections(pid, self._port) if pid is not None and self.tailers else None
+        self._conns_polled: float | None = None
         self.metrics_enabled: bool | None = None
         self.slots_enabled: bool | None = None
         self._noted_metrics_off = False
@@ -415,7 +419,22 @@ class LlamaCppClient:
         if restarted:
             extra["restarted"] = True
 
+    def _poll_conns(self) -> None:
+        """New client connections since the last poll, for each request clock (before the log is read:
+        a request the log shows given a slot has its connection listed by then)."""
+        if self._conns is None:
+            return
+        t = time.time()
+        got = self._conns.poll()
+        if got is None:
+            return
+        with self._log_lock:
+            for tailer in self.tailers:
+                tailer.clock.feed_connections(self._conns_polled, t, *got)
+        self._conns_polled = t
+
     def _poll_logs(self, extra: dict[str, Any]) -> list[dict[str, Any]]:
+        self._poll_conns()
         with self._log_lock:
             out, self._log_out = self._log_out, []
             for t in self.tailers:

@@ -39,6 +39,8 @@ _FORGET_S = 3600.0  # a request still open this long after a newer one started w
 _TURN_S = 0.05
 _BLOCKED_S = 0.05  # a gauge answered this long after it was asked waited for a batch  # a server loop turn after a batch: a request taken this soon after a prefill ended waited for it
 SOURCE_STAMPED = "llama-server log timestamps; slot wait from llamacpp:requests_deferred at the scrape interval"
+SOURCE_CONN = "llama-server log timestamps; arrival from the client's TCP connection, seen at the scrape interval"
+_CONN_KEEP_S = 600.0  # a connection seen this long ago that no request claimed is forgotten
 SOURCE_READ_TIME = "llama-server log lines timed when read (no timestamps in the log); slot wait from requests_deferred"
 
 
@@ -86,6 +88,13 @@ class RequestClock:
         self._prefills: deque[tuple[float, float]] = deque(maxlen=256)  # (start, end) of finished requests' prefills
         self._steps: deque[tuple[float, float, float]] = deque(maxlen=256)  # (first token, end, seconds per step)
         self.read_until = 0.0  # wall time up to which the log has been read
+        # Client connections to the server's port (conns.Connections), wall times: key -> [seen after,
+        # seen by, gone by (None: open), claimed]; tasks given a slot that wait to be matched to one; the
+        # arrival each matched task got (wall time). Off until the first poll.
+        self._conns: dict[Any, list[Any]] = {}
+        self._conn_polled: float | None = None
+        self._pending: deque[int] = deque()
+        self._conn_arrival: dict[int, float] = {}
 
     # ---- input ------------------------------------------------------------
 
@@ -93,6 +102,8 @@ class RequestClock:
         """One log line read at wall time ``t_read`` (all lines written before ``t_read`` come first)."""
         line = _ANSI.sub("", line)
         if "slot" not in line:
+            if self._offset is None and log_stamp_s(line) is not None:
+                self._server_time(line, t_read)  # the first stamped line sets the clock (gauge readings need it)
             return
         m = _SLOT.search(line)
         if m is None:
@@ -106,6 +117,9 @@ class RequestClock:
             self._tasks[task] = _Task(slot, self._selected.pop(slot, None), t, idx)
             self._launch_times.append(t)
             self._forget_before(t - _FORGET_S)
+            if self._conn_polled is not None:
+                self._pending.append(task)
+                self._match()
         elif fn == "release" and task in self._tasks:
             # Ended: with its timings (printed just before) or without (cancelled): it holds nobody up.
             info = self._tasks[task]
@@ -120,6 +134,8 @@ class RequestClock:
     def lines_read(self, t_read: float) -> None:
         """Every line written before ``t_read`` has been fed: gauge readings before it can be placed."""
         self.read_until = max(self.read_until, t_read)
+        if self._offset is None:
+            return  # no line read yet: the readings wait until the server's clock is known
         while self._gauge and self._gauge[0][1] < self.read_until - 0.02:
             t_sent, t_wall, deferred = self._gauge.popleft()
             self._place(self._to_server(t_sent), self._to_server(t_wall), deferred)
@@ -129,6 +145,42 @@ class RequestClock:
         ``deferred`` None: asked at ``t_sent`` and not answered by ``t_answer`` (the loop was busy)."""
         if deferred is None or deferred >= 0:
             self._gauge.append((t_answer if t_sent is None else t_sent, t_answer, deferred))
+
+    def feed_connections(self, t_prev: float | None, t_wall: float, new: set[Any], now: set[Any]) -> None:
+        """A poll of the server's client connections at wall time ``t_wall`` (the previous one at ``t_prev``):
+        ``new`` appeared since then, ``now`` are open. The first poll's are open from before: never matched."""
+        first = self._conn_polled is None
+        for key in now:
+            if key not in self._conns:
+                lo = None if first or key not in new or t_prev is None else t_prev
+                self._conns[key] = [lo, t_wall, None, False]
+        for key, c in list(self._conns.items()):
+            if key not in now and c[2] is None:
+                c[2] = t_wall
+            if c[1] < t_wall - _CONN_KEEP_S and (c[3] or c[2] is not None):
+                del self._conns[key]
+        self._conn_polled = t_wall
+        self._match()
+
+    def _match(self) -> None:
+        """Give each task taken up (in that order) the earliest unclaimed connection that appeared before it
+        was given its slot and was still open then; a task none fits keeps the other evidence."""
+        off = self._offset or 0.0
+        while self._pending:
+            info = self._tasks.get(self._pending[0])
+            if info is None:
+                self._pending.popleft()
+                continue
+            s_wall = (info.t_select if info.t_select is not None else info.t_launch) + off
+            fits = [c for c in self._conns.values() if not c[3] and c[0] is not None and c[0] < s_wall
+                    and (c[2] is None or c[2] >= s_wall)]  # fmt: skip
+            if not fits and (self._conn_polled is None or self._conn_polled < s_wall):
+                return  # its connection may show at the next poll
+            task = self._pending.popleft()
+            if fits:
+                c = min(fits, key=lambda c: c[0])
+                c[3] = True
+                self._conn_arrival[task] = (c[0] + min(c[1], s_wall)) / 2  # wall time: the offset may improve
 
     # ---- output -----------------------------------------------------------
 
@@ -179,19 +231,31 @@ class RequestClock:
     def timeline(self, task: int) -> dict[str, Any] | None:
         """The client's timeline of a finished ``task`` (see :meth:`finish`): wall time of arrival and
         seconds of each wait; None if its start was not seen. Forgets the task."""
+        self._match()
         info = self._tasks.pop(task, None)
         if info is None or info.t_end is None or info.t_first is None or info.prefill_s is None:
             return None
         t_select = info.t_select if info.t_select is not None else info.t_launch
         arrival = self._arrivals.pop(info.index, None)
-        t_arrive = min(arrival, t_select) if arrival is not None else self._direct_arrival(t_select)
+        by_conn = self._conn_arrival.pop(task, None)
+        if by_conn is not None:
+            # Each says the request had arrived by then: the connection's poll, and (where it was counted
+            # as deferred) the gauge's; a connection the server's listen queue held back shows late.
+            by_conn = self._to_server(by_conn)
+            t_arrive = min(by_conn, t_select, arrival if arrival is not None else by_conn)
+            if arrival is None and self._direct_arrival(t_select) >= t_select:
+                t_arrive = t_select  # a slot free and the loop idle: taken at once (the poll is coarser)
+        else:
+            t_arrive = min(arrival, t_select) if arrival is not None else self._direct_arrival(t_select)
         return {
             "t_arrive": t_arrive + (self._offset or 0.0),
             "queue_s": t_select - t_arrive,
             "slot_setup_s": info.t_launch - t_select,
             "batch_wait_s": max(0.0, info.t_first - info.prefill_s - info.t_launch),
             "client_ttft_s": info.t_first - t_arrive,
-            "timeline_source": SOURCE_STAMPED if self._stamped else SOURCE_READ_TIME,
+            "timeline_source": (SOURCE_CONN if by_conn is not None else SOURCE_STAMPED)
+            if self._stamped
+            else SOURCE_READ_TIME,
         }
 
     # ---- inside -----------------------------------------------------------

@@ -1,0 +1,115 @@
+"""Arrivals from the server's TCP connections (pcie_tui.engines.llamacpp.conns) and how the request clock
+uses them: a request that waited in llama-server's queue while its loop was inside a batch (a slot free,
+so not counted as deferred) is seen arriving when its client connected."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+from pcie_tui.engines import http
+from pcie_tui.engines.llamacpp.clock import SOURCE_CONN, RequestClock
+from pcie_tui.engines.llamacpp.conns import Connections, parse_tcp_table
+
+TABLE = """\
+  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode
+   0: 0100007F:1F90 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 100 1 0 100 0 0 10 0
+   1: 0100007F:1F90 0100007F:C350 01 00000000:00000000 00:00000000 00000000     0        0 101 1 0 100 0 0 10 0
+   2: 0100007F:1F90 0100007F:C351 01 00000000:00000000 00:00000000 00000000     0        0 102 1 0 100 0 0 10 0
+   3: 0100007F:C351 0100007F:1F90 01 00000000:00000000 00:00000000 00000000     0        0 555 1 0 100 0 0 10 0
+   4: 0100007F:1F90 0100007F:C352 06 00000000:00000000 00:00000000 00000000     0        0 0 1 0 100 0 0 10 0
+   5: 0100007F:1F91 0100007F:C353 01 00000000:00000000 00:00000000 00000000     0        0 104 1 0 100 0 0 10 0
+"""
+
+
+def test_table_lists_established_clients_of_the_port_less_our_own():
+    # Port 8080 (1F90): two established clients (50000, 50001), 50001 one of pcie-tui's own; 50002 is in
+    # TIME_WAIT (06); 8081 is another port; the row with local port 50001 is the client end.
+    assert parse_tcp_table(TABLE, 8080) == {("0100007F", 50000), ("0100007F", 50001)}
+    assert parse_tcp_table(TABLE, 8080, frozenset({50001})) == {("0100007F", 50000)}
+    assert parse_tcp_table(TABLE, 9999) == set()
+
+
+def test_a_real_client_connection_is_new_once_and_ours_never():
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(8)
+    port = srv.getsockname()[1]
+    conns = Connections(os.getpid(), port)  # this process plays the server
+    assert conns.poll() == (set(), set())
+    code = f"import socket, time; s = socket.create_connection(('127.0.0.1', {port})); time.sleep(1.5)"
+    child = subprocess.Popen([sys.executable, "-c", code])
+    try:
+        accepted, _ = srv.accept()
+        new, now = conns.poll()
+        assert len(new) == 1 and now == new
+        # pcie-tui's own scrape (engines.http keeps its port): left out; a client of this process: counted.
+        with pytest.MonkeyPatch.context() as mp:
+            mine = socket.create_connection(("127.0.0.1", port))
+            theirs, _ = srv.accept()
+            mp.setattr(http, "_OWN_PORTS", {mine.getsockname()[1]})
+            assert conns.poll() == (set(), now)
+            mine.close()
+            theirs.close()
+        child.wait(timeout=10)
+        accepted.close()
+        deadline = time.monotonic() + 5
+        while conns.poll()[1] and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert conns.poll() == (set(), set())
+    finally:
+        child.kill()
+        srv.close()
+
+
+def _line(t: float, text: str) -> str:
+    m, s = divmod(t, 60)
+    return (
+        f"{int(m)}.{int(s):02d}.{int(round((s % 1) * 1e6)) // 1000:03d}.{int(round((s % 1) * 1e6)) % 1000:03d} I {text}"
+    )
+
+
+def _finish(clock: RequestClock, task: int, slot: int, t_end: float, prompt_ms: float) -> dict:
+    rec = {"task": task, "prompt_ms": prompt_ms, "predicted_ms": 100.0, "predicted_n": 5}
+    line = _line(t_end, f"slot print_timing: id  {slot} | task {task} | total time = 1 ms")
+    assert clock.finish(rec, 1000.0 + t_end, line)
+    return clock.timeline(task)
+
+
+def test_the_clock_takes_the_arrival_from_the_connection():
+    """The loop was inside a 3 s batch (a gauge reading went unanswered): the request connected at ~0.05 s
+    and was given a slot at 3.2 s (wall = 1000 + log time). A connection open before pcie-tui attached, and
+    one that closed before the slot was given, claim nothing."""
+    clock = RequestClock()
+    clock.feed_line(_line(0.0, "srv  llama_server: listening"), 1000.0)
+    clock.feed_deferred(1000.01, 0.0, 1000.0)  # answered at once: the loop was free
+    clock.feed_deferred(1000.6, None, 1000.3)  # asked and not answered: the loop went into a batch
+    clock.feed_connections(None, 1000.0, set(), {"old"})  # open before the first poll
+    clock.feed_connections(1000.0, 1000.1, {"a", "probe"}, {"old", "a", "probe"})
+    clock.feed_connections(1000.1, 1000.2, set(), {"old", "a"})  # the probe closed
+    for t in (0.3, 1.0, 2.0, 3.0):
+        clock.feed_connections(1000.0 + t - 0.1, 1000.0 + t, set(), {"old", "a"})
+    clock.lines_read(1003.0)  # the log read up to then: the gauge readings before it are placed
+    clock.feed_line(_line(3.2, "slot get_availabl: id  0 | task -1 | selected slot by LRU, t_last = -1"), 1003.25)
+    clock.feed_line(_line(3.2, "slot launch_slot_: id  0 | task 7 | processing task, is_child = 0"), 1003.25)
+    clock.feed_connections(1003.0, 1003.3, set(), {"old", "a"})
+    tl = _finish(clock, 7, 0, 4.0, 300.0)
+    assert tl["t_arrive"] == pytest.approx(1000.05, abs=1e-3)  # the middle of the poll that first saw it
+    assert tl["queue_s"] == pytest.approx(3.15, abs=1e-3) and tl["timeline_source"] == SOURCE_CONN
+    assert tl["client_ttft_s"] == pytest.approx(4.0 - 0.1 - 0.05, abs=1e-3)  # first token at end - eval time
+
+
+def test_without_a_fitting_connection_the_other_evidence_stays():
+    clock = RequestClock()
+    clock.feed_line(_line(0.0, "srv  llama_server: listening"), 1000.0)
+    clock.feed_connections(None, 1000.0, set(), set())
+    clock.feed_line(_line(0.5, "slot get_availabl: id  0 | task -1 | selected slot by LRU, t_last = -1"), 1000.55)
+    clock.feed_line(_line(0.5, "slot launch_slot_: id  0 | task 3 | processing task, is_child = 0"), 1000.55)
+    clock.feed_connections(1000.0, 1000.6, set(), set())  # a keep-alive client: no new connection
+    tl = _finish(clock, 3, 0, 1.0, 300.0)
+    assert tl["queue_s"] == 0.0 and tl["timeline_source"] != SOURCE_CONN
