@@ -230,6 +230,12 @@ def _second_line(f: Finding, adv: Any) -> str:
             "The engine was loading weights: copies ran below the link's capacity, at the pace the host fed them "
             "(file reads, pageable memory); pcie-tui names no fix for a load."
         )
+    if f.bound == "transfer" and not f.transfer_staged:
+        return (
+            "The GPU waited on host<->GPU copies running below the link's capacity, faster than pageable copies "
+            f"reach ({fmt_rate(f.ceilings.pageable_Bps)}, {f.ceilings.pageable.source}): pinned, but small or "
+            "intermittent; a faster link shortens only their busy share (what-if below)."
+        )
     if f.bound == "transfer":
         which = (
             "nothing pcie-tui read from the engine says which"

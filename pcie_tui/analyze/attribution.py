@@ -99,6 +99,19 @@ def ceilings(info: GpuInfo | None, observed_Bps: float | None = None) -> Ceiling
     return Ceilings(pinned, pageable_ceiling(info, pinned))
 
 
+# Copies faster than this share over the pageable ceiling are not staged through pageable memory (the
+# driver's staging caps them near it: 6.8-8.9 GB/s on the H200); with no engine fact, the pattern decides.
+PAGEABLE_PATTERN = 1.5
+
+
+def staged_by_pattern(transfer_Bps: float | None, c: Ceilings) -> bool:
+    """Whether transfer-bound copies of unknown host memory look staged (pageable): at or below what pageable
+    copies reach (:data:`PAGEABLE_PATTERN` x the pageable ceiling); no rate: assume staged (held by the host)."""
+    if transfer_Bps is None or not c.pageable_Bps:
+        return True
+    return transfer_Bps <= PAGEABLE_PATTERN * c.pageable_Bps
+
+
 def transfer_floor_Bps(c: Ceilings, facts: EngineFacts | None) -> float:
     """Host<->GPU rate above which a GPU-idle tick is transfer-bound."""
     if facts is not None and facts.host_pinned is True and c.pinned_Bps:
@@ -243,7 +256,9 @@ def _gpu_findings(
     code = {p: names.index(p if p is not None else "unlabelled") for p in dict.fromkeys(ser.phase)}
     pcode = np.fromiter(map(code.__getitem__, ser.phase), dtype=np.int64, count=len(ser.phase))
     vram_total = float(info.memory_total_bytes) if info and info.memory_total_bytes else None
-    staged = facts is None or facts.host_pinned is not True  # pageable or unknown: held by the host
+    # Pageable (staged by the driver) where the engine's facts say so; pinned where they say so; unknown:
+    # by the copies' own pattern (a stream faster than pageable copies reach is not staged).
+    staged = None if facts is None or facts.host_pinned is None else facts.host_pinned is False
     work = "engine" if header.engine else "label"
     found = []
     for k, phase in enumerate(names):
@@ -264,7 +279,7 @@ def _finding(
     w: np.ndarray,
     cols: dict[str, np.ndarray],
     c: Ceilings,
-    staged: bool,
+    staged: bool | None,
 ) -> Finding:
     """One phase's finding (``m``: its ticks) from the per-tick bound codes and readings."""
     dur = float(w[m].sum())
@@ -275,6 +290,8 @@ def _finding(
     link_Bps = _median(rate[bm])
     used = cols["mem_used"][m]
     tm = m & (codes == BOUNDS.index("transfer"))
+    if staged is None:
+        staged = staged_by_pattern(_median(rate[tm]), c)
     f = Finding(
         gpu=index,
         phase=phase,

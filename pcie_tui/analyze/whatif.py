@@ -210,7 +210,8 @@ def whatif_report(
         # The rule the rows follow where a phase waited on pageable copies (docs/whatif.md, "Staged copies").
         formula += (
             "; time waiting on staged (pageable) copies, s, keeps its own rate: s x max(1, rate / new link's"
-            f" reachable rate ({COUNTER_AT_SATURATION:.2f} x theoretical)) in place of its share of f / r"
+            f" reachable rate) in place of its share of f / r (a link not measured here reaches"
+            f" {COUNTER_AT_SATURATION:.2f} x its theoretical rate, the rule of this link's default ceiling)"
         )
     return {"formula": formula, "gpus": gpus}
 
