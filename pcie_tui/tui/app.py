@@ -35,7 +35,7 @@ from pcie_tui.tui.worker import FrameReady, RecordingFailed, SourceFailed, Sourc
 WIDE_AT_COLUMNS = 120
 SIDE_BY_SIDE_AT_COLUMNS = 160  # GPU panels and the engine panel in two columns (with an engine)
 TALL_AT_ROWS = 40
-SPARK_ROWS_MAX = 4  # a tall terminal's room left below the panels goes to taller GPU sparklines, up to this
+SPARK_ROWS_MAX = 12  # a tall terminal's room left below the panels goes to taller GPU sparklines, up to this
 
 
 class PcieTuiApp(KeyActions, SourceWorker, App[None]):
@@ -180,11 +180,14 @@ class PcieTuiApp(KeyActions, SourceWorker, App[None]):
             cur = max(1, panels[0].tx.spark.outer_size.height)
             fixed = sum(p.outer_size.height for p in panels) - sparks * cur  # borders, badge, figures, legend
             other = 1 + self._headline_w.outer_size.height + self.query_one("#bottom").outer_size.height
-            other += max(4, self._events_w.outer_size.height)  # #lower keeps 4 rows at least
+            events = self._events_w.rows_needed if self._events_w.display else 0
+            other += max(4, events)  # #lower keeps 4 rows at least; the events box fills what is left
             if not self._main.has_class("-side"):
                 other += self._engine_w.outer_size.height if self._engine_w.display else 0
-            room = min(height - other, int(0.6 * height)) - fixed  # #gpus: 60vh at most
+            one = len(panels) == 1  # several GPUs scroll in #gpus (60vh); one takes the room it needs
+            room = (height - other if one else min(height - other, int(0.6 * height))) - fixed
             rows = max(2, min(SPARK_ROWS_MAX, room // sparks))
+            self._gpus_w.styles.max_height = "100%" if one else "60vh"
         for p in panels:
             for row in (p.tx, p.rx, p.nvlink, p.mem):
                 st = row.spark.styles

@@ -69,17 +69,19 @@ class EventsPane(Vertical):
         self._cells: dict[str, tuple[str, ...]] = {}
         self._rows = -1  # table rows the box is sized for
 
-    def _fit(self, n: int) -> None:
-        """Borders, the header and up to EVENTS_MAX_ROWS rows; only the borders with none.
+    @property
+    def rows_needed(self) -> int:
+        """Borders, the header and up to EVENTS_MAX_ROWS rows; only the borders with none. The box itself
+        fills the rows the panels leave (#lower); the app sizes the charts so that at least these remain."""
+        return 2 + (self._rows + 1 if self._rows > 0 else 0)
 
-        Set only when the row count changes (a new event), so a redraw never relayouts.
-        """
+    def _fit(self, n: int) -> None:
+        """Show the table once there is a row (set only when the count changes: a redraw never relayouts)."""
         rows = min(n, EVENTS_MAX_ROWS)
         if rows == self._rows:
             return
         self._rows = rows
         self.table.display = rows > 0
-        self.styles.height = 2 + (rows + 1 if rows else 0)
 
     def compose(self) -> ComposeResult:
         yield self.table
