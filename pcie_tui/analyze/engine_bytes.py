@@ -21,6 +21,8 @@ from pcie_tui.core.model import EngineSample
 
 BYTES = ("kv_offload_h2d_bytes_total", "kv_offload_d2h_bytes_total")
 PREFIX = ("prefix_cache_hits_total", "prefix_cache_queries_total")
+_KEYS = frozenset((*BYTES, *PREFIX))
+_NONE: dict[str, float | None] = dict.fromkeys(_KEYS)
 # The engine's bytes exceed NVML's by more than this share (and MIN_EXCESS_B) before the report says so:
 # NVML's PCIe counters sample the bus, and the two clocks read a tick apart.
 EXCESS_SHARE = 0.10
@@ -78,12 +80,20 @@ class EngineBytes:
         self._prev: tuple[float, dict[str, float | None]] | None = None  # last engine tick: time, counters
 
     def feed_chunk(self, ch: Chunk) -> None:
-        if not any(engine_fields(e) is not None for e in ch.engine):
+        xs = [engine_fields(e) for e in ch.engine]
+        # Ticks whose engine exposes none of the counters (llama-server, most vLLM setups) only break an
+        # interval; they need no PCIe sums and no per-counter work.
+        has = [x is not None and not _KEYS.isdisjoint(x) for x in xs]
+        if not any(has):
+            if any(x is not None for x in xs):
+                self._prev = (ch.t[max(i for i, x in enumerate(xs) if x is not None)], _NONE)
             return
         pcie = self._pcie_per_tick(ch)
-        for i, (t, e) in enumerate(zip(ch.t, ch.engine, strict=True)):
-            x = engine_fields(e)
+        for i, (t, x) in enumerate(zip(ch.t, xs, strict=True)):
             if x is None:
+                continue
+            if not has[i]:
+                self._prev = (t, _NONE)
                 continue
             cur = {k: _num(x, k) for k in (*BYTES, *PREFIX)}
             if self._prev is not None:
