@@ -55,7 +55,7 @@ def test_decode_shows_token_rates_and_latency_quantiles(rec):
     app = show(rec, pos)
 
     async def go():
-        async with app.run_test(size=(80, 24)) as pilot:
+        async with app.run_test(size=(80, 34)) as pilot:
             await wait_until(pilot, lambda: frame_at(app, pos))
             text = engine_text(app)
             assert text.startswith("vLLM up · phase decode")
@@ -100,7 +100,7 @@ def test_engine_not_answering_and_no_engine(rec):
     app = show(rec, down + 1)
 
     async def go():
-        async with app.run_test(size=(80, 24)) as pilot:
+        async with app.run_test(size=(80, 34)) as pilot:
             await wait_until(pilot, lambda: frame_at(app, down + 1))
             text = engine_text(app)
             assert text.startswith(f"vLLM DOWN · phase {rec.samples[down].engine.phase}")

@@ -236,12 +236,23 @@ def test_sparklines_take_the_rows_a_tall_terminal_leaves(size):
 
 
 def test_position_bar_stays_on_screen_when_the_panels_overflow():
-    """80x24 replaying the pageable session with its engine: the panels need more rows than there
+    """80x18 replaying the pageable session with its engine: the panels need more rows than there
     are; the position bar (where the replay is) is docked above the footer, not pushed off."""
     rec = read_recording(LLAMA.with_name("h200-pageable.jsonl.gz"), warn=False)
-    r = regions(rec, 120, (80, 24))  # mid-prefill
-    assert r["#engine"].bottom + 2 > 24 - 2  # the panels reach the bottom rows ...
-    assert r["#position"].y == 24 - 2 and r["#position"].height == 1  # ... the bar is still there
+    r = regions(rec, 120, (80, 18))  # mid-prefill
+    assert r["#engine"].bottom + 2 > 18 - 2  # the panels reach the bottom rows ...
+    assert r["#position"].y == 18 - 2 and r["#position"].height == 1  # ... the bar is still there
+
+
+def test_a_short_terminal_keeps_the_engine_to_two_lines_and_shows_the_events():
+    """80x24 (issue 22): the headline, the GPU panel, the engine's state and p50 timing on two lines, and
+    the saturation events box with the newest event; the engine's full panel comes back from 30 rows."""
+    rec = read_recording(LLAMA.with_name("h200-pinned.jsonl.gz"), warn=False)
+    pos = saturated_moment(rec, "link", "prefill", peak=True)
+    short, tall = regions(rec, pos, (80, 24)), regions(rec, pos, (80, 34))
+    assert short["#engine"].height == 1 + 2  # its top rule and two lines
+    assert short["events"] >= 1 and short["#events"].height >= 4 and short["#events"].bottom <= short["#position"].y
+    assert tall["#engine"].height > 6
 
 
 def test_many_events_are_capped_and_scroll(rec):

@@ -264,7 +264,7 @@ def test_set_text_relayouts_only_when_the_text_changes_size():
     run(go())
 
 
-@pytest.mark.parametrize("size", [(80, 24), (170, 45)], ids=str)
+@pytest.mark.parametrize("size", [(80, 34), (170, 45)], ids=str)  # below 30 rows the engine panel is two lines
 def test_history_legend_names_every_phase_in_view(size):
     """The vLLM CPU session mid-decode has five phases in its history: at 80 columns the legend takes
     its short words ("last 92.0 s:") rather than cutting the last phase off; wide, the full words."""

@@ -35,6 +35,7 @@ from pcie_tui.tui.worker import FrameReady, RecordingFailed, SourceFailed, Sourc
 WIDE_AT_COLUMNS = 120
 SIDE_BY_SIDE_AT_COLUMNS = 160  # GPU panels and the engine panel in two columns (with an engine)
 TALL_AT_ROWS = 40
+SHORT_BELOW_ROWS = 30  # a stacked engine panel shrinks to two lines, so the saturation events keep rows
 SPARK_ROWS_MAX = 12  # a tall terminal's room left below the panels goes to taller GPU sparklines, up to this
 
 
@@ -233,7 +234,8 @@ class PcieTuiApp(KeyActions, SourceWorker, App[None]):
                     self._gpus_w.mount(panel)
                     continue  # filled on the next frame, once composed
                 panel.show(g, f)
-            self._engine_w.show(f, wide, stacked=self._main.has_class("-side"))
+            side = self._main.has_class("-side")
+            self._engine_w.show(f, wide, stacked=side, compact=not side and self.size.height < SHORT_BELOW_ROWS)
             self._events_w.show(f.events, f.events_total)
             self._render_position()
             self._show_recording_state()

@@ -71,6 +71,32 @@ def engine_lines(frame: Frame, wide: bool, stacked: bool = False) -> Text:
     return out
 
 
+def compact_lines(frame: Frame) -> Text:
+    """A short terminal's engine panel: the state on one line, token rates and p50 timing on another (the
+    placement, the quantiles' tails and their method are on the ``?`` and ``a`` pages)."""
+    eng = frame.engine
+    if eng is None:
+        return Text("no engine attached", style="dim")
+    stats = frame.engine_stats or {}
+    out = Text()
+    out.append(f"{registry.display(eng.kind)} {'up' if eng.up else 'DOWN'}", style="bold" if eng.up else "bold red")
+    running = stats.get("requests_running", eng.requests_running)
+    waiting = stats.get("requests_waiting", eng.requests_waiting)
+    out.append(f" · {eng.phase or fmt.NA} · running {fmt.count(running, 'req')} · waiting {fmt.count(waiting, 'req')}")
+    if frame.engine_stats is None:
+        return out
+
+    def p50(k: str) -> str:
+        q = stats.get(k)
+        return fmt.seconds(q.get("p50")) if isinstance(q, dict) else fmt.NA
+
+    out.append(
+        f"\nprompt {fmt.tokens_per_s(stats.get('prompt_tokens_per_s'))} · gen "
+        f"{fmt.tokens_per_s(stats.get('generation_tokens_per_s'))} · TTFT p50 {p50('ttft_s')} · ITL p50 {p50('itl_s')}"
+    )
+    return out
+
+
 class EnginePanel(Vertical):
     """The engine's state and token timing, and requests running over time shaded by phase."""
 
@@ -91,9 +117,11 @@ class EnginePanel(Vertical):
         self.running.display = False
         self.legend.display = False
 
-    def show(self, frame: Frame, wide: bool, stacked: bool = False) -> None:
-        set_text(self.text, engine_lines(frame, wide, stacked), layout=True)  # line count may change
-        attached = any(v is not None for v in frame.engine_hist_running) or frame.engine is not None
+    def show(self, frame: Frame, wide: bool, stacked: bool = False, compact: bool = False) -> None:
+        """``compact``: a short terminal (two lines, no history): the rows go to the saturation events."""
+        text = compact_lines(frame) if compact else engine_lines(frame, wide, stacked)
+        set_text(self.text, text, layout=True)  # line count may change
+        attached = not compact and (any(v is not None for v in frame.engine_hist_running) or frame.engine is not None)
         self.running.display = attached
         self.legend.display = attached
         if not attached:
