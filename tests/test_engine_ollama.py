@@ -328,3 +328,54 @@ def test_v030_runner_slots_and_log_timings_through_the_llama_cpp_client(fake, tm
     assert fx.fact("request_timing").value == f"llama-server runner on 127.0.0.1:{port}"
     assert fx.timing.source == "per-request" and ollama.ENGINE.timings_unavailable(d) is None
     assert ollama.ENGINE.timing_basis(1).startswith("Ollama's runner: 1 requests timed by llama-server's log")
+
+
+# ---- captured from real servers (tests/fixtures/engines/README.md, "Captured from real servers") ----
+
+
+def test_real_ps_of_a_model_all_in_vram(fake):
+    """`curl -Ssf localhost:11434/api/ps | jq .` pasted in nirmato/nirmato-ollama#13 (2025-08-07), verbatim.
+    Hand reading: gemma3:latest, size 5964735424 = size_vram 5964735424, so share 1.0, host bytes 0;
+    no context_length field (older than Ollama's PR #11331) -> None; Q4_K_M, 4.3B."""
+    url, routes, _ = fake
+    routes["/api/ps"] = (200, (FIX / "ollama-ps-real-2025-08-07.json").read_bytes())
+    c = ollama.ENGINE.client(url, None, {}, None)
+    s = c.read()
+    assert s.up and s.extra["models_loaded"] == 1
+    assert (s.extra["model_bytes"], s.extra["vram_bytes"], s.extra["host_bytes"]) == (5964735424, 5964735424, 0)
+    assert s.extra["vram_frac"] == 1.0 and "gpu_layers" not in s.extra
+    (m,) = s.extra["models"]
+    assert (m["name"], m["context_length"]) == ("gemma3:latest", None)
+    assert (m["quantization"], m["parameter_size"]) == ("Q4_K_M", "4.3B")
+    fx = ollama.ENGINE.facts(c.describe())
+    assert fx.fact("memory_not_in_vram").value == "none" and fx.host_weights is None
+    assert "Ollama placed 100 % of gemma3:latest in VRAM (/api/ps size_vram 5.96 GB of 5.96 GB)" in fx.log_evidence
+    assert ollama.ENGINE.advise(fx, FindingFacts(bound="link")) == []
+
+
+@pytest.mark.parametrize(
+    ("name", "gpu", "total"),
+    [
+        # Ollama 0.13.1, its own engine (ggml.go), journald prefix: 'msg="offloaded 0/25 layers to GPU"'.
+        ("ollama-serve-real-0.13.1.log", 0, 25),
+        # llama.cpp runner, journald prefix: 'load_tensors: offloaded 5/37 layers to GPU'.
+        ("ollama-serve-real-2025-05-24.log", 5, 37),
+    ],
+)
+def test_real_serve_logs_give_the_layer_split(fake, tmp_path, name, gpu, total):
+    """Server logs pasted in ollama/ollama#13320 (0.13.1, all 25 layers on the CPU) and #10833 (5 of 37 on the
+    GPU), cut to the model load. Hand reading: one 'offloaded N/M layers to GPU' line each, inside a
+    journalctl line; layers left in host memory = M - N: 25 - 0 = 25, 37 - 5 = 32."""
+    url, routes, _ = fake
+    routes["/api/ps"] = (200, b'{"models": []}')  # these logs come without their /api/ps
+    log = tmp_path / "serve.log"
+    log.write_bytes((FIX / name).read_bytes())
+    c = ollama.ENGINE.client(url, None, {}, str(log))
+    s = c.read()
+    assert s.up and (s.extra["gpu_layers"], s.extra["total_layers"]) == (gpu, total)
+    line = f"offloaded {gpu}/{total} layers to GPU"
+    fx = ollama.ENGINE.facts(c.describe())
+    assert fx.fact("gpu_layers").value == f"{gpu}/{total}" and fx.host_layers == total - gpu
+    assert fx.host_weights == f"weights of {total - gpu} of {total} layers (log: '{line}')"
+    (adv,) = ollama.ENGINE.advise(fx, FindingFacts(bound="link"))
+    assert adv.cause.startswith(f"weights of {total - gpu} of {total} layers") and line in adv.evidence

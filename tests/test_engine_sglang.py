@@ -300,3 +300,38 @@ def test_hicache_cause_cites_what_moved_with_its_source():
     assert adv.cause.startswith("HiCache: a host-memory KV pool") and "unknown (unknown:" in adv.cause
     off = e.facts({"kind": "sglang", "cmdline": ["sglang", "serve"]})
     assert off.fact("hicache").value is False and off.kv_on_host is None
+
+
+# ---- captured from real servers (tests/fixtures/engines/README.md, "Captured from real servers") ----
+
+
+def test_real_0_5_1_scrape_reads_its_scheduler_gauges(fake):
+    """`curl http://localhost:30000/metrics` from an SGLang 0.5.1 server (sgl-project/sglang#13485), cut to
+    the four complete gauge families. Hand reading: one series each, labels engine_type, model_name, pp_rank,
+    tp_rank (no dp_rank: DP rank 0), so running = 1.0, used tokens = 1.0, token_usage = 0.0, gen_throughput =
+    0.8371284457403783; no num_queue_reqs and no tokenizer counter or histogram in the cut -> None / absent."""
+    url, routes = fake
+    routes["/metrics"] = (200, (FIX / "sglang-metrics-real-0.5.1.txt").read_bytes())
+    c = sglang.ENGINE.client(url, None, {}, None)
+    s = c.read()
+    assert s.up and s.error is None
+    assert (s.requests_running, s.requests_waiting) == (1.0, None)
+    assert (s.prompt_tokens_total, s.generation_tokens_total) == (None, None)
+    assert s.extra["kv_cache_util"] == 0.0 and s.extra["kv_tokens_used"] == 1.0
+    assert s.extra["gen_throughput_tps"] == 0.8371284457403783 and s.extra["dp_ranks"] == 1
+    assert s.extra["hist"] == {} and "live_generation_tokens_total" not in s.extra and "hicache" not in s.extra
+    d = c.describe()
+    assert d["realtime_tokens"] is False and d["hicache"] is None
+
+
+def test_real_pr1853_scrape_reads_the_prompt_counter_under_the_old_name_label(fake):
+    """The first /metrics SGLang served (sgl-project/sglang#1853, a maintainer's local run, 2024-11-03): label
+    `name` instead of `model_name`, cut to the five complete families. Hand reading: prompt_tokens_total =
+    230794.0 (one series); the four gauges there (max_total_num_tokens, max_prefill_tokens,
+    max_running_requests, context_len) are none of ours, so running/waiting None and no DP rank counted."""
+    url, routes = fake
+    routes["/metrics"] = (200, (FIX / "sglang-metrics-real-pr1853-2024-11.txt").read_bytes())
+    s = sglang.ENGINE.client(url, None, {}, None).read()
+    assert s.up and s.prompt_tokens_total == 230794.0 and s.generation_tokens_total is None
+    assert (s.requests_running, s.requests_waiting) == (None, None)
+    assert "dp_ranks" not in s.extra and "kv_cache_util" not in s.extra
