@@ -147,6 +147,28 @@ def _fold(ev: Event, val: float, u: Utilisation, phase: str | None) -> None:
             ev.bus, ev.direction, ev.peak_Bps = u.link_bus, u.link_dir, u.link_Bps
 
 
+def _set_aside(info: GpuInfo | None, g: GpuSample, state: list[tuple[float | None, int]]) -> GpuSample:
+    """PCIe readings no link produces, as pcie_tui.analyze.suspect sets them aside (added with it, on
+    purpose): above 1.25 x the theoretical rate or below 0, or repeated exactly (non-zero) 20 ticks in a row."""
+    import dataclasses
+
+    from pcie_tui.analyze.suspect import IMPOSSIBLE_OVER, STUCK_TICKS
+    from pcie_tui.core.model import pcie_capacity_Bps
+
+    theo = pcie_capacity_Bps(g.link_gen, g.link_width)
+    if not theo and info is not None:
+        theo = info.link.capacity_Bps or info.link.max_capacity_Bps
+    out: dict[str, Any] = {}
+    for d, key in enumerate(("pcie_rx_Bps", "pcie_tx_Bps")):
+        v = getattr(g, key)
+        last, run = state[d]
+        run = run + 1 if v is not None and v == last and v != 0 else 0
+        state[d] = (v, run)
+        if v is not None and (v < 0 or (theo and v > IMPOSSIBLE_OVER * theo) or run >= STUCK_TICKS - 1):
+            out[key] = None
+    return dataclasses.replace(g, **out) if out else g
+
+
 def ref_run(header: SessionHeader, samples: list[Sample], th: Thresholds = DEFAULT_THRESHOLDS) -> dict[str, Any]:
     """Per-tick reference: per GPU series, events in opening order, per tick opened events, final trackers."""
     trackers: dict[int, RefTracker] = {}
@@ -156,6 +178,7 @@ def ref_run(header: SessionHeader, samples: list[Sample], th: Thresholds = DEFAU
     # The session's phase rule (changed since this copy was taken, on purpose): once an engine is in
     # the session, a tick's phase is the engine's alone (None without one); before, the label.
     engine_session = header.engine is not None
+    aside: dict[int, list[tuple[float | None, int]]] = {}  # per GPU and direction: last reading, repeats
     for s in samples:
         engine_session = engine_session or s.engine is not None
         phase = (s.engine.phase or None if s.engine is not None else None) if engine_session else sample_phase(s)
@@ -165,6 +188,7 @@ def ref_run(header: SessionHeader, samples: list[Sample], th: Thresholds = DEFAU
             if tr is None:
                 tr = trackers[g.index] = RefTracker(header.gpu(g.index), g.index, th)
                 series[g.index] = {k: [] for k in ("t", "verdict", "link", "link_Bps", "memory", "compute", "phase")}
+            g = _set_aside(header.gpu(g.index), g, aside.setdefault(g.index, [(None, 0), (None, 0)]))
             verdict, opened, _closed = tr.update(s.t, g, phase)
             opened_all.extend(opened)
             u = tr.last_util

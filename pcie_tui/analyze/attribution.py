@@ -185,10 +185,10 @@ def missing_words(missing: np.ndarray, weights: np.ndarray) -> str | None:
     if total <= 0 or not bits.any():
         return None
     parts = []
-    for bit, name in MISS_WORDS.items():
+    for bit, words in MISS_WORDS.items():
         share = float(weights[(bits & bit) > 0].sum()) / total
         if share > 0:
-            parts.append(f"{name} not reported" + ("" if share > 0.995 else f" on {share:.0%} of them"))
+            parts.append(words + ("" if share > 0.995 else f" on {share:.0%} of them"))
     return ", ".join(parts)
 
 

@@ -34,6 +34,7 @@ from pcie_tui.analyze.series import (
     sweep,
     sweep_all,
 )
+from pcie_tui.analyze.suspect import merge_missing
 from pcie_tui.analyze.tracker import GpuVerdictTracker, verdict_codes
 from pcie_tui.analyze.verdict import (
     DEFAULT_THRESHOLDS,
@@ -136,7 +137,10 @@ class SessionAnalyzer:
             cols = ch.cols if pos is None else ch.cols[:, pos]
             ticks = ch.tick_of if pos is None else ch.tick_of[pos]
             t = t_all if pos is None else t_all[pos]
+            cols, suspect = tr.suspect.apply(tr.info, cols, COL["link_gen"], COL["link_width"])
             u = utilisation_columns(tr.info, cols, tr.ceilings, tr.observed)
+            if suspect.any():
+                u["missing"] = merge_missing(u["missing"], suspect)
             ph = ch.phase if one and ch.single else pick(ch.phase, ticks.tolist())
             tl = t.tolist()
             op, _closed, spans = tr.advance(t, u, ph, tl)

@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from pcie_tui.analyze.columns import from_samples
+from pcie_tui.analyze.suspect import SuspectFilter
 from pcie_tui.analyze.verdict import (
     BUS,
     DEFAULT_THRESHOLDS,
@@ -56,6 +57,7 @@ class GpuVerdictTracker:
         self.index = index
         self.th = thresholds
         self._trackers = {r: _ResourceTracker(r) for r in RESOURCES}
+        self.suspect = SuspectFilter()  # PCIe readings no link produces (wrapped, stuck): set aside
         self.verdict = "none"
         self.last_util: Utilisation | None = None
         self._limits = {r: (thresholds.enter(r), thresholds.exit(r)) for r in RESOURCES}

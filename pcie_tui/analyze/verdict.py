@@ -235,7 +235,19 @@ def _one_sample(
 
 # Which counters a GPU-sample lacks (the ``missing`` column, a bit mask): a bound that needs one is unknown.
 MISS_RX, MISS_TX, MISS_SM, MISS_DRAM = 1, 2, 4, 8
-MISS_WORDS = {MISS_RX: "PCIe RX", MISS_TX: "PCIe TX", MISS_SM: "SM use", MISS_DRAM: "DRAM bandwidth"}
+# (pcie_tui.analyze.suspect adds 16-128: a PCIe reading set aside as impossible or stuck; its "not reported"
+# bit is then cleared, so each tick says one reason per direction.)
+MISS_PCIE = 1 | 2 | 16 | 32 | 64 | 128  # either PCIe direction missing or set aside
+MISS_WORDS = {
+    MISS_RX: "PCIe RX not reported",
+    MISS_TX: "PCIe TX not reported",
+    MISS_SM: "SM use not reported",
+    MISS_DRAM: "DRAM bandwidth not reported",
+    16: "PCIe RX above the link's theoretical rate (a wrapped or corrupt counter)",
+    32: "PCIe TX above the link's theoretical rate (a wrapped or corrupt counter)",
+    64: "PCIe RX stuck at one value",
+    128: "PCIe TX stuck at one value",
+}
 
 _GEN, _WIDTH, _DRAM, _BUSY, _SM = (
     KEYS.index(k) for k in ("link_gen", "link_width", "dram_bw_util", "mem_busy", "sm_util")

@@ -23,7 +23,7 @@ import numpy as np
 from pcie_tui.analyze.attribution import gpu_ceilings
 from pcie_tui.analyze.series import series_array, tick_weights
 from pcie_tui.analyze.session import SessionAnalyzer
-from pcie_tui.analyze.verdict import MISS_RX, MISS_TX
+from pcie_tui.analyze.verdict import MISS_PCIE
 from pcie_tui.core.ceiling import DEFAULT_PINNED_FRACTION
 from pcie_tui.core.model import SessionHeader, pcie_capacity_Bps
 from pcie_tui.core.units import pct
@@ -98,7 +98,7 @@ def link_shares(header: SessionHeader, analyzer: SessionAnalyzer, index: int) ->
     dt = tick_weights(np.asarray(ser.t, dtype=float))
     link = np.asarray(ser.link, dtype=float)  # None -> NaN
     # A tick with one PCIe direction unreported has no link busy share: the other may have been full.
-    pcie_missing = (np.nan_to_num(series_array(ser, "missing")).astype(np.int64) & (MISS_RX | MISS_TX)) > 0
+    pcie_missing = (np.nan_to_num(series_array(ser, "missing")).astype(np.int64) & MISS_PCIE) > 0
     phases = np.asarray([p or "unlabelled" for p in ser.phase], dtype=object)
     ok = dt > 0
     known = ok & ~np.isnan(link) & ~pcie_missing
