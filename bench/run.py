@@ -362,6 +362,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seconds", type=float, default=3.0, help="seconds per sampler measurement")
     ap.add_argument("--no-engines", action="store_true", help="skip the recorder-on-real-engines CPU rows")
     ap.add_argument("--engine-seconds", type=float, default=15.0, help="seconds per recorder run on an engine")
+    ap.add_argument("--long-mb", type=float, default=200.0, help="MB of the long recording `report` reads (0 skips)")
     a = ap.parse_args(argv)
     rows: list[tuple[str, str]] = []
     if a.sampler:
@@ -369,6 +370,10 @@ def main(argv: list[str] | None = None) -> int:
     if not a.no_replay:
         for n_gpus in (1, 8):
             rows += bench_replay(BUNDLED if BUNDLED.exists() else FALLBACK, n_gpus)
+    if a.long_mb > 0:
+        from longfile import bench_longfile
+
+        rows += bench_longfile(a.long_mb)
     if a.tui_seconds > 0:
         from tui_cpu import bench_tui
 

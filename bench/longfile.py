@@ -1,0 +1,86 @@
+"""`report` on a day-long recording against a bare parse of the same file (issue 21's long-file targets).
+
+Builds a ~200 MB recording (uncompressed JSON lines, ~7.5 h at 10 Hz) by repeating the real H200 session
+h200-pageable with its times shifted (finished requests dropped, so none repeats), then runs, each in its
+own process: a bare ``orjson`` parse of every line, and ``pcie-tui report FILE --json``. Wall time and peak
+RSS of each; the targets: the report within 3x the bare parse, under 300 MB.
+usage: python bench/longfile.py [MB]
+"""
+
+from __future__ import annotations
+
+import gzip
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SOURCE = ROOT / "pcie_tui" / "data" / "h200-pageable.jsonl.gz"
+TARGET_RATIO = 3.0
+TARGET_RSS_MB = 300.0
+PARSE = """
+import sys, orjson
+n = 0
+with open(sys.argv[1], "rb") as f:
+    for line in f:
+        orjson.loads(line)
+        n += 1
+print(n)
+"""
+
+
+def build(path: Path, megabytes: float) -> tuple[int, float]:
+    """Write the long recording; (ticks, hours)."""
+    import orjson
+
+    lines = [orjson.loads(raw) for raw in gzip.open(SOURCE)]
+    header, ticks = lines[0], [d for d in lines[1:] if "t" in d and "gpus" in d]
+    span = ticks[-1]["t"] - ticks[0]["t"] + 0.1
+    size, k, n = 0, 0, 0
+    with path.open("wb") as out:
+        out.write(orjson.dumps(header) + b"\n")
+        while size < megabytes * 1e6:
+            for d in ticks:
+                e = dict(d, t=d["t"] + k * span)
+                if isinstance(e.get("engine"), dict):
+                    e["engine"] = {key: v for key, v in e["engine"].items() if key != "requests"}
+                b = orjson.dumps(e) + b"\n"
+                out.write(b)
+                size += len(b)
+                n += 1
+            k += 1
+    return n, k * span / 3600
+
+
+def _run(cmd: list[str]) -> tuple[float, float]:
+    """(wall seconds, peak RSS MB of the children so far: the report, run after the smaller parse)."""
+    t0 = time.monotonic()
+    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, cwd=ROOT)
+    wall = time.monotonic() - t0
+    return wall, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+
+
+def bench_longfile(megabytes: float = 200.0) -> list[tuple[str, str]]:
+    with tempfile.TemporaryDirectory() as d:
+        path = Path(d) / "long.jsonl"
+        n, hours = build(path, megabytes)
+        mb = path.stat().st_size / 1e6
+        parse_s, _ = _run([sys.executable, "-c", PARSE, str(path)])
+        report_s, rss = _run([sys.executable, "-m", "pcie_tui", "report", str(path), "--json"])
+    ratio = report_s / parse_s
+    ok = "yes" if ratio <= TARGET_RATIO and rss < TARGET_RSS_MB else "no"
+    return [
+        (
+            f"`report --json` on a {mb:.0f} MB recording ({n:,} ticks, {hours:.1f} h, h200-pageable repeated)",
+            f"{report_s:.2f} s = {ratio:.1f}x a bare orjson parse ({parse_s:.2f} s; target <= {TARGET_RATIO:g}x); "
+            f"peak RSS of the report process {rss:.0f} MB (target < {TARGET_RSS_MB:g}); met: {ok}",
+        )
+    ]
+
+
+if __name__ == "__main__":
+    for k, v in bench_longfile(float(sys.argv[1]) if len(sys.argv) > 1 else 200.0):
+        print(f"{k}: {v}")
