@@ -36,7 +36,8 @@ def build(path: Path, megabytes: float) -> tuple[int, float]:
     """Write the long recording; (ticks, hours)."""
     import orjson
 
-    lines = [orjson.loads(raw) for raw in gzip.open(SOURCE)]
+    with gzip.open(SOURCE) as f:
+        lines = [orjson.loads(raw) for raw in f]
     header, ticks = lines[0], [d for d in lines[1:] if "t" in d and "gpus" in d]
     span = ticks[-1]["t"] - ticks[0]["t"] + 0.1
     size, k, n = 0, 0, 0
