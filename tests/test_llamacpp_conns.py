@@ -113,3 +113,18 @@ def test_without_a_fitting_connection_the_other_evidence_stays():
     clock.feed_connections(1000.0, 1000.6, set(), set())  # a keep-alive client: no new connection
     tl = _finish(clock, 3, 0, 1.0, 300.0)
     assert tl["queue_s"] == 0.0 and tl["timeline_source"] != SOURCE_CONN
+
+
+def test_idle_stops_the_table_and_starts_over():
+    """Nothing outstanding: the table is not read; what it said is forgotten, so a connection seen before the
+    pause (a client kept alive) claims no later request."""
+    clock = RequestClock()
+    clock.feed_line(_line(0.0, "slot get_availabl: id  0 | task -1 | selected slot by LRU, t_last = -1"), 1000.0)
+    clock.feed_connections(None, 1000.0, set(), set())
+    clock.feed_connections(1000.0, 1000.1, {"kept"}, {"kept"})
+    clock.forget_connections()
+    clock.feed_connections(None, 1005.0, set(), {"kept"})  # starts over: "kept" is from before
+    clock.feed_line(_line(5.2, "slot launch_slot_: id  0 | task 9 | processing task, is_child = 0"), 1005.2)
+    clock.feed_connections(1005.0, 1005.3, set(), {"kept"})
+    tl = _finish(clock, 9, 0, 6.0, 300.0)
+    assert tl["timeline_source"] != SOURCE_CONN

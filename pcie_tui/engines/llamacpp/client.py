@@ -424,6 +424,18 @@ class LlamaCppClient:
         a request the log shows given a slot has its connection listed by then)."""
         if self._conns is None:
             return
+        with self._log_lock:
+            busy = any(t.clock.open_requests() for t in self.tailers)
+            if not busy:
+                # Nothing outstanding: a request that comes now finds the loop idle and is taken at once
+                # (the clock's rule), so the table is not read (4 ms a read on some kernels); reading
+                # starts over, every connection then open counted as from before, once one is taken up.
+                if self._conns_polled is not None:
+                    self._conns.reset()
+                    for tailer in self.tailers:
+                        tailer.clock.forget_connections()
+                    self._conns_polled = None
+                return
         t = time.time()
         got = self._conns.poll()
         if got is None:

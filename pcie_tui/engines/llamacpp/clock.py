@@ -162,6 +162,13 @@ class RequestClock:
         self._conn_polled = t_wall
         self._match()
 
+    def forget_connections(self) -> None:
+        """The connection table stops being read (nothing outstanding): drop what it said; arrivals already
+        given to requests stay."""
+        self._conns.clear()
+        self._pending.clear()
+        self._conn_polled = None
+
     def _match(self) -> None:
         """Give each task taken up (in that order) the earliest unclaimed connection that appeared before it
         was given its slot and was still open then; a task none fits keeps the other evidence."""

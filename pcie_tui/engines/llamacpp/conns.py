@@ -55,6 +55,10 @@ class Connections:
         self._seen: set[tuple[str, int]] | None = None  # None until the first poll
         self._tables: tuple[str, ...] = ("tcp", "tcp6")  # narrowed to where the listener is, once found
 
+    def reset(self) -> None:
+        """Start over: the next poll's connections are all from before."""
+        self._seen = None
+
     def poll(self) -> tuple[set[tuple[str, int]], set[tuple[str, int]]] | None:
         """(connections new since the last poll, connections now open), pcie-tui's own left out; None when
         the table cannot be read (``error`` says why). The first poll's connections are all open, none new."""
