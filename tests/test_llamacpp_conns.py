@@ -128,3 +128,32 @@ def test_idle_stops_the_table_and_starts_over():
     clock.feed_connections(1005.0, 1005.3, set(), {"kept"})
     tl = _finish(clock, 9, 0, 6.0, 300.0)
     assert tl["timeline_source"] != SOURCE_CONN
+
+
+def test_a_burst_on_an_idle_server_arrived_after_the_last_idle_read():
+    """4 slots, 4 clients at once on an idle server (the GPU case np4c4): the first is taken at once, the other
+    three after the first prompt batch (3 s). The table was not read while idle; the first read after it
+    counts every open connection as arrived since the last idle read."""
+    clock = RequestClock()
+    clock.feed_line(_line(0.0, "srv  llama_server: listening"), 1000.0)
+    clock.feed_deferred(1000.01, 0.0, 1000.0)
+    clock.feed_deferred(1000.6, None, 1000.3)  # the loop went into the first prompt batch
+    clock.forget_connections()  # idle: not read; the last idle read at 1000.0
+    lines = [(0.06, 0, 50), (3.19, 1, 52), (3.19, 2, 53), (3.19, 3, 54)]
+    clock.feed_line(_line(0.06, "slot get_availabl: id  0 | task -1 | selected slot by LRU, t_last = -1"), 1000.1)
+    clock.feed_line(_line(0.06, "slot launch_slot_: id  0 | task 50 | processing task, is_child = 0"), 1000.1)
+    clock.feed_connections(1000.0, 1000.1, {"a", "b", "c", "d"}, {"a", "b", "c", "d"})
+    clock.lines_read(1003.0)
+    for t, slot, task in lines[1:]:
+        clock.feed_line(
+            _line(t, f"slot get_availabl: id  {slot} | task -1 | selected slot by LRU, t_last = -1"), 1003.2
+        )
+        clock.feed_line(
+            _line(t, f"slot launch_slot_: id  {slot} | task {task} | processing task, is_child = 0"), 1003.2
+        )
+    clock.feed_connections(1003.1, 1003.3, set(), {"a", "b", "c", "d"})
+    first = _finish(clock, 50, 0, 8.0, 500.0)
+    assert first["queue_s"] == pytest.approx(0.0, abs=0.06)
+    for task, slot in ((52, 1), (53, 2), (54, 3)):
+        tl = _finish(clock, task, slot, 9.0 + slot, 500.0)
+        assert tl["queue_s"] == pytest.approx(3.19 - 0.05, abs=0.06), tl  # not half the batch (1.6 s)

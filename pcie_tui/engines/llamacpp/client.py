@@ -104,6 +104,7 @@ class LlamaCppClient:
         # The server's client connections (arrivals a busy loop hides), where its process is known.
         self._conns = Connections(pid, self._port) if pid is not None and self.tailers else None
         self._conns_polled: float | None = None
+        self._idle_read: float | None = None  # the last read with nothing outstanding (the table not read)
         self.metrics_enabled: bool | None = None
         self.slots_enabled: bool | None = None
         self._noted_metrics_off = False
@@ -427,9 +428,9 @@ class LlamaCppClient:
         with self._log_lock:
             busy = any(t.clock.open_requests() for t in self.tailers)
             if not busy:
-                # Nothing outstanding: a request that comes now finds the loop idle and is taken at once
-                # (the clock's rule), so the table is not read (4 ms a read on some kernels); reading
-                # starts over, every connection then open counted as from before, once one is taken up.
+                # Nothing outstanding: the table is not read (4 ms a read on some kernels). When a request
+                # is taken up, the connections then open count as arrived since the last log read that
+                # showed none outstanding (_idle_read).
                 if self._conns_polled is not None:
                     self._conns.reset()
                     for tailer in self.tailers:
@@ -440,6 +441,9 @@ class LlamaCppClient:
         got = self._conns.poll()
         if got is None:
             return
+        if self._conns_polled is None and self._idle_read is not None:
+            got = (got[1], got[1])  # resumed after idle: all open now arrived since the idle read
+            self._conns_polled = self._idle_read
         with self._log_lock:
             for tailer in self.tailers:
                 tailer.clock.feed_connections(self._conns_polled, t, *got)
@@ -448,11 +452,16 @@ class LlamaCppClient:
     def _poll_logs(self, extra: dict[str, Any]) -> list[dict[str, Any]]:
         self._poll_conns()
         with self._log_lock:
+            t0 = time.time()
             out, self._log_out = self._log_out, []
             for t in self.tailers:
                 out.extend(t.poll())
                 if t.error:
                     extra["log_error"] = t.error
+            if not any(t.clock.open_requests() for t in self.tailers):
+                # The log read from t0 shows nothing outstanding: with the loop idle a request is taken up
+                # within ms, so any request taken up later arrived after t0 (see _poll_conns).
+                self._idle_read = t0
         return out
 
     def busy_now(self, stale: bool) -> str | None:

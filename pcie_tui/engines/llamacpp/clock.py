@@ -148,8 +148,9 @@ class RequestClock:
 
     def feed_connections(self, t_prev: float | None, t_wall: float, new: set[Any], now: set[Any]) -> None:
         """A poll of the server's client connections at wall time ``t_wall`` (the previous one at ``t_prev``):
-        ``new`` appeared since then, ``now`` are open. The first poll's are open from before: never matched."""
-        first = self._conn_polled is None
+        ``new`` appeared since then, ``now`` are open. The first poll's (no ``t_prev``) are open from before:
+        never matched; after :meth:`forget_connections` the client passes the last idle read as ``t_prev``."""
+        first = self._conn_polled is None and t_prev is None
         for key in now:
             if key not in self._conns:
                 lo = None if first or key not in new or t_prev is None else t_prev
