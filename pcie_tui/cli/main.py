@@ -24,7 +24,7 @@ from pcie_tui.cli.args import (
     positive,
 )
 from pcie_tui.cli.args import need_terminal as _need_terminal
-from pcie_tui.core.errors import UserError
+from pcie_tui.core.errors import OutputError, UserError
 
 
 class _Parser(argparse.ArgumentParser):
@@ -191,11 +191,19 @@ def cmd_record(args: argparse.Namespace) -> int:
     except BaseException:
         source.close()
         raise
+    if args.headless:
+        return _record_headless(args, source, status, writer)
+    from pcie_tui.recording.tee import TeeSource
+
+    return _run_tui(TeeSource(source, writer), None, f"{status}; recording to {args.out}")
+
+
+def _record_headless(args: argparse.Namespace, source: Any, status: str, writer: Any) -> int:
+    """Record until Ctrl-C, SIGTERM, --duration or a write that fails (OutputError: exit 4, the file keeps
+    what was written before it)."""
     from pcie_tui.recording.tee import TeeSource
 
     tee = TeeSource(source, writer)
-    if not args.headless:
-        return _run_tui(tee, None, f"{status}; recording to {args.out}")
     print(f"pcie-tui: {status}", file=sys.stderr)
     print(f"pcie-tui: recording to {args.out} every {args.interval:g} s; Ctrl-C to stop", file=sys.stderr)
     # SIGTERM ends the loop like Ctrl-C so the file is closed cleanly; every line is flushed anyway.
@@ -206,6 +214,8 @@ def cmd_record(args: argparse.Namespace) -> int:
         while end is None or time.monotonic() < end:
             if tee.read() is None:
                 break
+            if tee.failed is not None:
+                raise OutputError(tee.failed)
             n += 1
     except KeyboardInterrupt:
         pass

@@ -11,3 +11,10 @@ class NoGpuError(UserError):
     """NVML or the GPU is missing."""
 
     exit_code = 3
+
+
+class OutputError(UserError):
+    """The recording could not be written on (disk full, the file removed or made unwritable mid-run): what
+    was written before is kept; the message says how much and why."""
+
+    exit_code = 4

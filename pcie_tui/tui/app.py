@@ -252,6 +252,8 @@ class PcieTuiApp(KeyActions, SourceWorker, App[None]):
             set_text(
                 rec, Text(f"● REC {self.recorder.path} · {self.recorded_ticks} ticks", style="bold red"), layout=True
             )
+        elif getattr(self.source, "failed", None):
+            set_text(rec, Text(str(self.source.failed), style="bold red"), layout=True)
         elif getattr(getattr(self.source, "writer", None), "path", None) is not None:
             # `pcie-tui record` tees the whole session into a file inside the source
             set_text(rec, Text(f"● REC {self.source.writer.path} (whole session)", style="bold red"), layout=True)
