@@ -64,3 +64,24 @@ def test_a_device_that_takes_nothing(tmp_path):
     )  # fmt: skip
     assert p.returncode == 4
     assert p.stderr.strip().splitlines()[-1].startswith("pcie-tui: error: recording stopped: no space left on device")
+
+
+def test_sighup_and_the_duration_end_it_cleanly_with_a_last_line(tmp_path):
+    import json
+    import signal
+
+    out = tmp_path / "hup.jsonl"
+    p = _record(out, seconds=30.0)
+    deadline = time.monotonic() + 20
+    while (not out.exists() or out.stat().st_size < 2000) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    p.send_signal(signal.SIGHUP)
+    _, err = p.communicate(timeout=60)
+    assert p.returncode == 0 and "(ended by SIGHUP)" in err, err
+    last = json.loads(out.read_text().splitlines()[-1])
+    assert last["event"] == "recording_ended" and last["reason"] == "SIGHUP" and last["ticks"] >= 1
+    out2 = tmp_path / "dur.jsonl"
+    p = _record(out2, seconds=1.0)
+    _, err = p.communicate(timeout=60)
+    assert p.returncode == 0 and json.loads(out2.read_text().splitlines()[-1])["reason"] == "--duration 1 s"
+    assert len(read_recording(out2, warn=False).samples) >= 3

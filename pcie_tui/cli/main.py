@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import signal
@@ -206,23 +207,37 @@ def _record_headless(args: argparse.Namespace, source: Any, status: str, writer:
     tee = TeeSource(source, writer)
     print(f"pcie-tui: {status}", file=sys.stderr)
     print(f"pcie-tui: recording to {args.out} every {args.interval:g} s; Ctrl-C to stop", file=sys.stderr)
-    # SIGTERM ends the loop like Ctrl-C so the file is closed cleanly; every line is flushed anyway.
-    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+    # SIGTERM and SIGHUP end the loop like Ctrl-C so the file is closed cleanly (every line is flushed
+    # anyway), with a last line that says what ended it and when.
+    why = ["Ctrl-C"]
+
+    def stop(signum: int, _frame: Any) -> None:
+        why[0] = signal.Signals(signum).name
+        raise KeyboardInterrupt
+
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, stop)
     end = time.monotonic() + args.duration if args.duration else None
     n = 0
     try:
         while end is None or time.monotonic() < end:
             if tee.read() is None:
+                why[0] = "the source ended"
                 break
             if tee.failed is not None:
                 raise OutputError(tee.failed)
             n += 1
+        else:
+            why[0] = f"--duration {args.duration:g} s"
     except KeyboardInterrupt:
         pass
     finally:
+        if tee.failed is None:
+            with contextlib.suppress(OutputError):
+                writer.write_event("recording_ended", time.time(), reason=why[0], ticks=n)
         tee.close()
         live_warnings(tee)
-    print(f"pcie-tui: wrote {n} ticks to {args.out}", file=sys.stderr)
+    print(f"pcie-tui: wrote {n} ticks to {args.out} (ended by {why[0]})", file=sys.stderr)
     return 0
 
 
