@@ -157,3 +157,30 @@ def test_a_burst_on_an_idle_server_arrived_after_the_last_idle_read():
     for task, slot in ((52, 1), (53, 2), (54, 3)):
         tl = _finish(clock, task, slot, 9.0 + slot, 500.0)
         assert tl["queue_s"] == pytest.approx(3.19 - 0.05, abs=0.06), tl  # not half the batch (1.6 s)
+
+
+def test_requests_taken_up_while_the_table_was_not_read_claim_their_connections():
+    """Two clients kept busy on 4 slots: the table resumes after idle while both first requests run; their
+    connections are theirs, so the next request (connected much later) is not given one of theirs (its TTFT
+    read twice the clients' in a full CI run before this)."""
+    clock = RequestClock()
+    clock.feed_line(_line(0.0, "srv  llama_server: listening"), 1000.0)
+    clock.forget_connections()  # idle; the last idle read at 1000.0
+    for slot, task in ((0, 10), (1, 11)):
+        clock.feed_line(
+            _line(0.05, f"slot get_availabl: id  {slot} | task -1 | selected slot by LRU, t_last = -1"), 1000.1
+        )
+        clock.feed_line(
+            _line(0.05, f"slot launch_slot_: id  {slot} | task {task} | processing task, is_child = 0"), 1000.1
+        )
+    clock.feed_connections(1000.0, 1000.2, {"a", "b"}, {"a", "b"})  # resumed: a and b belong to tasks 10, 11
+    clock.feed_connections(1000.2, 1001.8, set(), {"a", "b"})
+    clock.feed_connections(1001.8, 1002.0, {"c"}, {"a", "b", "c"})  # a third client connects at ~1001.9
+    clock.feed_deferred(1000.31, 0.0, 1000.3)
+    clock.feed_deferred(1001.9, None, 1001.6)  # the loop busy in a prompt batch: a free-slot request waited
+    clock.lines_read(1002.0)
+    clock.feed_line(_line(2.0, "slot get_availabl: id  2 | task -1 | selected slot by LRU, t_last = -1"), 1002.05)
+    clock.feed_line(_line(2.0, "slot launch_slot_: id  2 | task 12 | processing task, is_child = 0"), 1002.05)
+    clock.feed_connections(1002.0, 1002.1, set(), {"a", "b", "c"})
+    tl = _finish(clock, 12, 2, 3.0, 300.0)
+    assert tl["queue_s"] < 0.2, tl  # its own connection (c), not a's from 1000.0

@@ -151,6 +151,11 @@ class RequestClock:
         ``new`` appeared since then, ``now`` are open. The first poll's (no ``t_prev``) are open from before:
         never matched; after :meth:`forget_connections` the client passes the last idle read as ``t_prev``."""
         first = self._conn_polled is None and t_prev is None
+        if self._conn_polled is None and t_prev is not None:
+            # Resumed after idle: the requests taken up meanwhile own some of the connections open now;
+            # matched first (in launch order), they claim them, so a later request cannot take one.
+            opened = sorted((v.index, k) for k, v in self._tasks.items() if v.t_end is None)
+            self._pending.extend(k for _, k in opened if k not in self._pending)
         for key in now:
             if key not in self._conns:
                 lo = None if first or key not in new or t_prev is None else t_prev
