@@ -14,14 +14,21 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+TARGET_STEADY = 0.03  # of one core at 10 Hz with 1 GPU (issue 22; 6 % with 8)
+TARGET_FIRST_S = 1.0
 CHILD = """
-import sys, threading
+import sys, threading, time
+def first_frame():  # the moment the app holds its first frame (it is drawn on the next refresh)
+    while getattr(app, "frame", None) is None:
+        time.sleep(0.005)
+    print("FIRST_FRAME", time.time(), file=sys.stderr, flush=True)
 from pcie_tui.recording.reader import read_recording
 from pcie_tui.recording.replay import ReplaySource
 from pcie_tui.tui.app import make_app
 rec = read_recording(sys.argv[1], warn=False)
 src = ReplaySource(rec, speed=1.0, loop=True)
 app = make_app(src)
+threading.Thread(target=first_frame, daemon=True).start()
 def stop():
     app.call_from_thread(app.exit)
 threading.Timer(float(sys.argv[2]), stop).start()
@@ -30,29 +37,40 @@ src.close()
 """
 
 
-def measure(seconds: float, recording: Path) -> tuple[float, float, float]:
-    """(cpu seconds, wall seconds, tick rate of the recording) of one headless run."""
+def measure(seconds: float, recording: Path) -> tuple[float, float, float | None]:
+    """(cpu seconds, wall seconds, seconds from the process's start to its first frame) of one headless run."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    t0 = time.monotonic()
-    subprocess.run([sys.executable, "-c", CHILD, str(recording), str(seconds)], check=True, cwd=ROOT)
+    t0, w0 = time.monotonic(), time.time()
+    p = subprocess.run(
+        [sys.executable, "-c", CHILD, str(recording), str(seconds)], check=True, cwd=ROOT,
+        stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
     wall = time.monotonic() - t0
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    return cpu, wall, seconds
+    first = next((float(ln.split()[1]) - w0 for ln in p.stderr.splitlines() if ln.startswith("FIRST_FRAME")), None)
+    return cpu, wall, first
 
 
 def bench_tui(seconds: float, recording: Path) -> list[tuple[str, str]]:
     # Start-up (imports, reading the file) is measured separately and taken off.
-    cpu0, wall0, _ = measure(0.5, recording)
-    cpu, wall, _ = measure(seconds, recording)
+    cpu0, wall0, first0 = measure(0.5, recording)
+    cpu, wall, first = measure(seconds, recording)
     steady = (cpu - cpu0) / max(seconds - 0.5, 1e-9)
-    ok = "OK" if steady <= 0.05 else "MISSED"
+    ok = "OK" if steady <= TARGET_STEADY else "MISSED"
+    firsts = [f for f in (first0, first) if f is not None]
+    ff = f"{max(firsts):.2f} s" if firsts else "n/a"
+    ff_ok = "OK" if firsts and max(firsts) <= TARGET_FIRST_S else "MISSED"
     return [
         (
-            f"TUI replaying {recording.name} at 10 Hz for {seconds:.0f} s (headless, 140x45)",
-            f"{steady * 100:.2f} % of one core in steady state (target <= 5 %) {ok}; "
+            f"TUI replaying {recording.name} at 10 Hz for {seconds:.0f} s (headless, 140x45, 1 GPU)",
+            f"{steady * 100:.2f} % of one core in steady state (target <= {TARGET_STEADY * 100:g} %) {ok}; "
             f"whole run {cpu:.2f} s CPU in {wall:.1f} s wall, start-up {cpu0:.2f} s CPU",
-        )
+        ),
+        (
+            f"TUI first frame, from the process's start (python, imports, reading {recording.name})",
+            f"{ff} (the slower of two starts; target <= {TARGET_FIRST_S:g} s) {ff_ok}",
+        ),
     ]
 
 
