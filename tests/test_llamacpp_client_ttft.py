@@ -12,13 +12,12 @@ prefill takes ~0.2-0.5 s on 2 cores: well above the 0.1 s scrape interval the sl
 
 from __future__ import annotations
 
-import random
 import threading
 import time
 
 import pytest
 from engines.gguf_model import write_llama_gguf
-from engines.llama_server import LlamaServer, llama_available, random_prompt, stream_completion
+from engines.llama_server import LlamaServer, closed_loop, llama_available
 
 from pcie_tui.engines.llamacpp.client import LlamaCppClient
 from pcie_tui.engines.llamacpp.timing import request_latencies
@@ -55,25 +54,9 @@ def _run(server: LlamaServer, concurrency: int, n_requests: int) -> tuple[list[f
     poller = threading.Thread(target=poll, daemon=True)
     poller.start()
     time.sleep(0.3)
-    rng, lock, left, ttft = random.Random(7), threading.Lock(), [n_requests], []
-
-    def worker() -> None:
-        while True:
-            with lock:
-                if left[0] <= 0:
-                    return
-                left[0] -= 1
-                prompt = random_prompt(rng, 1500)
-            r = stream_completion(server.url, prompt, 0, 16)
-            assert r.error is None, r.error
-            with lock:
-                ttft.append(r.ttft_s)
-
-    workers = [threading.Thread(target=worker) for _ in range(concurrency)]
-    for w in workers:
-        w.start()
-    for w in workers:
-        w.join()
+    results = closed_loop(server.url, concurrency, n_requests, 16, seed=7)
+    assert all(r.error is None for r in results), [r.error for r in results]
+    ttft = [r.ttft_s for r in results]
     end = time.monotonic() + 5
     while len(seen) < n_requests and time.monotonic() < end:
         time.sleep(0.1)

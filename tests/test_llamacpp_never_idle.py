@@ -13,14 +13,13 @@ loop asks it for each tick's phase, as `pcie-tui record` does. Checked:
 
 from __future__ import annotations
 
-import random
 import statistics
 import threading
 import time
 
 import pytest
 from engines.gguf_model import write_llama_gguf
-from engines.llama_server import LlamaServer, llama_available, random_prompt, stream_completion
+from engines.llama_server import LlamaServer, closed_loop, llama_available
 
 from pcie_tui.engines.llamacpp.client import LlamaCppClient
 from pcie_tui.engines.poller import EnginePoller
@@ -60,26 +59,10 @@ def _session(server: LlamaServer, concurrency: int, n_requests: int, n_predict: 
     ticker = threading.Thread(target=tick_loop, daemon=True)
     ticker.start()
     time.sleep(0.5)
-    rng, lock, left, spans = random.Random(3), threading.Lock(), [n_requests], []
     wall = time.time() - time.monotonic()
-
-    def worker() -> None:
-        while True:
-            with lock:
-                if left[0] <= 0:
-                    return
-                left[0] -= 1
-                prompt = random_prompt(rng, 1500)
-            r = stream_completion(server.url, prompt, 0, n_predict)
-            assert r.error is None and r.t_first is not None, r.error
-            with lock:
-                spans.append((r.t_send + wall, r.t_first + wall, r.t_end + wall))
-
-    workers = [threading.Thread(target=worker) for _ in range(concurrency)]
-    for w in workers:
-        w.start()
-    for w in workers:
-        w.join()
+    results = closed_loop(server.url, concurrency, n_requests, n_predict, seed=3)
+    assert all(r.error is None and r.t_first is not None for r in results), [r.error for r in results]
+    spans = [(r.t_send + wall, r.t_first + wall, r.t_end + wall) for r in results]
     end = time.monotonic() + 5
     while len(done) < n_requests and time.monotonic() < end:
         time.sleep(0.1)

@@ -33,6 +33,13 @@ def _record(out: Path, limit: int = 0, seconds: float = 4.0) -> subprocess.Popen
     )
 
 
+def _wait_for_ticks(out: Path) -> None:
+    """Until the recording holds a few ticks (20 s at most)."""
+    deadline = time.monotonic() + 20
+    while (not out.exists() or out.stat().st_size < 2000) and time.monotonic() < deadline:
+        time.sleep(0.1)
+
+
 def test_a_full_disk_stops_the_recording_and_keeps_what_was_written(tmp_path):
     out = tmp_path / "full.jsonl"
     p = _record(out, limit=8_000)
@@ -48,9 +55,7 @@ def test_a_full_disk_stops_the_recording_and_keeps_what_was_written(tmp_path):
 def test_a_file_removed_mid_run_is_said_not_lost_silently(tmp_path):
     out = tmp_path / "gone.jsonl"
     p = _record(out, seconds=8.0)
-    deadline = time.monotonic() + 20
-    while (not out.exists() or out.stat().st_size < 2000) and time.monotonic() < deadline:
-        time.sleep(0.1)
+    _wait_for_ticks(out)
     out.unlink()
     _, err = p.communicate(timeout=60)
     assert p.returncode == 4, err
@@ -72,9 +77,7 @@ def test_sighup_and_the_duration_end_it_cleanly_with_a_last_line(tmp_path):
 
     out = tmp_path / "hup.jsonl"
     p = _record(out, seconds=30.0)
-    deadline = time.monotonic() + 20
-    while (not out.exists() or out.stat().st_size < 2000) and time.monotonic() < deadline:
-        time.sleep(0.1)
+    _wait_for_ticks(out)
     p.send_signal(signal.SIGHUP)
     _, err = p.communicate(timeout=60)
     assert p.returncode == 0 and "(ended by SIGHUP)" in err, err

@@ -31,7 +31,6 @@ SPILL_DOMINANCE = 4.0
 SPILL_MAX_S = 0.5
 MAX_DT_S = 1.0  # a longer hole between ticks is not integrated (the recording has a gap there)
 DIRS = ("d2h", "h2d")
-DIR_WORDS = {"d2h": "GPU->host", "h2d": "host->GPU"}
 
 
 @dataclass(frozen=True)
@@ -49,12 +48,6 @@ class Copies:
     def per_stretch(self, direction: str) -> float | None:
         b = self.d2h_bytes if direction == "d2h" else self.h2d_bytes
         return b / self.stretches if b is not None and self.stretches else None
-
-    def main_direction(self) -> str | None:
-        """The direction that moved the most (None: nothing measurable moved)."""
-        moved = {d: self.per_stretch(d) or 0.0 for d in DIRS}
-        best = max(DIRS, key=lambda d: moved[d])
-        return best if moved[best] >= COPY_MIN_Bps * 0.1 else None
 
     def to_json(self) -> dict[str, Any]:
         return {

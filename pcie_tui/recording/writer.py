@@ -11,6 +11,7 @@ why and how much was kept; a last ``recording_stopped`` line is tried (a full di
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import json
 import os
@@ -72,18 +73,22 @@ class RecordingWriter:
         if self.failed is not None:
             raise OutputError(self.failed)
         try:
-            if self._gz is not None:
-                self._gz.write(data)
-                self._gz.flush(zlib.Z_SYNC_FLUSH)
-            else:
-                self._raw.write(data)
-            self._raw.flush()
+            self._put(data)
         except OSError as e:
             why = e.strerror or str(e)
             raise self._fail(why[:1].lower() + why[1:]) from None
         self.lines += 1
         if self.lines % CHECK_EVERY == 0 and not self._same_file():
             raise self._fail(f"{self.path} was removed or replaced while recording")
+
+    def _put(self, data: bytes) -> None:
+        """One line out to the disk (a sync flush through gzip, then the file's buffer)."""
+        if self._gz is not None:
+            self._gz.write(data)
+            self._gz.flush(zlib.Z_SYNC_FLUSH)
+        else:
+            self._raw.write(data)
+        self._raw.flush()
 
     def _same_file(self) -> bool:
         """Whether the path still names the file being written (a removed file takes every later tick with it)."""
@@ -97,16 +102,8 @@ class RecordingWriter:
         """Stop: say why and how much was kept; try to leave a last line saying so (a full disk may refuse)."""
         kept = max(0, self.lines - 1)
         self.failed = f"recording stopped: {why} ({kept} ticks and events written to {self.path} before it are kept)"
-        try:
-            tail = (_dumps({"t": time.time(), "event": "recording_stopped", "reason": why}) + "\n").encode()
-            if self._gz is not None:
-                self._gz.write(tail)
-                self._gz.flush(zlib.Z_SYNC_FLUSH)
-            else:
-                self._raw.write(tail)
-            self._raw.flush()
-        except (OSError, ValueError):
-            pass
+        with contextlib.suppress(OSError, ValueError):
+            self._put((_dumps({"t": time.time(), "event": "recording_stopped", "reason": why}) + "\n").encode())
         return OutputError(self.failed)
 
     def write(self, sample: Sample) -> None:

@@ -13,6 +13,7 @@ import random
 import signal
 import socket
 import subprocess
+import threading
 import time
 import urllib.request
 from dataclasses import dataclass, field
@@ -216,3 +217,27 @@ def stream_completion(url: str, prompt: str, prompt_tokens: int, n_predict: int,
         res.error = f"{type(e).__name__}: {e}"
     res.t_end = time.monotonic()
     return res
+
+
+def closed_loop(url: str, concurrency: int, n_requests: int, n_predict: int, seed: int) -> list[Streamed]:
+    """``concurrency`` streaming clients, each sending its next ~1,500-character random prompt when its last
+    request ends, until ``n_requests`` were sent; their results (times on the monotonic clock)."""
+    rng, lock, left, out = random.Random(seed), threading.Lock(), [n_requests], []
+
+    def worker() -> None:
+        while True:
+            with lock:
+                if left[0] <= 0:
+                    return
+                left[0] -= 1
+                prompt = random_prompt(rng, 1500)
+            r = stream_completion(url, prompt, 0, n_predict)
+            with lock:
+                out.append(r)
+
+    workers = [threading.Thread(target=worker) for _ in range(concurrency)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    return out
