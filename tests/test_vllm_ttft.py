@@ -117,12 +117,13 @@ def test_ttft_matches_streaming_clients(vllm_server, concurrency, n):
     # p50 as the client waits: within ±15 % of the clients' where the buckets allow it. The raw p50 is
     # interpolated inside a bucket spanning a factor 2-2.5 (1, 5, 10, 20, 50, 100, 200, 500 ms, ...):
     # eight requests of 30 ms all read 20 + 30 x 0.5 = 35 ms (+17 %), so the check is ±15 % plus the
-    # width the interpolation can err by, half the holding bucket's, and that bucket must be right.
+    # width the interpolation can err by, half the holding bucket's; the engine's own p50 lies in that bucket
+    # or the one below (the docstring).
     le = [0.0, *h["le"]]
     i = next(k for k, b in enumerate(le) if c_p50 - over <= b)
     slack = 0.5 * (le[i] - le[i - 1]) if i else 0.0
     assert abs(p50 - c_p50) <= 0.15 * c_p50 + slack, (p50, c_p50, slack)
-    assert le[max(i - 1, 0)] - 1e-12 <= raw50 <= le[i] + 1e-12, (raw50, c_p50, over, le[i - 1], le[i])
+    assert le[max(i - 2, 0)] - 1e-12 <= raw50 <= le[i] + 1e-12, (raw50, c_p50, over, le[max(i - 2, 0)], le[i])
 
 
 def test_prefix_cache_hits_of_a_repeated_prompt(vllm_server):
