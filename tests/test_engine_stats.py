@@ -15,12 +15,12 @@ from pcie_tui.analyze.engine import (
     EngineStats,
     counter_increase,
     counter_total,
-    engine_report,
     hist_delta,
     hist_quantile,
     hist_window,
-    per_request_summary,
 )
+from pcie_tui.analyze.engine_requests import per_request_summary
+from pcie_tui.analyze.engine_session import engine_report
 from pcie_tui.core.model import EngineSample, Sample
 
 

@@ -15,8 +15,8 @@ from pcie_tui.analyze.engine import (
     QUANTILE_METHOD,
     SNAPSHOT_KEYS,
     EngineStats,
-    engine_report,
 )
+from pcie_tui.analyze.engine_session import engine_report
 from pcie_tui.analyze.session import quantile
 from pcie_tui.core.model import EngineSample, Sample
 from pcie_tui.engines.llamacpp.timing import request_latencies, slot_tokens_total

@@ -22,7 +22,8 @@ from engines.load import run_load_for, stream_completion, tokens_in
 from engines.recorder import Recorder
 from engines.vllm_server import SERVED_NAME
 
-from pcie_tui.analyze.engine import EngineStats, engine_report, hist_window, read_age_s
+from pcie_tui.analyze.engine import EngineStats, hist_window, read_age_s
+from pcie_tui.analyze.engine_session import engine_report
 from pcie_tui.engines.discover import attach, discover
 from pcie_tui.engines.poller import EnginePoller
 from pcie_tui.engines.vllm.client import VllmClient

@@ -10,7 +10,8 @@ from __future__ import annotations
 from collections import Counter
 from pathlib import Path
 
-from pcie_tui.analyze.engine import EngineStats, engine_report
+from pcie_tui.analyze.engine import EngineStats
+from pcie_tui.analyze.engine_session import engine_report
 from pcie_tui.recording.reader import read_recording
 
 PATH = Path(__file__).parent / "fixtures" / "vllm-cpu-session.jsonl"

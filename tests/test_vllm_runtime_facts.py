@@ -8,8 +8,8 @@ import io
 import pytest
 from rich.console import Console
 
-from pcie_tui.analyze.engine import engine_report
 from pcie_tui.analyze.engine_bytes import EngineBytes, PhaseCounts, offload_check
+from pcie_tui.analyze.engine_session import engine_report
 from pcie_tui.analyze.session import analyze
 from pcie_tui.core.model import EngineSample, GpuInfo, GpuSample, LinkInfo, Sample, SessionHeader, pcie_capacity_Bps
 from pcie_tui.engines import facts_for

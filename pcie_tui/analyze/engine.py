@@ -24,8 +24,6 @@ from collections import deque
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from pcie_tui.analyze import engine_bytes
-from pcie_tui.analyze.engine_requests import per_request_summary
 from pcie_tui.core.model import EngineSample, Sample
 from pcie_tui.engines import registry
 from pcie_tui.engines.base import Engine
@@ -197,7 +195,11 @@ def http_overhead_s(engines: Sequence[EngineSample]) -> float | None:
     up = [e for e in engines if e.up]
     secs = counter_total(_num(e.extra.get("http_seconds_total")) for e in up)
     n = counter_total(_num(e.extra.get("http_requests_total")) for e in up)
-    e2e = hist_window(up, "e2e_s")
+    return http_overhead_from(secs, n, hist_window(up, "e2e_s"))
+
+
+def http_overhead_from(secs: float | None, n: float | None, e2e: Hist | None) -> float | None:
+    """:func:`http_overhead_s` from the HTTP seconds and requests counted and the e2e histogram's window."""
     if secs is None or not n or e2e is None or not e2e.get("count") or e2e.get("sum") is None:
         return None
     if abs(n - e2e["count"]) > max(1.0, 0.1 * max(n, e2e["count"])):
@@ -208,7 +210,11 @@ def http_overhead_s(engines: Sequence[EngineSample]) -> float | None:
 def with_http(out: dict[str, Any], engines: Sequence[EngineSample]) -> None:
     """TTFT as the client waits, for an engine whose TTFT starts after its API server took the request:
     its quantiles shifted by :func:`http_overhead_s` (the engine's own kept as ``ttft_engine_s``)."""
-    over = http_overhead_s(engines)
+    with_http_overhead(out, http_overhead_s(engines))
+
+
+def with_http_overhead(out: dict[str, Any], over: float | None) -> None:
+    """:func:`with_http` with the overhead already known."""
     out["http_overhead_s"] = over
     q = out.get("ttft_s")
     if over is None or not isinstance(q, dict):
@@ -339,135 +345,6 @@ class EngineStats:
             with_http(out, engines)
 
 
-# ---- whole session (report --json) ----------------------------------------
-
-
-def _up_span_s(ticks: Sequence[tuple[float, EngineSample]], holes: Sequence[tuple[float, float]] = ()) -> float:
-    """Seconds the engine was answering: sum of spans between consecutive up ticks.
-
-    ``holes`` are the recording's gaps (start, end): no one watched then, so they do not count.
-    """
-    skip = {float(a) for a, _ in holes}
-    span = 0.0
-    for (t0, a), (t1, b) in zip(ticks, ticks[1:], strict=False):
-        if a.up and b.up and t0 not in skip:
-            span += t1 - t0
-    return span
-
-
-def engine_report(samples: Iterable[Sample], analyzer: Any = None) -> dict[str, Any] | None:
-    """The ``engine`` object of ``report --json``; None when no tick has an engine.
-
-    With a finished :class:`~pcie_tui.analyze.session.SessionAnalyzer` of the same
-    samples, each phase also gets ``verdicts``: {gpu index: one-line verdict}.
-
-    Rates are token-counter increases divided by the time the engine was up.
-    ``requests`` counts finished requests (the e2e-latency histogram's count
-    increase, else the engine's finished-request counter, else per-request
-    timings). Null wherever the engine does not expose a figure.
-    """
-    ticks = [(s.t, s.engine) for s in samples if s.engine is not None]
-    if not ticks:
-        return None
-    engines = [e for _, e in ticks]
-    up = [e for e in engines if e.up]
-    gaps = getattr(analyzer, "gaps", ())
-    span = _up_span_s(ticks, gaps)
-    skip = {float(a) for a, _ in gaps}
-    per_request = unique_requests(engines)
-    eng = registry.get(engines[0].kind)
-    per_req_eng = eng if eng is not None and eng.per_request_timing else None
-    out: dict[str, Any] = {
-        "kind": engines[0].kind,
-        "requests": _finished_requests(up, per_request),
-        "up_s": span,
-        "prompt_tokens_per_s": _session_rate(ticks, "prompt_tokens_total", span, skip),
-        "generation_tokens_per_s": _session_rate(ticks, "generation_tokens_total", span, skip),
-        "prompt_tokens": counter_total(e.prompt_tokens_total for e in up),
-        "generation_tokens": counter_total(e.generation_tokens_total for e in up),
-        **{name: hist_quantiles(hist_window(up, name)) for name in LATENCIES},
-        "quantile_method": QUANTILE_METHOD,
-        "basis": "engine histograms, quantiles interpolated within buckets (estimates bounded by bucket edges)",
-        "per_request": per_request_summary(per_request),
-        "phases": _phase_times(ticks),
-        # The engine's own byte and prefix-cache counters, NVML's PCIe bytes beside them.
-        "bytes": engine_bytes.report(getattr(analyzer, "engine_bytes", None), eng.display if eng else "the engine"),
-        "between_requests": _between(analyzer),
-    }
-    if per_req_eng is None:
-        with_http(out, up)
-        if out.get("http_overhead_s") is not None:
-            out["basis"] += (
-                f"; TTFT as the client waits: the engine's TTFT + {out['http_overhead_s'] * 1e3:.1f} ms mean per request "
-                "of API-server time outside it (HTTP duration - engine e2e latency)"
-            )
-    if per_req_eng is not None:
-        # No histograms: exact quantiles over the requests the engine timed; queue time unknown.
-        out.update(per_req_eng.request_latencies(per_request))
-        pr = out["per_request"]
-        if pr is not None and pr.get("ttft_s") is None:
-            # The engine's per-request TTFT has its own name in the requests (llama.cpp: prompt_ms, the
-            # server-side time to first token): the same exact order statistics as ``ttft_s`` above.
-            pr["ttft_s"] = out.get("ttft_s")
-        n_client = sum(1 for r in per_request if isinstance(r.get("client_ttft_s"), int | float))
-        out["quantile_method"] = _method(per_req_eng) if per_request else None
-        out["basis"] = per_req_eng.timing_basis(len(per_request), n_client) or out["basis"]
-    return out
-
-
-def _session_rate(
-    ticks: Sequence[tuple[float, EngineSample]], attr: str, span: float, skip: set[float]
-) -> float | None:
-    """A token counter's increase over the session divided by the seconds the engine was up (``span``).
-
-    Increases across a gap (ticks at a time in ``skip``) are left out of the rate as the gap's time
-    is (both stay in the token totals): tokens over watched time.
-    """
-    inc: float | None = None
-    for (t0, a), (_, b) in zip(ticks, ticks[1:], strict=False):
-        va, vb = getattr(a, attr), getattr(b, attr)
-        if a.up and b.up and va is not None and vb is not None:
-            inc = (inc or 0.0) + (0.0 if t0 in skip else (counter_increase(va, vb) or 0.0))
-    return inc / span if inc is not None and span > 0 else None
-
-
-def _finished_requests(up: Sequence[EngineSample], per_request: Sequence[Any]) -> float | None:
-    """Finished requests: the e2e-latency histogram's count increase, else the engine's
-    finished-request counter, else the per-request timings."""
-    e2e = hist_window(up, "e2e_s")
-    finished = counter_total(
-        e.extra.get("requests_finished_total")
-        if isinstance(e.extra.get("requests_finished_total"), int | float)
-        else None
-        for e in up
-    )
-    requests: float | None = e2e["count"] if e2e is not None else finished
-    if requests is None and per_request:
-        requests = len(per_request)
-    return requests
-
-
-def _phase_times(ticks: Sequence[tuple[float, EngineSample]]) -> dict[str, dict[str, Any]]:
-    """Ticks, time and share of time per engine phase (what held each phase back is the attribution's)."""
-    phases: dict[str, dict[str, Any]] = {}
-    for i, (t, e) in enumerate(ticks):
-        ph = phases.setdefault(e.phase or "unknown", {"ticks": 0, "time_s": 0.0})
-        ph["ticks"] += 1
-        if i + 1 < len(ticks):
-            ph["time_s"] += ticks[i + 1][0] - t
-    total_t = sum(p["time_s"] for p in phases.values())
-    for ph in phases.values():
-        ph["share"] = ph["time_s"] / total_t if total_t > 0 else None
-    return phases
-
-
 def _method(eng: Engine | None) -> str:
     """How the latency quantiles were computed: the engine's own words, else histogram buckets."""
     return (eng.quantile_method if eng is not None else None) or QUANTILE_METHOD
-
-
-def _between(analyzer: Any) -> dict[str, Any] | None:
-    """The engine's own copies in the housekeeping stretches between requests (None: no such stretch)."""
-    br = getattr(analyzer, "between_requests", None)
-    c = br.copies() if br is not None else None
-    return c.to_json() if c is not None and c.stretches else None

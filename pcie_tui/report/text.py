@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterator
-from itertools import repeat
 from typing import Any
 
 from rich.cells import cell_len
@@ -15,12 +14,12 @@ from rich.text import Text
 from pcie_tui.analyze.analysis import Analysis
 from pcie_tui.analyze.answer import engine_only_headline, finding_lines
 from pcie_tui.analyze.attribution import gpu_ceilings
-from pcie_tui.analyze.engine import engine_report
+from pcie_tui.analyze.engine_session import EngineSessionFold
 from pcie_tui.analyze.linkmodel_report import report_linkmodel
 from pcie_tui.analyze.session import SessionAnalyzer
 from pcie_tui.analyze.verdict import DEFAULT_THRESHOLDS, Thresholds
 from pcie_tui.analyze.whatif import render_whatif, whatif_report
-from pcie_tui.core.model import EngineSample, GpuInfo, Sample
+from pcie_tui.core.model import GpuInfo, Sample
 from pcie_tui.core.units import bind_units, tokens_per_s, unbind_units
 from pcie_tui.core.units import pct as _pct
 from pcie_tui.core.units import rate as _gbs
@@ -61,15 +60,18 @@ def _build_report(rec: Recording, thresholds: Thresholds) -> tuple[dict[str, Any
     # built: a replay without a screen);
     # the engine report only needs each tick's time and engine, so it gets just those.
     samples = rec.samples
+    engine = EngineSessionFold()
     analysis = Analysis(rec.header, rec.events, thresholds)
     an = analysis.session
     an.gaps = [(g["start"], g["end"]) for g in rec.gaps]
     if rec.rows is not None and isinstance(samples, SampleList) and not samples.built:
         analysis.feed_rows(rec.rows)
-        engine_ticks: Any = _engine_ticks(rec.rows)
+        engine.feed_rows(rec.rows)
     else:
         analysis.feed_all(samples)
-        engine_ticks = samples
+        for s in samples:
+            if s.engine is not None:
+                engine.feed(s.t, s.engine)
     analysis.finish()
     ans = analysis.answer()
     out: dict[str, Any] = {"schema_version": SCHEMA_VERSION, "headline": ans.headline.to_json()}
@@ -87,7 +89,7 @@ def _build_report(rec: Recording, thresholds: Thresholds) -> tuple[dict[str, Any
     out["gaps_s"] = sum(g["duration_s"] for g in rec.gaps)
     out["gpu_unavailable"] = rec.header.extra.get("gpu_unavailable")
     out["calibration_applied"] = rec.header.extra.get("calibration_applied")
-    out["engine"] = engine_report(engine_ticks, an)
+    out["engine"] = engine.report(an)
     if out["headline"]["phase"] is None and not rec.header.gpus and out["engine"]:
         # No GPU readings at all (engine alone): say what ran, and that what held it is unknown.
         out["headline"] = engine_only_headline(out["engine"], out["gpu_unavailable"]).to_json()
@@ -96,19 +98,6 @@ def _build_report(rec: Recording, thresholds: Thresholds) -> tuple[dict[str, Any
     out["whatif"] = whatif_report(rec.header, an, findings)
     out["linkmodel"] = report_linkmodel(rec.header, _lazy(rec))
     return out, an
-
-
-def _engine_ticks(rows: list[dict[str, Any]]) -> list[Sample]:
-    """Each tick's time and engine reading (all the engine report needs), for ticks that have one;
-    none at the cost of one C-level pass where the recording has no engine at all."""
-    engines = list(map(dict.get, rows, repeat("engine")))
-    if engines.count(None) == len(engines):
-        return []
-    return [
-        Sample(float(d["t"]), (), EngineSample.from_json(e))
-        for d, e in zip(rows, engines, strict=True)
-        if isinstance(e, dict)
-    ]
 
 
 def _lazy(rec: Recording) -> Iterator[Sample]:
