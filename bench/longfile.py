@@ -64,20 +64,28 @@ def _run(cmd: list[str]) -> tuple[float, float]:
     return wall, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
 
 
-def bench_longfile(megabytes: float = 200.0) -> list[tuple[str, str]]:
+def bench_longfile(megabytes: float = 200.0, rounds: int = 2) -> list[tuple[str, str]]:
+    """Bare parse and report in turns (A B A B: this machine is noisy), the median of each."""
+    parse: list[float] = []
+    report: list[float] = []
     with tempfile.TemporaryDirectory() as d:
         path = Path(d) / "long.jsonl"
         n, hours = build(path, megabytes)
         mb = path.stat().st_size / 1e6
-        parse_s, _ = _run([sys.executable, "-c", PARSE, str(path)])
-        report_s, rss = _run([sys.executable, "-m", "pcie_tui", "report", str(path), "--json"])
+        for _ in range(rounds):
+            parse.append(_run([sys.executable, "-c", PARSE, str(path)])[0])
+            wall, rss = _run([sys.executable, "-m", "pcie_tui", "report", str(path), "--json"])
+            report.append(wall)
+    parse_s, report_s = sorted(parse)[len(parse) // 2], sorted(report)[len(report) // 2]
     ratio = report_s / parse_s
     ok = "yes" if ratio <= TARGET_RATIO and rss < TARGET_RSS_MB else "no"
     return [
         (
-            f"`report --json` on a {mb:.0f} MB recording ({n:,} ticks, {hours:.1f} h, h200-pageable repeated)",
-            f"{report_s:.2f} s = {ratio:.1f}x a bare orjson parse ({parse_s:.2f} s; target <= {TARGET_RATIO:g}x); "
-            f"peak RSS of the report process {rss:.0f} MB (target < {TARGET_RSS_MB:g}); met: {ok}",
+            f"`report --json` on a {mb:.0f} MB recording ({n:,} ticks, {hours:.1f} h, h200-pageable repeated), "
+            f"read a block at a time",
+            f"{report_s:.2f} s = {ratio:.1f}x a bare orjson parse ({parse_s:.2f} s; target <= {TARGET_RATIO:g}x; "
+            f"median of {rounds} turns each); peak RSS of the report process {rss:.0f} MB (target < "
+            f"{TARGET_RSS_MB:g}); met: {ok}",
         )
     ]
 

@@ -54,6 +54,13 @@ class Analysis:
             self.ended = True
             self.session.finish()
 
+    def recorded_events(self, events: Sequence[Any]) -> None:
+        """A whole recording's events (a report that read them as it went): the engine's facts are the
+        header's completed by them, as if they had been known from the start."""
+        self.engine_info = engine_info(self.header.engine, events)
+        self.facts = facts_for(self.engine_info)
+        self._answer = None
+
     def note_events(self, events: Sequence[Any]) -> bool:
         """Live events of the source: an engine that became ready or was reattached brings its
         complete facts (the bounds and fixes follow them). True when the facts changed."""

@@ -78,6 +78,11 @@ class BetweenRequests:
         self._spilled = 0.0
 
     def feed_chunk(self, ch: Chunk) -> None:
+        if not len(ch.t):
+            return
+        if self._spill is None and PHASE not in ch.phase:  # no stretch and none spilling into this chunk
+            self._in, self._t_prev = False, ch.t[-1]
+            return
         tx = np.bincount(ch.tick_of, weights=np.nan_to_num(ch.cols[COL["pcie_tx_Bps"]]), minlength=len(ch.t))
         rx = np.bincount(ch.tick_of, weights=np.nan_to_num(ch.cols[COL["pcie_rx_Bps"]]), minlength=len(ch.t))
         seen = np.bincount(

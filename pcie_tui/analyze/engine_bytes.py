@@ -11,6 +11,7 @@ the two byte figures cover the same time. Pure bookkeeping over the analyzer's c
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -68,6 +69,14 @@ def engine_fields(e: Any) -> dict[str, Any] | None:
     return None  # no reading, or a damaged one
 
 
+def up_fields(engines: Sequence[Any]) -> list[dict[str, Any] | None]:
+    """:func:`engine_fields` of each reading, in one pass that calls no function for a recorded dict."""
+    return [
+        (e if e.get("up") is True else None) if type(e) is dict else engine_fields(e)  # noqa: E721 - exact dict
+        for e in engines
+    ]
+
+
 def _add(a: float | None, b: float) -> float:
     return (a or 0.0) + b
 
@@ -80,7 +89,7 @@ class EngineBytes:
         self._prev: tuple[float, dict[str, float | None]] | None = None  # last engine tick: time, counters
 
     def feed_chunk(self, ch: Chunk) -> None:
-        xs = [engine_fields(e) for e in ch.engine]
+        xs = up_fields(ch.engine)
         # Ticks whose engine exposes none of the counters (llama-server, most vLLM setups) only break an
         # interval; they need no PCIe sums and no per-counter work.
         has = [x is not None and not _KEYS.isdisjoint(x) for x in xs]

@@ -17,8 +17,11 @@ from __future__ import annotations
 
 import math
 from array import array
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
+from itertools import compress
 from typing import Any
+
+import numpy as np
 
 from pcie_tui.analyze import engine_bytes
 from pcie_tui.analyze.engine import (
@@ -47,7 +50,7 @@ def _num(v: Any) -> float | None:
 
 
 class _CounterFold:
-    """:func:`~pcie_tui.analyze.engine.counter_total` of a series of reads, one read at a time."""
+    """:func:`~pcie_tui.analyze.engine.counter_total` of a series of reads, fed a block of reads at a time."""
 
     __slots__ = ("prev", "total")
 
@@ -55,12 +58,15 @@ class _CounterFold:
         self.prev: float | None = None
         self.total: float | None = None
 
-    def add(self, v: float | None) -> None:
-        if v is None:
-            return
-        if self.prev is not None:
-            self.total = (self.total or 0.0) + (counter_increase(self.prev, v) or 0.0)
-        self.prev = v
+    def add(self, values: Iterable[float | None]) -> None:
+        prev, total = self.prev, self.total
+        for v in values:
+            if v is None:
+                continue
+            if prev is not None:
+                total = (total or 0.0) + (counter_increase(prev, v) or 0.0)
+            prev = v
+        self.prev, self.total = prev, total
 
 
 class _HistFold:
@@ -81,7 +87,7 @@ class _HistFold:
 
 
 class EngineSessionFold:
-    """Feed every tick's engine reading in time order (:meth:`feed_raw` or :meth:`feed`), then
+    """Feed every tick's engine reading in time order (:meth:`feed_rows` or :meth:`feed`), then
     :meth:`report` once."""
 
     def __init__(self) -> None:
@@ -90,62 +96,61 @@ class EngineSessionFold:
         self._prompt = array("d")  # NaN: not read
         self._gen = array("d")
         self._up = bytearray()
-        self._phase = bytearray()
-        self._phase_names: dict[str | None, int] = {}
+        self._phase = array("i")
+        self._phase_names: dict[Any, int] = {}
         self._hists = {name: _HistFold() for name in _HISTS}
         self._counters = {k: _CounterFold() for k in ("prompt", "gen", "finished", "http_s", "http_n")}
         self._seen: set[tuple[Any, ...]] = set()
         self.requests: list[dict[str, Any]] = []
+        self._pending: list[dict[str, Any]] = []  # Samples' engines as recording rows, fed in blocks
 
     def __bool__(self) -> bool:
-        return len(self._t) > 0
-
-    def feed_raw(self, t: float, d: Mapping[str, Any]) -> None:
-        """One tick's engine as the recording holds it (extra keys at the top level)."""
-        self._feed(t, str(d.get("kind", "")), bool(d.get("up", False)), d.get("phase"), d, d)
+        return len(self._t) > 0 or bool(self._pending)
 
     def feed(self, t: float, e: EngineSample) -> None:
-        self._feed(t, e.kind, e.up, e.phase, {
-            "prompt_tokens_total": e.prompt_tokens_total,
-            "generation_tokens_total": e.generation_tokens_total,
-        }, e.extra)  # fmt: skip
+        """One tick's engine as a Sample holds it."""
+        self._pending.append({"t": t, "engine": e.to_json()})
+        if len(self._pending) >= 4096:
+            self._flush()
 
-    def feed_rows(self, rows: Iterable[Mapping[str, Any]]) -> None:
-        """The engine of every raw tick dict that has one."""
-        feed = self.feed_raw
-        for d in rows:
-            e = d.get("engine")
-            if type(e) is dict:
-                feed(float(d["t"]), e)
+    def _flush(self) -> None:
+        rows, self._pending = self._pending, []
+        self.feed_rows(rows)
 
-    def _feed(
-        self, t: float, kind: str, up: bool, phase: Any, typed: Mapping[str, Any], extra: Mapping[str, Any]
-    ) -> None:
-        if self.kind is None:
-            self.kind = kind
-        p, g = typed.get("prompt_tokens_total"), typed.get("generation_tokens_total")
-        self._t.append(t)
-        self._prompt.append(_NAN if p is None else p)
-        self._gen.append(_NAN if g is None else g)
-        self._up.append(up)
-        code = self._phase_names.setdefault(phase, len(self._phase_names))
-        self._phase.append(code)
-        reqs = extra.get("requests")
-        if isinstance(reqs, list):
-            self._add_requests(reqs)
-        if not up:
+    def feed_rows(self, rows: Sequence[Mapping[str, Any]]) -> None:
+        """The engine of every raw tick dict that has one (as the recording holds it: extra keys at the top
+        level), a block of ticks at a time: columns first, then each figure's fold over its column."""
+        raw = [d.get("engine") for d in rows]
+        ts = [float(d["t"]) for d, e in zip(rows, raw, strict=True) if type(e) is dict]
+        engs: list[dict[str, Any]] = [e for e in raw if type(e) is dict]
+        if not engs:
             return
+        if self.kind is None:
+            self.kind = str(engs[0].get("kind", ""))
+        up = [bool(e.get("up", False)) for e in engs]
+        names = self._phase_names
+        self._t.extend(ts)
+        self._up.extend(up)
+        self._phase.extend([names.setdefault(e.get("phase"), len(names)) for e in engs])
+        prompt = [e.get("prompt_tokens_total") for e in engs]
+        gen = [e.get("generation_tokens_total") for e in engs]
+        self._prompt.extend([_NAN if v is None else v for v in prompt])
+        self._gen.extend([_NAN if v is None else v for v in gen])
+        for e in engs:
+            if "requests" in e and isinstance(e["requests"], list):
+                self._add_requests(e["requests"])
+        ups = engs if all(up) else list(compress(engs, up))
         c = self._counters
-        c["prompt"].add(p)
-        c["gen"].add(g)
-        fin = extra.get("requests_finished_total")
-        c["finished"].add(fin if isinstance(fin, int | float) else None)
-        c["http_s"].add(_num(extra.get("http_seconds_total")))
-        c["http_n"].add(_num(extra.get("http_requests_total")))
-        hists = extra.get("hist")
-        if isinstance(hists, dict):
-            for name, fold in self._hists.items():
-                fold.add(hists.get(name))
+        c["prompt"].add(compress(prompt, up))
+        c["gen"].add(compress(gen, up))
+        c["finished"].add([v if isinstance(v := e.get("requests_finished_total"), int | float) else None for e in ups])
+        if any("http_seconds_total" in e or "http_requests_total" in e for e in ups):
+            c["http_s"].add([_num(e.get("http_seconds_total")) for e in ups])
+            c["http_n"].add([_num(e.get("http_requests_total")) for e in ups])
+        for hists in [h for e in ups if (h := e.get("hist")) is not None]:
+            if isinstance(hists, dict):
+                for name, fold in self._hists.items():
+                    fold.add(hists.get(name))
 
     def _add_requests(self, reqs: list[Any]) -> None:
         for r in reqs:
@@ -157,36 +162,54 @@ class EngineSessionFold:
 
     # ---- the figures ------------------------------------------------------
 
+    def _columns(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Time, up and phase code per tick, as arrays."""
+        t = np.frombuffer(self._t, dtype=np.float64) if len(self._t) else np.zeros(0)
+        up = np.frombuffer(bytes(self._up), dtype=np.uint8).astype(bool)
+        return t, up, np.array(self._phase, dtype=np.int64)
+
+    @staticmethod
+    def _in_order_sum(x: np.ndarray) -> float:
+        """The sum of ``x`` added first to last (as a loop adds: cumsum is sequential, sum is not)."""
+        return float(np.cumsum(x)[-1]) if x.size else 0.0
+
+    def _pairs(self, skip: set[float]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(time to the next tick, both ticks up, the pair starts at a gap) for consecutive ticks."""
+        t, up, _ = self._columns()
+        both = up[:-1] & up[1:]
+        at_gap = (
+            np.isin(t[:-1], np.fromiter(skip, dtype=np.float64, count=len(skip))) if skip else np.zeros(both.size, bool)
+        )
+        return np.diff(t), both, at_gap
+
     def up_span_s(self, skip: set[float]) -> float:
         """Seconds the engine was answering: spans between consecutive up ticks, none starting at a gap."""
-        t, up = self._t, self._up
-        span = 0.0
-        for i in range(len(t) - 1):
-            if up[i] and up[i + 1] and t[i] not in skip:
-                span += t[i + 1] - t[i]
-        return span
+        dt, both, at_gap = self._pairs(skip)
+        return self._in_order_sum(np.where(both & ~at_gap, dt, 0.0))
 
     def session_rate(self, which: str, span: float, skip: set[float]) -> float | None:
         """A token counter's increase over the watched time (increases across a gap left out)."""
-        t, up = self._t, self._up
-        v = self._prompt if which == "prompt" else self._gen
-        inc: float | None = None
-        for i in range(len(t) - 1):
-            va, vb = v[i], v[i + 1]
-            if up[i] and up[i + 1] and va == va and vb == vb:  # noqa: PLR0124 - NaN: not read
-                inc = (inc or 0.0) + (0.0 if t[i] in skip else (counter_increase(va, vb) or 0.0))
-        return inc / span if inc is not None and span > 0 else None
+        v = np.frombuffer(self._prompt if which == "prompt" else self._gen, dtype=np.float64)
+        _, both, at_gap = self._pairs(skip)
+        read = both & ~np.isnan(v[:-1]) & ~np.isnan(v[1:])
+        if not read.any():
+            return None
+        va, vb = v[:-1], v[1:]
+        inc = np.where(vb >= va, vb - va, vb)  # a drop is a restart from zero
+        total = self._in_order_sum(np.where(read & ~at_gap, inc, 0.0))
+        return total / span if span > 0 else None
 
     def phase_times(self) -> dict[str, dict[str, Any]]:
-        """Ticks, time and share of time per engine phase."""
-        names = {code: (name or "unknown") for name, code in self._phase_names.items()}
+        """Ticks, time and share of time per engine phase (in the order the phases first came)."""
+        t, _, codes = self._columns()
+        dt = np.append(np.diff(t), 0.0)  # the last tick has no time after it
+        by_name: dict[str, list[int]] = {}
+        for raw, code in self._phase_names.items():
+            by_name.setdefault(raw or "unknown", []).append(code)
         phases: dict[str, dict[str, Any]] = {}
-        t, codes = self._t, self._phase
-        for i in range(len(t)):
-            ph = phases.setdefault(names[codes[i]], {"ticks": 0, "time_s": 0.0})
-            ph["ticks"] += 1
-            if i + 1 < len(t):
-                ph["time_s"] += t[i + 1] - t[i]
+        for name, mine_codes in by_name.items():
+            mine = np.isin(codes, mine_codes)
+            phases[name] = {"ticks": int(mine.sum()), "time_s": self._in_order_sum(np.where(mine, dt, 0.0))}
         total_t = sum(p["time_s"] for p in phases.values())
         for ph in phases.values():
             ph["share"] = ph["time_s"] / total_t if total_t > 0 else None
@@ -209,6 +232,8 @@ class EngineSessionFold:
         With the finished :class:`~pcie_tui.analyze.session.SessionAnalyzer` of the same ticks, the
         recording's gaps are left out of the up time and rates, and the engine's own bytes and the
         copies between requests are added."""
+        if self._pending:
+            self._flush()
         if not self:
             return None
         gaps = getattr(analyzer, "gaps", ())

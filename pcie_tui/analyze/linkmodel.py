@@ -191,39 +191,52 @@ def measured_bytes_per_token(header: SessionHeader, samples: Iterable[Sample]) -
 
     ``tokens`` is None when unknown, with ``tokens_reason`` saying why.
     """
-    acc: dict[str, dict[str, Any]] = {}
-    prev: Sample | None = None
-    engine_seen = header.engine is not None
-    counters_seen = False
-    requests: dict[Any, tuple[float, float]] = {}  # request key -> (prompt tokens, generated tokens)
+    fold = MeasuredFold(header)
     for s in samples:
+        fold.feed(s)
+    return fold.result()
+
+
+class MeasuredFold:
+    """:func:`measured_bytes_per_token` one tick at a time (a long recording streams through it)."""
+
+    def __init__(self, header: SessionHeader) -> None:
+        self.acc: dict[str, dict[str, Any]] = {}
+        self.prev: Sample | None = None
+        self.engine_seen = header.engine is not None
+        self.counters_seen = False
+        self.requests: dict[Any, tuple[float, float]] = {}  # request key -> (prompt tokens, generated tokens)
+
+    def feed(self, s: Sample) -> None:
         if s.engine is not None:
-            engine_seen = True
+            self.engine_seen = True
             if s.engine.prompt_tokens_total is not None or s.engine.generation_tokens_total is not None:
-                counters_seen = True
-            _note_request_tokens(s.t, s.engine, requests)
-        if prev is not None:
-            _add_tick(acc, prev, s)
-        prev = s
-    out: dict[str, Any] = {}
-    for phase, a in acc.items():
-        tokens, basis, reason = _phase_tokens(phase, a, engine_seen, counters_seen, requests)
-        per_gpu = {}
-        for idx, b in sorted(a["bytes"].items()):
-            per_gpu[idx] = {
-                "bytes": b,
-                "mean_Bps": b / a["seconds"],
-                "bytes_per_token": (b / tokens) if tokens else None,
+                self.counters_seen = True
+            _note_request_tokens(s.t, s.engine, self.requests)
+        if self.prev is not None:
+            _add_tick(self.acc, self.prev, s)
+        self.prev = s
+
+    def result(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for phase, a in self.acc.items():
+            tokens, basis, reason = _phase_tokens(phase, a, self.engine_seen, self.counters_seen, self.requests)
+            per_gpu = {}
+            for idx, b in sorted(a["bytes"].items()):
+                per_gpu[idx] = {
+                    "bytes": b,
+                    "mean_Bps": b / a["seconds"],
+                    "bytes_per_token": (b / tokens) if tokens else None,
+                }
+            out[phase] = {
+                "seconds": a["seconds"],
+                "ticks": a["ticks"],
+                "tokens": tokens or None,
+                "tokens_basis": basis if tokens else None,
+                "tokens_reason": None if tokens else reason,
+                "gpus": per_gpu,
             }
-        out[phase] = {
-            "seconds": a["seconds"],
-            "ticks": a["ticks"],
-            "tokens": tokens or None,
-            "tokens_basis": basis if tokens else None,
-            "tokens_reason": None if tokens else reason,
-            "gpus": per_gpu,
-        }
-    return out
+        return out
 
 
 def _note_request_tokens(t: float, engine: EngineSample, requests: dict[Any, tuple[float, float]]) -> None:
@@ -367,7 +380,13 @@ def compare_with_recording(
     prediction: dict[str, Any], layout: Layout, header: SessionHeader, samples: Iterable[Sample]
 ) -> None:
     """Add ``measured``, ``comparison`` and ``comparison_reason`` (why there is none, else None) to ``prediction``."""
-    measured = measured_bytes_per_token(header, samples)
+    compare_with_measured(prediction, layout, header, measured_bytes_per_token(header, samples))
+
+
+def compare_with_measured(
+    prediction: dict[str, Any], layout: Layout, header: SessionHeader, measured: dict[str, Any]
+) -> None:
+    """:func:`compare_with_recording` with the recording's bytes per token already measured."""
     prediction["measured"] = measured
     why = layout_mismatch(header, layout) or no_comparison_reason(measured)
     prediction["comparison"] = {} if why else compare(prediction, measured)

@@ -15,8 +15,9 @@ from typing import Any, TypeGuard
 
 from pcie_tui.analyze.linkmodel import (
     Layout,
+    MeasuredFold,
     ModelShape,
-    compare_with_recording,
+    compare_with_measured,
     from_gguf,
     from_hf_config,
     predict,
@@ -178,27 +179,55 @@ def local_model_problem(header: SessionHeader, path: str, fmt: str, meta: dict[s
 
 def report_linkmodel(header: SessionHeader, samples: Iterable[Sample]) -> dict[str, Any]:
     """Predicted vs measured link bytes per token for a recording (``available``), or why not (``reason``)."""
-    src = from_engine(header)
-    if src.shape is None or src.layout is None:
-        return {"available": False, "reason": src.reason}
-    eng: dict[str, Any] = header.engine if isinstance(header.engine, dict) else {}
-    stream = src.engine.weight_stream(eng, src.fields) if src.engine is not None else None
-    if stream is not None and not stream.priced:
-        return {"available": False, "reason": _unpriced(stream, src)}
-    g = header.gpus[0] if header.gpus else None
-    ceiling = (g.link.measured_Bps or g.link.capacity_Bps) if g else None
-    if not ceiling:
-        return {"available": False, "reason": "the link's ceiling is unknown"}
-    host = (stream.bytes_per_microbatch, stream.ubatch) if stream is not None and stream.ubatch else None
-    pred = predict(src.shape, src.layout, ceiling, host_microbatch=host)
-    pred["ceiling_label"] = "calibrated" if g and g.link.measured_Bps else "theoretical"
-    compare_with_recording(pred, src.layout, header, samples)
-    pred["available"] = True
-    used = stream.used if stream is not None else ()
-    pred["source"] = f"{src.reason} ({describe(src.fields, used)})" if src.from_header else src.reason
-    pred["model_file_reason"] = src.file_reason
-    pred["host_weights"] = stream.to_json() if stream is not None else None
-    return pred
+    lm = LinkModelReport(header)
+    if lm.fold is not None:
+        for s in samples:
+            lm.fold.feed(s)
+    return lm.result()
+
+
+class LinkModelReport:
+    """:func:`report_linkmodel` in two steps: the prediction from the header at once, then (where there
+    is one, ``fold`` not None) the recording's ticks fed to ``fold``, then :meth:`result`."""
+
+    def __init__(self, header: SessionHeader) -> None:
+        self.header = header
+        self.fold: MeasuredFold | None = None
+        self._done: dict[str, Any] | None = None
+        src = from_engine(header)
+        self.src = src
+        if src.shape is None or src.layout is None:
+            self._done = {"available": False, "reason": src.reason}
+            return
+        eng: dict[str, Any] = header.engine if isinstance(header.engine, dict) else {}
+        stream = src.engine.weight_stream(eng, src.fields) if src.engine is not None else None
+        self.stream = stream
+        if stream is not None and not stream.priced:
+            self._done = {"available": False, "reason": _unpriced(stream, src)}
+            return
+        g = header.gpus[0] if header.gpus else None
+        ceiling = (g.link.measured_Bps or g.link.capacity_Bps) if g else None
+        if not ceiling:
+            self._done = {"available": False, "reason": "the link's ceiling is unknown"}
+            return
+        host = (stream.bytes_per_microbatch, stream.ubatch) if stream is not None and stream.ubatch else None
+        self.pred = predict(src.shape, src.layout, ceiling, host_microbatch=host)
+        self.pred["ceiling_label"] = "calibrated" if g and g.link.measured_Bps else "theoretical"
+        self.fold = MeasuredFold(header)
+
+    def result(self) -> dict[str, Any]:
+        if self._done is not None or self.fold is None:
+            return self._done or {}
+        src, stream, pred = self.src, self.stream, self.pred
+        assert src.layout is not None  # noqa: S101 - set whenever there is a fold
+        compare_with_measured(pred, src.layout, self.header, self.fold.result())
+        pred["available"] = True
+        used = stream.used if stream is not None else ()
+        pred["source"] = f"{src.reason} ({describe(src.fields, used)})" if src.from_header else src.reason
+        pred["model_file_reason"] = src.file_reason
+        pred["host_weights"] = stream.to_json() if stream is not None else None
+        self._done = pred
+        return pred
 
 
 def _unpriced(stream: WeightStream, src: ModelSource) -> str:

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pcie_tui.analyze.columns import Chunk
-from pcie_tui.analyze.engine_bytes import engine_fields
+from pcie_tui.analyze.engine_bytes import up_fields
 from pcie_tui.engines.stats import REQUEST_IDENTITY, quantile
 
 CACHED = "prompt_tokens_cached_total"  # llama-server's /metrics: prompt tokens reused from a cache
@@ -41,14 +41,15 @@ class RequestWaits:
         self._cached_sum = 0.0
 
     def feed_chunk(self, ch: Chunk) -> None:
-        for e in ch.engine:
-            x = engine_fields(e)
-            if x is None:
-                continue
-            self._cached(_num(x.get(CACHED)))
-            for r in x.get("requests") or ():
-                if isinstance(r, dict):
-                    self._request(r)
+        xs = [x for x in up_fields(ch.engine) if x is not None]
+        cached = [x[CACHED] for x in xs if CACHED in x]
+        if cached:
+            self._cached(cached if set(map(type, cached)) <= {float, int} else list(map(_num, cached)))
+        for x in xs:
+            if "requests" in x:
+                for r in x["requests"] or ():
+                    if isinstance(r, dict):
+                        self._request(r)
 
     def _request(self, r: dict[str, Any]) -> None:
         key = tuple(r.get(k) for k in REQUEST_IDENTITY)
@@ -60,15 +61,19 @@ class RequestWaits:
             self._ttft.append(ttft)
             self._setup.append(setup)
 
-    def _cached(self, v: float | None) -> None:
-        if v is None:
-            return
-        if self._cached_first is None:
-            self._cached_first = v
-        elif self._cached_last is not None and v < self._cached_last:  # restarted from zero
-            self._cached_sum += self._cached_last - (self._cached_first or 0.0)
-            self._cached_first = 0.0
-        self._cached_last = v
+    def _cached(self, values: list[float | None]) -> None:
+        """The cached-prompt-token counter's reads, in order (None: not read)."""
+        first, last, total = self._cached_first, self._cached_last, self._cached_sum
+        for v in values:
+            if v is None:
+                continue
+            if first is None:
+                first = v
+            elif last is not None and v < last:  # restarted from zero
+                total += last - (first or 0.0)
+                first = 0.0
+            last = v
+        self._cached_first, self._cached_last, self._cached_sum = first, last, total
 
     def waits(self) -> Waits:
         cached = None

@@ -268,7 +268,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     """The report (text or --json) on stdout, always in full; a --plot that cannot be drawn is one line on
     stderr after it (exit 2): the path is checked before any analysis, so a bad one costs no work."""
     from pcie_tui.recording.reader import read_recording
-    from pcie_tui.report.text import build_report
+    from pcie_tui.report.text import build_report, report_file
 
     plot, plot_error = None, None
     if args.plot is not None:
@@ -279,14 +279,21 @@ def cmd_report(args: argparse.Namespace) -> int:
         except UserError as e:
             plot_error = e  # said after the report: the answer is never lost to a bad plot path
     try:
-        rec = read_recording(_recording_arg(args.file)[0])
-        if not rec.samples:
+        if plot is None:  # streamed: the file is read a block at a time, nothing of it kept
+            report, analyzer, rec, ticks = report_file(_recording_arg(args.file)[0])
+        else:  # the plot draws every tick: the recording is held whole
+            rec = read_recording(_recording_arg(args.file)[0], warn=False)
+            ticks = len(rec.samples)
+        for w in rec.warnings:
+            print(f"pcie-tui: warning: {w}", file=sys.stderr)
+        if not ticks:
             raise UserError(f"{args.file} holds a header but no ticks")
     except UserError:
         if plot_error is not None:  # no report to print: the first error found is the one line
             raise plot_error from None
         raise
-    report, analyzer = build_report(rec)
+    if plot is not None:
+        report, analyzer = build_report(rec)
     _print_report(report, rec, args.json)
     if plot_error is not None:
         sys.stdout.flush()  # the report is out before the error line

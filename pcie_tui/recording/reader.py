@@ -11,15 +11,14 @@ import zlib
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from itertools import compress
 from operator import itemgetter
 from pathlib import Path
-from typing import Any, overload
+from typing import Any, BinaryIO, overload
 
 from pcie_tui.core import metrics
 from pcie_tui.core.errors import UserError
 from pcie_tui.core.model import TYPED_METRICS, EngineSample, GpuSample, Sample, SessionHeader
-from pcie_tui.recording.timeline import check_ticks
+from pcie_tui.recording.timeline import TickChecker
 from pcie_tui.recording.validate import Tally, clean_header_dict, scrub
 
 _fast_loads: Callable[[bytes], Any]
@@ -35,38 +34,72 @@ FORMAT = "pcie-tui/recording"
 SUPPORTED_VERSIONS = (1,)
 
 
-def _read_bytes(path: Path) -> tuple[bytes, str | None]:
-    """Whole file, decompressed if gzip. Returns (data, warning)."""
+READ_BYTES = 1 << 20  # read at a time (compressed bytes for gzip)
+BLOCK_BYTES = 2 << 20  # about this much text is parsed and checked at a time (some 8,000 ticks of 1 GPU)
+
+
+def _open_file(path: Path) -> BinaryIO:
     try:
-        raw = path.read_bytes()
+        return path.open("rb")
     except FileNotFoundError:
         raise UserError(f"no such recording: {path}") from None
     except IsADirectoryError:
         raise UserError(f"{path} is a directory, not a recording") from None
     except OSError as e:
         raise UserError(f"cannot read {path}: {e.strerror}") from None
-    if raw[:2] != b"\x1f\x8b":
-        return raw, None
-    # Decompress member by member; a killed writer leaves a stream without its
-    # end marker, and everything flushed before the kill is still readable.
-    out: list[bytes] = []
-    warning = None
-    data = raw
-    while data:
-        d = zlib.decompressobj(wbits=31)
+
+
+def _read(f: BinaryIO, path: Path, n: int) -> bytes:
+    try:
+        return f.read(n)
+    except IsADirectoryError:
+        raise UserError(f"{path} is a directory, not a recording") from None
+    except OSError as e:
+        raise UserError(f"cannot read {path}: {e.strerror}") from None
+
+
+def _blocks(path: Path, warnings: list[str]) -> Iterator[bytes]:
+    """The file's bytes, decompressed if gzip, a block at a time; a damaged or cut gzip stream ends
+    the blocks with a warning (in ``warnings``) after everything before it."""
+    with _open_file(path) as f:
+        data = _read(f, path, READ_BYTES)
+        if data[:2] != b"\x1f\x8b":
+            while data:
+                yield data
+                data = _read(f, path, READ_BYTES)
+            return
+        yield from _gunzip(f, path, data, warnings)
+
+
+def _gunzip(f: BinaryIO, path: Path, data: bytes, warnings: list[str]) -> Iterator[bytes]:
+    # Member by member; a killed writer leaves a stream without its end marker, and everything
+    # flushed before the kill is still readable.
+    d = zlib.decompressobj(wbits=31)
+    fed, produced, last = False, 0, b""
+    while True:
+        if not data:
+            data = _read(f, path, READ_BYTES)
+            if not data:
+                break
         try:
-            out.append(d.decompress(data))
+            out = d.decompress(data)
         except zlib.error as e:
-            warning = f"{path}: gzip data corrupt after {sum(map(len, out))} bytes ({e}); read what came before"
-            break
-        if not d.eof:
-            # The writer flushes after every line: a stopped writer leaves whole lines, a cut file need not.
-            tail = out[-1][-1:] if out and out[-1] else b""
-            why = "the writer was stopped before closing it" if tail == b"\n" else "the file is cut short or damaged"
-            warning = f"{path}: gzip stream ends early ({why}); read every complete line"
-            break
-        data = d.unused_data
-    return b"".join(out), warning
+            warnings.append(f"{path}: gzip data corrupt after {produced} bytes ({e}); read what came before")
+            return
+        fed = True
+        if out:
+            produced += len(out)
+            last = out[-1:]
+            yield out
+        if d.eof:
+            data = d.unused_data
+            d, fed, last = zlib.decompressobj(wbits=31), False, b""
+        else:
+            data = b""
+    if fed:
+        # The writer flushes after every line: a stopped writer leaves whole lines, a cut file need not.
+        why = "the writer was stopped before closing it" if last == b"\n" else "the file is cut short or damaged"
+        warnings.append(f"{path}: gzip stream ends early ({why}); read every complete line")
 
 
 def _std_loads(line: bytes, bad: list[int] | None = None) -> Any:
@@ -173,6 +206,11 @@ def _fast_matches(gpu: Callable[[dict[str, Any]], GpuSample] | None = None) -> b
 _sample = _sample_fast if _fast_matches() else Sample.from_json
 
 
+def sample_from_row(d: dict[str, Any]) -> Sample:
+    """One checked raw tick dict as a Sample."""
+    return _sample(d)
+
+
 class SampleList(Sequence[Sample]):
     """The ticks of a recording as Samples, built from the raw tick dicts on first use.
 
@@ -270,53 +308,154 @@ def gc_paused() -> Iterator[None]:
             gc.enable()
 
 
-def _open(path: str | os.PathLike[str]) -> tuple[Path, SessionHeader, list[bytes], list[str], Tally]:
-    p = Path(path)
-    data, warning = _read_bytes(p)
-    warnings: list[str] = [warning] if warning else []
-    lines = data.split(b"\n")
-    if not lines or not lines[0].strip():
-        if warning:  # a gzip stream cut before its first line ended
-            raise UserError(f"{p} is cut short before its first line ended: no recording to read")
-        raise UserError(f"{p} is empty, not a recording")
-    if len(lines) == 1 and warning:
-        raise UserError(f"{p} is cut short inside its first line: no recording to read")
-    tally = Tally(p)
-    bad: list[int] = []
-    try:
-        first = _loads(lines[0], bad)
-    except (ValueError, RecursionError):
-        raise UserError(f"{p} is not a pcie-tui recording (first line is not JSON)") from None
-    if bad:
-        scrub(first, tally, 1)
-    return p, parse_header(first, p, tally), lines, warnings, tally
+class RowStream:
+    """A recording read a block at a time: the header at once, then :meth:`chunks` of checked raw tick
+    dicts in file order, none kept by the reader. Event lines collect in ``events``; once the chunks
+    are spent, ``warnings`` (damage, values left out, gaps), ``segments`` and ``gaps`` are complete.
 
+    A line that cannot be read is named ("unreadable line N"), unless only blank lines follow it:
+    then it is the cut last line a crash leaves ("truncated last line").
+    """
 
-def _objects(p: Path, lines: list[bytes], warnings: list[str], tally: Tally | None = None) -> Iterator[tuple[int, Any]]:
-    """(line number, parsed object) for every readable non-blank line after the header."""
-    last_idx = len(lines) - 1
-    for i in range(1, len(lines)):
-        line = lines[i]
-        if not line.strip():
-            continue
+    def __init__(self, path: str | os.PathLike[str], *, validate: bool = True, block_bytes: int = BLOCK_BYTES) -> None:
+        self.path = Path(path)
+        self.block_bytes = block_bytes
+        self.events: list[dict[str, Any]] = []
+        self.warnings: list[str] = []
+        self.segments: list[dict[str, Any]] = []
+        self.gaps: list[dict[str, Any]] = []
+        self.tally = Tally(self.path)
+        self._gz_warnings: list[str] = []
+        self._parse_warnings: list[str] = []
+        self._blocks = _blocks(self.path, self._gz_warnings)
+        self._rest = b""
+        self._eof = False
+        self._line = 1  # number of the last line taken (the header's is 1)
+        self._bad: int | None = None  # a line that could not be read, not yet known to be the last
+        self.header = self._read_header()
+        self.checker = TickChecker(self.header, self.tally, validate=validate)
+        self.done = False
+
+    def _more(self) -> bool:
+        block = next(self._blocks, None)
+        if block is None:
+            self._eof = True
+            return False
+        self._rest += block
+        return True
+
+    def _read_header(self) -> SessionHeader:
+        p = self.path
+        while b"\n" not in self._rest and self._more():
+            pass
+        first, nl, self._rest = self._rest.partition(b"\n")
+        cut = bool(self._gz_warnings) and self._eof
+        if not first.strip():
+            if cut and not nl:  # a gzip stream cut before its first line ended
+                raise UserError(f"{p} is cut short before its first line ended: no recording to read")
+            raise UserError(f"{p} is empty, not a recording")
+        if not nl and cut:
+            raise UserError(f"{p} is cut short inside its first line: no recording to read")
         bad: list[int] = []
         try:
-            obj = _loads(line, bad)
+            obj = _loads(first, bad)
         except (ValueError, RecursionError):
-            # The last line may be cut short by a crash; anything else is damage.
-            trailing = i == last_idx or all(not x.strip() for x in lines[i + 1 :])
-            what = "truncated last line" if trailing else f"unreadable line {i + 1}"
-            warnings.append(f"{p}: skipped {what}")
-            continue
+            raise UserError(f"{p} is not a pcie-tui recording (first line is not JSON)") from None
         if bad:
-            scrub(obj, tally if tally is not None else Tally(p), i + 1)
-        yield i + 1, obj
+            scrub(obj, self.tally, 1)
+        return parse_header(obj, p, self.tally)
 
+    def _line_blocks(self) -> Iterator[tuple[list[bytes], int]]:
+        """(whole lines, number of the first) about ``block_bytes`` at a time; the text after the last
+        newline is the file's last line."""
+        while not self._eof:
+            while len(self._rest) < self.block_bytes and self._more():
+                pass
+            if self._eof:
+                break
+            cut = self._rest.rfind(b"\n")
+            if cut < 0:  # one line longer than a block: read on to its end
+                if not self._more():
+                    break
+                continue
+            lines = self._rest[:cut].split(b"\n")
+            self._rest = self._rest[cut + 1 :]
+            yield lines, self._line + 1
+            self._line += len(lines)
+        lines = self._rest.split(b"\n")
+        self._rest = b""
+        yield lines, self._line + 1
+        self._line += len(lines)
 
-def iter_lines(path: str | os.PathLike[str]) -> tuple[SessionHeader, Iterator[dict[str, Any]], list[str]]:
-    """Header plus an iterator over raw tick/event dicts. Warnings list fills as it goes."""
-    p, header, lines, warnings, _ = _open(path)
-    return header, (o for _, o in _objects(p, lines, warnings) if isinstance(o, dict)), warnings
+    def chunks(self) -> Iterator[list[dict[str, Any]]]:
+        """The checked tick dicts, a block at a time (never an empty list)."""
+        with gc_paused():
+            for lines, first in self._line_blocks():
+                ticks, nums, heads = self._parse(lines, first)
+                kept = self.checker.feed(ticks, lambda nums=nums: nums, heads)  # type: ignore[misc]
+                if kept:
+                    yield kept
+        self._finish()
+
+    def _finish(self) -> None:
+        if self._bad is not None:
+            self._parse_warnings.append(f"{self.path}: skipped truncated last line")
+            self._bad = None
+        checked = self.checker.finish()
+        self.segments, self.gaps = checked.segments, checked.gaps
+        self.warnings = [*self._gz_warnings, *self._parse_warnings, *self.tally.warnings(), *checked.warnings]
+        self.done = True
+
+    def _parse(self, lines: list[bytes], first: int) -> tuple[list[dict[str, Any]], list[int], list[tuple[int, int]]]:
+        """One block's lines: (tick dicts, their line numbers, (position, line) of later header lines);
+        event lines go to ``events``."""
+        try:  # every line whole and plain JSON (the usual case): one sweep
+            loads = _fast_loads
+            objs = [loads(x) for x in lines if x]
+            nums = [first + i for i, x in enumerate(lines) if x]
+            if objs and self._bad is not None:
+                self._unreadable()
+        except (ValueError, RecursionError):  # a cut or damaged line, or something only stdlib json reads
+            objs, nums = self._parse_each(lines, first)
+        ticks = [o for o in objs if type(o) is dict and "gpus" in o and "t" in o]
+        if len(ticks) == len(objs):
+            return ticks, nums, []
+        ticks, tick_lines, heads = [], [], []
+        for o, n in zip(objs, nums, strict=True):
+            if not isinstance(o, dict):
+                continue
+            if "gpus" in o and "t" in o:
+                ticks.append(o)
+                tick_lines.append(n)
+            elif o.get("format") == FORMAT:
+                heads.append((len(ticks), n))
+            elif "event" in o:
+                self.events.append(o)
+        return ticks, tick_lines, heads
+
+    def _unreadable(self) -> None:
+        self._parse_warnings.append(f"{self.path}: skipped unreadable line {self._bad}")
+        self._bad = None
+
+    def _parse_each(self, lines: list[bytes], first: int) -> tuple[list[Any], list[int]]:
+        objs: list[Any] = []
+        nums: list[int] = []
+        for i, line in enumerate(lines):
+            if not line.strip():
+                continue
+            if self._bad is not None:
+                self._unreadable()
+            bad: list[int] = []
+            try:
+                obj = _loads(line, bad)
+            except (ValueError, RecursionError):
+                self._bad = first + i  # the last line may be cut short by a crash; anything else is damage
+                continue
+            if bad:
+                scrub(obj, self.tally, first + i)
+            objs.append(obj)
+            nums.append(first + i)
+        return objs, nums
 
 
 @dataclass
@@ -338,48 +477,12 @@ def read_rows_full(path: str | os.PathLike[str], *, validate: bool = True) -> Ro
     structural checks that keep the analyzers safe (a number ``t``, GPU dicts with an integer
     index, time order) always run.
     """
-    p, header, lines, warnings, tally = _open(path)
+    st = RowStream(path, validate=validate)
+    ticks: list[dict[str, Any]] = []
     with gc_paused():
-        nums: list[int] | None = None
-        try:  # every line whole and plain JSON (the usual case): one sweep
-            loads = _fast_loads
-            objs = [loads(x) for x in lines[1:] if x]
-            if set(map(type, objs)) - {dict}:
-                nums = [i + 1 for i in range(1, len(lines)) if lines[i]]
-                keep = [isinstance(o, dict) for o in objs]
-                objs = list(compress(objs, keep))
-                nums = list(compress(nums, keep))
-        except (ValueError, RecursionError):  # a cut or damaged line, or something only stdlib json reads
-            pairs = [(n, o) for n, o in _objects(p, lines, warnings, tally) if isinstance(o, dict)]
-            objs = [o for _, o in pairs]
-            nums = [n for n, _ in pairs]
-
-        def line_numbers() -> list[int]:
-            return nums if nums is not None else [i + 1 for i in range(1, len(lines)) if lines[i]]
-
-        ticks = [o for o in objs if "gpus" in o and "t" in o]
-        events: list[dict[str, Any]] = []
-        heads: list[int] = []  # positions in ticks where a later header starts a segment
-        head_lines: list[int] = []
-        if len(ticks) != len(objs):
-            ticks, events = [], []
-            ln = line_numbers()
-            tick_lines = []
-            for o, n in zip(objs, ln, strict=True):
-                if "gpus" in o and "t" in o:
-                    ticks.append(o)
-                    tick_lines.append(n)
-                elif o.get("format") == FORMAT:
-                    heads.append(len(ticks))
-                    head_lines.append(n)
-                elif "event" in o:
-                    events.append(o)
-            nums = tick_lines
-            line_numbers = lambda: tick_lines  # noqa: E731 - now lines of ticks only
-        checked = check_ticks(header, ticks, line_numbers, heads, head_lines, tally, validate=validate)
-    warnings.extend(tally.warnings())
-    warnings.extend(checked.warnings)
-    return Rows(header, checked.ticks, events, warnings, checked.segments, checked.gaps)
+        for ch in st.chunks():
+            ticks.extend(ch)
+    return Rows(st.header, ticks, st.events, st.warnings, st.segments, st.gaps)
 
 
 def read_rows(

@@ -14,9 +14,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from itertools import chain
+from itertools import chain, repeat
 from operator import itemgetter
 from typing import Any
 
@@ -90,17 +90,25 @@ def _fast_ok(header: SessionHeader, ticks: list[dict[str, Any]], validate: bool)
 
 
 def _engines_ok(engines: list[dict[str, Any]]) -> bool:
+    """Every engine dict's numbers numbers in range, its words words, ``up`` a bool (column by column,
+    each read at C speed)."""
+    none = type(None)
     for k in ENGINE_NUMBERS:
-        vals = [e.get(k) for e in engines]
-        if set(map(type, vals)) - {float, int, type(None)}:
+        vals: list[Any] = list(map(dict.get, engines, repeat(k)))
+        types = set(map(type, vals))
+        if types - _NUMBER_TYPES:
             return False
-        nums = [v for v in vals if v is not None]
+        nums = [v for v in vals if v is not None] if none in types else vals
         if nums and not (min(nums) >= 0 and max(nums) <= 1e18):
             return False
     for k in ("kind", "phase", "error"):
-        if set(type(e.get(k)) for e in engines) - {str, type(None)}:
+        if set(map(type, map(dict.get, engines, repeat(k)))) - _WORD_TYPES:
             return False
-    return not set(type(e.get("up", False)) for e in engines) - {bool}
+    return not set(map(type, map(dict.get, engines, repeat("up"), repeat(False)))) - {bool}
+
+
+_NUMBER_TYPES = frozenset({float, int, type(None)})
+_WORD_TYPES = frozenset({str, type(None)})
 
 
 def check_ticks(
@@ -113,74 +121,172 @@ def check_ticks(
     *,
     validate: bool = True,
 ) -> Checked:
-    t = _fast_ok(header, ticks, validate) if not heads else None
-    if t is not None:
-        out = Checked(ticks)
-        if ticks:
-            out.segments = [{"line": 1, "start": float(t[0]), "end": float(t[-1]), "ticks": len(ticks)}]
-        _gaps(header, out, t, line_numbers, {}, tally)
-        return out
-    return _slow(header, ticks, line_numbers(), heads, head_lines, tally, validate)
+    """A whole recording's ticks checked at once (:class:`TickChecker` fed one chunk)."""
+    checker = TickChecker(header, tally, validate=validate)
+    kept = checker.feed(ticks, line_numbers, list(zip(heads, head_lines, strict=True)))
+    return checker.finish(kept)
 
 
-def _slow(
-    header: SessionHeader,
-    ticks: list[dict[str, Any]],
-    lines: list[int],
-    heads: list[int],
-    head_lines: list[int],
-    tally: Tally,
-    validate: bool,
-) -> Checked:
-    known = {g.index for g in header.gpus}
-    starts = dict(zip(heads, head_lines, strict=True))
-    kept: list[dict[str, Any]] = []
-    kept_lines: list[int] = []
-    seg_first: dict[int, int] = {}  # position in kept -> header line of the segment it starts
-    segments: list[dict[str, Any]] = [{"line": 1, "start": None, "end": None, "ticks": 0, "set_aside": 0}]
-    latest = float("-inf")
-    for i, d in enumerate(ticks):
-        if i in starts:
-            segments.append({"line": starts[i], "start": None, "end": None, "ticks": 0, "set_aside": 0})
-        seg = segments[-1]
-        line = lines[i]
+class TickChecker:
+    """The checks of a recording's ticks, fed chunk by chunk in file order (a long recording is never
+    held whole): what a chunk keeps comes back at once; segments, gaps and warnings at :meth:`finish`.
+
+    A chunk that passes every check in bulk (the usual case) is kept as it is; otherwise each tick is
+    checked and cleaned alone. The gap threshold is taken from the header's interval, else from the
+    first chunk's median spacing (the whole file's, for a file of one chunk).
+    """
+
+    def __init__(self, header: SessionHeader, tally: Tally, *, validate: bool = True) -> None:
+        self.header = header
+        self.tally = tally
+        self.validate = validate
+        self.known = {g.index for g in header.gpus}
+        self.latest = float("-inf")
+        self.kept = 0
+        self.all_fast = True  # no chunk needed a tick-by-tick check, no second header
+        self.segments: list[dict[str, Any]] = [{"line": 1, "start": None, "end": None, "ticks": 0, "set_aside": 0}]
+        self.gaps: list[dict[str, Any]] = []
+        self._limit: float | None = None
+        self.latest_kept_t = float("-inf")
+        self._seg_pending = False  # a later header's segment has no kept tick yet
+
+    def feed(
+        self, ticks: list[dict[str, Any]], line_numbers: Callable[[], list[int]], heads: Sequence[tuple[int, int]] = ()
+    ) -> list[dict[str, Any]]:
+        """Check one chunk: ``heads`` are (position in ``ticks``, line) of the header lines among them."""
+        if not ticks and not heads:
+            return ticks
+        t = None
+        if not heads and not self._seg_pending:
+            t = _fast_ok(self.header, ticks, self.validate)
+            if t is not None and t.size and t[0] <= self.latest:
+                t = None
+        if t is not None:
+            self._fast(ticks, t, line_numbers)
+            return ticks
+        self.all_fast = False
+        return self._slow(ticks, line_numbers(), dict(heads))
+
+    def _fast(self, ticks: list[dict[str, Any]], t: np.ndarray, line_numbers: Callable[[], list[int]]) -> None:
+        if not t.size:
+            return
+        seg = self.segments[-1]
+        seg["start"] = float(t[0]) if seg["start"] is None else seg["start"]
+        seg["end"] = float(t[-1])
+        seg["ticks"] += int(t.size)
+        self._gaps(t, line_numbers, {})
+
+    def _slow(self, ticks: list[dict[str, Any]], lines: list[int], starts: dict[int, int]) -> list[dict[str, Any]]:
+        kept: list[dict[str, Any]] = []
+        kept_lines: list[int] = []
+        seg_first: dict[int, int] = {}  # position in kept -> header line of the segment it starts
+        segments, tally = self.segments, self.tally
+        for i, d in enumerate(ticks):
+            if i in starts:
+                segments.append({"line": starts[i], "start": None, "end": None, "ticks": 0, "set_aside": 0})
+                self._seg_pending = True
+            t = self._checked(d, lines[i])
+            if t is None:
+                continue
+            seg = segments[-1]
+            if t <= self.latest:
+                what = "repeats" if t == self.latest else "goes back"
+                tally.add(
+                    f"time {what}",
+                    lines[i],
+                    note="ticks set aside, not merged",
+                    detail=f" (first: t={t:.3f} after {self.latest:.3f})",
+                )
+                seg["set_aside"] += 1
+                continue
+            self.latest = t
+            if self._seg_pending:
+                seg_first[len(kept)] = seg["line"]
+                self._seg_pending = False
+            seg["start"] = t if seg["start"] is None else seg["start"]
+            seg["end"] = t
+            seg["ticks"] += 1
+            kept.append(d)
+            kept_lines.append(lines[i])
+        for p, line in starts.items():  # headers after the chunk's last tick
+            if p >= len(ticks):
+                segments.append({"line": line, "start": None, "end": None, "ticks": 0, "set_aside": 0})
+                self._seg_pending = True
+        times = np.fromiter((d["t"] for d in kept), dtype=np.float64, count=len(kept))
+        self._gaps(times, lambda: kept_lines, seg_first)
+        return kept
+
+    def _checked(self, d: dict[str, Any], line: int) -> float | None:
+        """The tick's time, its GPU entries and engine cleaned in place; None: no usable time."""
         t = tick_time(d.get("t"))
         if t is None:
-            tally.add("tick without a usable time t", line, note="tick skipped", detail=f" (first: {d.get('t')!r:.40})")
-            continue
-        d["t"] = t
-        d["gpus"] = _tick_gpus(d.get("gpus"), known, tally, line, validate)
-        eng = d.get("engine")
-        if validate and isinstance(eng, dict):
-            clean_engine_dict(eng, tally, line)
-        if t <= latest:
-            what = "repeats" if t == latest else "goes back"
-            tally.add(
-                f"time {what}",
-                line,
-                note="ticks set aside, not merged",
-                detail=f" (first: t={t:.3f} after {latest:.3f})",
+            self.tally.add(
+                "tick without a usable time t", line, note="tick skipped", detail=f" (first: {d.get('t')!r:.40})"
             )
-            seg["set_aside"] += 1
-            continue
-        latest = t
-        if seg["ticks"] == 0 and len(segments) > 1:
-            seg_first[len(kept)] = seg["line"]
-        seg["start"] = t if seg["start"] is None else seg["start"]
-        seg["end"] = t
-        seg["ticks"] += 1
-        kept.append(d)
-        kept_lines.append(line)
-    out = Checked(kept, [s for s in segments if s["ticks"] or s["set_aside"]])
-    if len(segments) > 1:
-        desc = ", ".join(
-            f"line {s['line']}: {s['ticks']} ticks" + (f", {s['set_aside']} set aside" if s["set_aside"] else "")
-            for s in segments
-        )
-        out.warnings.append(f"{tally.path}: holds {len(segments)} recordings (a header at each of {desc})")
-    times = np.fromiter((d["t"] for d in kept), dtype=np.float64, count=len(kept))
-    _gaps(header, out, times, lambda: kept_lines, seg_first, tally)
-    return out
+            return None
+        d["t"] = t
+        d["gpus"] = _tick_gpus(d.get("gpus"), self.known, self.tally, line, self.validate)
+        eng = d.get("engine")
+        if self.validate and isinstance(eng, dict):
+            clean_engine_dict(eng, self.tally, line)
+        return t
+
+    def _gaps(self, t: np.ndarray, line_numbers: Callable[[], list[int]], seg_first: dict[int, int]) -> None:
+        """Gaps between this chunk's kept ticks and from the previous chunk's last one."""
+        if not t.size:
+            return
+        if self._limit is None:
+            self._limit = gap_threshold_s(self.header.interval_s, t)
+        prev = self.latest_kept_t if self.kept else None
+        full = np.concatenate(([prev], t)) if prev is not None else t
+        off = 1 if prev is not None else 0  # position in full of the chunk's first tick
+        dt = np.diff(full)
+        where = set(np.flatnonzero(dt > self._limit).tolist()) | {p + off - 1 for p in seg_first if p + off > 0}
+        if where:
+            lines = line_numbers()
+            for j in sorted(where):
+                nxt = j + 1 - off  # the tick after the hole, in this chunk
+                self.gaps.append(
+                    {
+                        "event": "recording_gap",
+                        "start": float(full[j]),
+                        "end": float(full[j + 1]),
+                        "duration_s": float(dt[j]),
+                        "line": lines[nxt],
+                        "reason": f"new segment (header at line {seg_first[nxt]})" if nxt in seg_first else "no ticks",
+                    }
+                )
+        self.kept += int(t.size)
+        self.latest_kept_t = float(t[-1])
+        self.latest = max(self.latest, self.latest_kept_t)
+
+    def finish(self, ticks: list[dict[str, Any]] | None = None) -> Checked:
+        """Segments, gaps and the warnings of the whole recording (``ticks``: what a one-chunk call kept)."""
+        out = Checked(ticks if ticks is not None else [])
+        segments = self.segments
+        if self.all_fast:
+            seg = segments[0]
+            if seg["ticks"]:
+                out.segments = [{"line": 1, "start": seg["start"], "end": seg["end"], "ticks": seg["ticks"]}]
+        else:
+            out.segments = [s for s in segments if s["ticks"] or s["set_aside"]]
+            if len(segments) > 1:
+                desc = ", ".join(
+                    f"line {s['line']}: {s['ticks']} ticks"
+                    + (f", {s['set_aside']} set aside" if s["set_aside"] else "")
+                    for s in segments
+                )
+                out.warnings.append(f"{self.tally.path}: holds {len(segments)} recordings (a header at each of {desc})")
+        out.gaps = self.gaps
+        if self.gaps:
+            longest = max(self.gaps, key=itemgetter("duration_s"))
+            self.tally.add(
+                f"{len(self.gaps)} gap(s) longer than {self._limit:g} s between ticks (longest "
+                f"{longest['duration_s']:.1f} s before line {longest['line']})",
+                None,
+                note="left out of verdict time, rates and replay pacing",
+            )
+        return out
 
 
 def _tick_gpus(gpus: Any, known: set[int], tally: Tally, line: int, validate: bool) -> list[dict[str, Any]]:
@@ -215,38 +321,3 @@ def _tick_gpus(gpus: Any, known: set[int], tally: Tally, line: int, validate: bo
             clean_gpu_dict(g, tally, line)
         good.append(g)
     return good
-
-
-def _gaps(
-    header: SessionHeader,
-    out: Checked,
-    t: np.ndarray,
-    line_numbers: Callable[[], list[int]],
-    seg_first: dict[int, int],
-    tally: Tally,
-) -> None:
-    if t.size < 2:
-        return
-    limit = gap_threshold_s(header.interval_s, t)
-    dt = np.diff(t)
-    where = set(np.flatnonzero(dt > limit).tolist()) | {p - 1 for p in seg_first if p > 0}
-    if not where:
-        return
-    lines = line_numbers()
-    for j in sorted(where):
-        gap = {
-            "event": "recording_gap",
-            "start": float(t[j]),
-            "end": float(t[j + 1]),
-            "duration_s": float(dt[j]),
-            "line": lines[j + 1],
-            "reason": f"new segment (header at line {seg_first[j + 1]})" if j + 1 in seg_first else "no ticks",
-        }
-        out.gaps.append(gap)
-    longest = max(out.gaps, key=itemgetter("duration_s"))
-    tally.add(
-        f"{len(out.gaps)} gap(s) longer than {limit:g} s between ticks (longest {longest['duration_s']:.1f} s "
-        f"before line {longest['line']})",
-        None,
-        note="left out of verdict time, rates and replay pacing",
-    )

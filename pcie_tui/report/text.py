@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator
+from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from rich.cells import cell_len
@@ -15,18 +16,18 @@ from pcie_tui.analyze.analysis import Analysis
 from pcie_tui.analyze.answer import engine_only_headline, finding_lines
 from pcie_tui.analyze.attribution import gpu_ceilings
 from pcie_tui.analyze.engine_session import EngineSessionFold
-from pcie_tui.analyze.linkmodel_report import report_linkmodel
+from pcie_tui.analyze.linkmodel_report import LinkModelReport
 from pcie_tui.analyze.session import SessionAnalyzer
 from pcie_tui.analyze.verdict import DEFAULT_THRESHOLDS, Thresholds
 from pcie_tui.analyze.whatif import render_whatif, whatif_report
-from pcie_tui.core.model import GpuInfo, Sample
+from pcie_tui.core.model import GpuInfo, Sample, SessionHeader
 from pcie_tui.core.units import bind_units, tokens_per_s, unbind_units
 from pcie_tui.core.units import pct as _pct
 from pcie_tui.core.units import rate as _gbs
 from pcie_tui.core.units import rate as fmt_rate
 from pcie_tui.core.vocab import BOUND_SHORT
 from pcie_tui.doctor.cli import render_linkmodel
-from pcie_tui.recording.reader import Recording, SampleList, gc_paused
+from pcie_tui.recording.reader import Recording, RowStream, SampleList, gc_paused, sample_from_row
 
 # report --json: bump when a field changes meaning or goes away (docs/report-json.md).
 SCHEMA_VERSION = 3
@@ -56,29 +57,89 @@ def with_stored_calibration(rec: Recording) -> None:
 
 def _build_report(rec: Recording, thresholds: Thresholds) -> tuple[dict[str, Any], SessionAnalyzer]:
     with_stored_calibration(rec)
-    # A recording read from a file is fed to the analyzer from its raw ticks in chunks (no Samples
-    # built: a replay without a screen);
-    # the engine report only needs each tick's time and engine, so it gets just those.
+    # A recording read from a file is fed to the analyzer from its raw ticks (no Samples built: a
+    # replay without a screen).
+    feed = ReportFeed(rec.header, thresholds)
     samples = rec.samples
-    engine = EngineSessionFold()
-    analysis = Analysis(rec.header, rec.events, thresholds)
-    an = analysis.session
-    an.gaps = [(g["start"], g["end"]) for g in rec.gaps]
     if rec.rows is not None and isinstance(samples, SampleList) and not samples.built:
-        analysis.feed_rows(rec.rows)
-        engine.feed_rows(rec.rows)
+        feed.rows(rec.rows)
     else:
-        analysis.feed_all(samples)
+        feed.samples(samples)
+    return feed.finish(rec)
+
+
+def report_file(
+    path: str | Path, thresholds: Thresholds = DEFAULT_THRESHOLDS
+) -> tuple[dict[str, Any], SessionAnalyzer, Recording, int]:
+    """The report of a recording file read in blocks (:class:`~pcie_tui.recording.reader.RowStream`): each
+    block of ticks is checked, fed to the analysis, the engine's fold and the link model, and dropped, so
+    memory stays flat however long the recording. Returns (report, analyzer, the recording without its
+    ticks, ticks read); reading warnings are in the recording and the report."""
+    st = RowStream(path)
+    rec = Recording(Path(path), st.header, SampleList([]), st.events)
+    with_stored_calibration(rec)
+    feed = ReportFeed(rec.header, thresholds)
+    n = 0
+    with gc_paused():
+        for rows in st.chunks():
+            n += len(rows)
+            feed.rows(rows)
+        rec.warnings, rec.segments, rec.gaps = st.warnings, st.segments, st.gaps
+        out, an = feed.finish(rec)
+    return out, an, rec, n
+
+
+class ReportFeed:
+    """What ``report`` works out over a recording, fed its ticks in order (raw rows or Samples) and
+    finished once with the recording's header, events, warnings and gaps."""
+
+    def __init__(self, header: SessionHeader, thresholds: Thresholds) -> None:
+        self.analysis = Analysis(header, (), thresholds)
+        self.engine = EngineSessionFold()
+        self.link = LinkModelReport(header)
+
+    def rows(self, rows: list[dict[str, Any]]) -> None:
+        self.analysis.feed_rows(rows)
+        self.engine.feed_rows(rows)
+        if self.link.fold is not None:  # the link model needs Samples: only when there is a model to compare
+            for s in map(sample_from_row, rows):
+                self.link.fold.feed(s)
+
+    def samples(self, samples: Sequence[Sample]) -> None:
+        self.analysis.feed_all(samples)
+        link = self.link.fold
         for s in samples:
             if s.engine is not None:
-                engine.feed(s.t, s.engine)
-    analysis.finish()
-    ans = analysis.answer()
-    out: dict[str, Any] = {"schema_version": SCHEMA_VERSION, "headline": ans.headline.to_json()}
-    out.update(an.summary())
-    for g in out["gpus"]:  # the one ceiling every "% of" in this report is taken against
-        c = gpu_ceilings(an, g["index"]).pinned
-        g["ceiling"] = {"Bps": c.Bps, "source": c.source, "detail": c.detail, "theoretical_Bps": c.theoretical_Bps}
+                self.engine.feed(s.t, s.engine)
+            if link is not None:
+                link.feed(s)
+
+    def finish(self, rec: Recording) -> tuple[dict[str, Any], SessionAnalyzer]:
+        analysis = self.analysis
+        analysis.recorded_events(rec.events)
+        an = analysis.session
+        an.gaps = [(g["start"], g["end"]) for g in rec.gaps]
+        analysis.finish()
+        ans = analysis.answer()
+        out: dict[str, Any] = {"schema_version": SCHEMA_VERSION, "headline": ans.headline.to_json()}
+        out.update(an.summary())
+        for g in out["gpus"]:  # the one ceiling every "% of" in this report is taken against
+            c = gpu_ceilings(an, g["index"]).pinned
+            g["ceiling"] = {"Bps": c.Bps, "source": c.source, "detail": c.detail, "theoretical_Bps": c.theoretical_Bps}
+        _recording_facts(out, rec)
+        out["engine"] = self.engine.report(an)
+        if out["headline"]["phase"] is None and not rec.header.gpus and out["engine"]:
+            # No GPU readings at all (engine alone): say what ran, and that what held it is unknown.
+            out["headline"] = engine_only_headline(out["engine"], out["gpu_unavailable"]).to_json()
+        findings = {g: [f.to_json() for f in fs] for g, fs in ans.findings.items()}
+        out["attribution"] = {"findings": {str(g): fs for g, fs in findings.items()}, "engine_facts": ans.facts}
+        out["whatif"] = whatif_report(rec.header, an, findings)
+        out["linkmodel"] = self.link.result()
+        return out, an
+
+
+def _recording_facts(out: dict[str, Any], rec: Recording) -> None:
+    """The file, its host and start, and what reading it had to allow for."""
     out["file"] = str(rec.path)
     out["host"] = rec.header.host
     out["created"] = rec.header.created
@@ -89,21 +150,6 @@ def _build_report(rec: Recording, thresholds: Thresholds) -> tuple[dict[str, Any
     out["gaps_s"] = sum(g["duration_s"] for g in rec.gaps)
     out["gpu_unavailable"] = rec.header.extra.get("gpu_unavailable")
     out["calibration_applied"] = rec.header.extra.get("calibration_applied")
-    out["engine"] = engine.report(an)
-    if out["headline"]["phase"] is None and not rec.header.gpus and out["engine"]:
-        # No GPU readings at all (engine alone): say what ran, and that what held it is unknown.
-        out["headline"] = engine_only_headline(out["engine"], out["gpu_unavailable"]).to_json()
-    findings = {g: [f.to_json() for f in fs] for g, fs in ans.findings.items()}
-    out["attribution"] = {"findings": {str(g): fs for g, fs in findings.items()}, "engine_facts": ans.facts}
-    out["whatif"] = whatif_report(rec.header, an, findings)
-    out["linkmodel"] = report_linkmodel(rec.header, _lazy(rec))
-    return out, an
-
-
-def _lazy(rec: Recording) -> Iterator[Sample]:
-    """The recording's Samples one at a time, none kept, only if the link model iterates them (it needs a known model)."""
-    s = rec.samples
-    yield from s.stream() if isinstance(s, SampleList) else s
 
 
 def render_text(report: dict[str, Any], rec: Recording, console: Console) -> None:

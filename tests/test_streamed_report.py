@@ -1,0 +1,104 @@
+"""``report`` reads a recording a block at a time (issue 21: flat memory on long files): the streamed
+report must say exactly what the whole-file report says, and where the blocks fall must not matter."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from pcie_tui.recording import demos
+from pcie_tui.recording.reader import RowStream, read_recording
+from pcie_tui.recording.validate import finite_json
+from pcie_tui.report.text import build_report, report_file
+
+FIXTURES = Path(__file__).parent / "fixtures"
+RECORDINGS = sorted(demos.available().values()) + sorted(
+    p for p in FIXTURES.rglob("*.jsonl*") if p.suffix in (".jsonl", ".gz")
+)
+
+
+def _json(report: dict) -> str:
+    return json.dumps(finite_json(report), sort_keys=True)
+
+
+def _read_all(path: Path, block_bytes: int) -> tuple:
+    st_ = RowStream(path, block_bytes=block_bytes)
+    ticks = [d for ch in st_.chunks() for d in ch]
+    return ticks, st_.events, st_.segments, st_.gaps, sorted(st_.warnings)
+
+
+@pytest.mark.parametrize("path", RECORDINGS, ids=lambda p: p.name)
+def test_streamed_report_says_what_the_whole_file_report_says(path: Path) -> None:
+    streamed, _, _, ticks = report_file(path)
+    rec = read_recording(path, warn=False)
+    assert ticks == len(rec.samples)
+    whole, _ = build_report(rec)
+    assert _json(streamed) == _json(whole)
+    # and from Samples (the live and plot path) the same again
+    rec = read_recording(path, warn=False)
+    rec.samples.as_list()  # type: ignore[attr-defined]
+    from_samples, _ = build_report(rec)
+    assert _json(from_samples) == _json(whole)
+
+
+@pytest.mark.parametrize("path", RECORDINGS[::3], ids=lambda p: p.name)
+def test_where_the_blocks_fall_does_not_matter(path: Path) -> None:
+    whole = _read_all(path, 1 << 30)
+    for size in (64, 4093):
+        assert _read_all(path, size) == whole
+
+
+def _tick(t: float, rx: float | None = 1e9) -> dict:
+    g = {"index": 0, "pcie_tx_Bps": 1e8, "pcie_rx_Bps": rx, "sm_util": 0.5, "dram_bw_util": 0.2}
+    return {"t": t, "gpus": [g], "engine": {"kind": "llamacpp", "up": True, "phase": "prefill"}}
+
+
+HEADER = {
+    "format": "pcie-tui/recording",
+    "version": 1,
+    "created": "2026-12-07T00:00:00Z",
+    "host": "h",
+    "interval_s": 0.1,
+    "gpus": [{"index": 0, "name": "H200", "link": {"gen": 5, "width": 16}}],
+}
+
+# What a long recording's lines may be: good ticks, a hole, time going back, a second header, an event, a
+# damaged line, a NaN only stdlib json reads, blank lines; a cut last line at the end.
+LINE = st.sampled_from(["tick", "tick", "tick", "tick", "hole", "back", "header", "event", "junk", "nan", "blank"])
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(kinds=st.lists(LINE, min_size=1, max_size=60), cut=st.booleans(), gz=st.booleans(), size=st.integers(40, 900))
+def test_damaged_recordings_read_the_same_in_any_blocks(tmp_path: Path, kinds, cut, gz, size) -> None:
+    t, lines = 1000.0, [json.dumps(HEADER)]
+    for k in kinds:
+        t += 0.1
+        if k == "tick":
+            lines.append(json.dumps(_tick(t)))
+        elif k == "hole":
+            t += 30
+            lines.append(json.dumps(_tick(t)))
+        elif k == "back":
+            lines.append(json.dumps(_tick(t - 5)))
+        elif k == "header":
+            lines.append(json.dumps(HEADER))
+        elif k == "event":
+            lines.append(json.dumps({"event": "engine_gap", "t": t}))
+        elif k == "junk":
+            lines.append('{"t": 12, "gpus": [')
+        elif k == "nan":
+            lines.append(json.dumps(_tick(t)).replace("1000000000.0", "NaN"))
+        else:
+            lines.append("")
+    text = "\n".join(lines) + ("\n" if not cut else "\n" + json.dumps(_tick(t + 1))[:25])
+    path = tmp_path / ("r.jsonl.gz" if gz else "r.jsonl")
+    path.write_bytes(gzip.compress(text.encode()) if gz else text.encode())
+    assert _read_all(path, size) == _read_all(path, 1 << 30)
+    rec = read_recording(path, warn=False)
+    if len(rec.samples):
+        assert _json(report_file(path)[0]) == _json(build_report(rec)[0])
