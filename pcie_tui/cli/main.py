@@ -242,13 +242,27 @@ def _record_headless(args: argparse.Namespace, source: Any, status: str, writer:
 
 
 def _replay(path: str | Path, speed: float, loop: bool, label: str, command: str, report_arg: str) -> int:
-    from pcie_tui.recording.reader import read_recording
+    from pcie_tui.recording.reader import open_progressively
     from pcie_tui.recording.replay import ReplaySource
 
-    rec = read_recording(path)  # a bad file is named before anything else
+    # The header and first block are read here (a bad file is named before anything else), the rest while
+    # the replay plays: a day-long recording shows its first frame at once, and its loading progress.
+    rec = open_progressively(path)
+    read_whole = rec.loading is None or rec.loading.done
+    if read_whole:
+        _warn_reading(rec.warnings)
     _need_terminal(command, f"for the text report use `pcie-tui report {report_arg}`")
     source = ReplaySource(rec, speed=speed, loop=loop)
-    return _run_tui(source, None, f"replay of {label}")
+    try:
+        return _run_tui(source, None, f"replay of {label}")
+    finally:
+        if not read_whole and rec.loading is not None and rec.loading.done:  # read while it played
+            _warn_reading(rec.warnings)
+
+
+def _warn_reading(warnings: list[str]) -> None:
+    for w in warnings:
+        print(f"pcie-tui: warning: {w}", file=sys.stderr)
 
 
 def _recording_arg(arg: str) -> tuple[Path, str | None]:

@@ -7,6 +7,7 @@ import json
 import math
 import os
 import sys
+import threading
 import zlib
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -49,7 +50,19 @@ def _open_file(path: Path) -> BinaryIO:
         raise UserError(f"cannot read {path}: {e.strerror}") from None
 
 
-def _read(f: BinaryIO, path: Path, n: int) -> bytes:
+class _Counted:
+    """A file that counts the bytes read from it into ``progress[0]``."""
+
+    def __init__(self, f: BinaryIO, progress: list[int]) -> None:
+        self.f, self.progress = f, progress
+
+    def read(self, n: int) -> bytes:
+        b = self.f.read(n)
+        self.progress[0] += len(b)
+        return b
+
+
+def _read(f: Any, path: Path, n: int) -> bytes:
     try:
         return f.read(n)
     except IsADirectoryError:
@@ -58,10 +71,12 @@ def _read(f: BinaryIO, path: Path, n: int) -> bytes:
         raise UserError(f"cannot read {path}: {e.strerror}") from None
 
 
-def _blocks(path: Path, warnings: list[str]) -> Iterator[bytes]:
+def _blocks(path: Path, warnings: list[str], progress: list[int] | None = None) -> Iterator[bytes]:
     """The file's bytes, decompressed if gzip, a block at a time; a damaged or cut gzip stream ends
-    the blocks with a warning (in ``warnings``) after everything before it."""
-    with _open_file(path) as f:
+    the blocks with a warning (in ``warnings``) after everything before it. ``progress[0]`` follows
+    the bytes of the file read so far (compressed, for gzip)."""
+    with _open_file(path) as raw:
+        f: Any = _Counted(raw, progress) if progress is not None else raw
         data = _read(f, path, READ_BYTES)
         if data[:2] != b"\x1f\x8b":
             while data:
@@ -71,7 +86,7 @@ def _blocks(path: Path, warnings: list[str]) -> Iterator[bytes]:
         yield from _gunzip(f, path, data, warnings)
 
 
-def _gunzip(f: BinaryIO, path: Path, data: bytes, warnings: list[str]) -> Iterator[bytes]:
+def _gunzip(f: Any, path: Path, data: bytes, warnings: list[str]) -> Iterator[bytes]:
     # Member by member; a killed writer leaves a stream without its end marker, and everything
     # flushed before the kill is still readable.
     d = zlib.decompressobj(wbits=31)
@@ -80,9 +95,14 @@ def _gunzip(f: BinaryIO, path: Path, data: bytes, warnings: list[str]) -> Iterat
         if not data:
             data = _read(f, path, READ_BYTES)
             if not data:
+                out = d.flush() if fed else b""  # output zlib still holds for input it has taken
+                if out:
+                    produced += len(out)
+                    last = out[-1:]
+                    yield out
                 break
         try:
-            out = d.decompress(data)
+            out = d.decompress(data, BLOCK_BYTES)  # a block of text at most, however well it compressed
         except zlib.error as e:
             warnings.append(f"{path}: gzip data corrupt after {produced} bytes ({e}); read what came before")
             return
@@ -95,7 +115,7 @@ def _gunzip(f: BinaryIO, path: Path, data: bytes, warnings: list[str]) -> Iterat
             data = d.unused_data
             d, fed, last = zlib.decompressobj(wbits=31), False, b""
         else:
-            data = b""
+            data = d.unconsumed_tail
     if fed:
         # The writer flushes after every line: a stopped writer leaves whole lines, a cut file need not.
         why = "the writer was stopped before closing it" if last == b"\n" else "the file is cut short or damaged"
@@ -279,6 +299,8 @@ class Recording:
     # Where the file breaks: a later header starts a segment; a hole of several intervals is a gap.
     segments: list[dict[str, Any]] = field(default_factory=list)
     gaps: list[dict[str, Any]] = field(default_factory=list)
+    # Set while a recording opened by open_progressively is still being read (None: read whole).
+    loading: Loading | None = None
 
     @property
     def duration_s(self) -> float:
@@ -327,7 +349,8 @@ class RowStream:
         self.tally = Tally(self.path)
         self._gz_warnings: list[str] = []
         self._parse_warnings: list[str] = []
-        self._blocks = _blocks(self.path, self._gz_warnings)
+        self.progress = [0]  # bytes of the file read so far
+        self._blocks = _blocks(self.path, self._gz_warnings, self.progress)
         self._rest = b""
         self._eof = False
         self._line = 1  # number of the last line taken (the header's is 1)
@@ -504,3 +527,70 @@ def read_recording(path: str | os.PathLike[str], *, warn: bool = True, validate:
         for w in r.warnings:
             print(f"pcie-tui: warning: {w}", file=sys.stderr)
     return rec
+
+
+START_LATEST_S = 2.0
+
+
+@dataclass
+class Loading:
+    """How far a recording opened by :func:`open_progressively` has been read."""
+
+    total_bytes: int
+    progress: list[int]  # [bytes of the file read so far], moved by the reading thread
+    done: bool = False
+    error: str | None = None
+    # Set by the replay once its first frame is out: reading on before that would slow the first frame
+    # (both want the interpreter); the reader goes on by itself after START_LATEST_S anyway.
+    go: threading.Event = field(default_factory=threading.Event)
+
+    @property
+    def fraction(self) -> float:
+        return min(self.progress[0] / self.total_bytes, 1.0) if self.total_bytes > 0 else 1.0
+
+    def text(self) -> str | None:
+        """'loading 37 % of 200 MB' while it reads; the error if reading stopped; None once read."""
+        if self.error:
+            return f"read stopped: {self.error}"
+        if self.done:
+            return None
+        return f"loading {self.fraction * 100:.0f} % of {self.total_bytes / 1e6:.0f} MB"
+
+
+def open_progressively(path: str | os.PathLike[str], first_ticks: int = 2000) -> Recording:
+    """A recording to replay at once: its header and first block read here, the rest by a background
+    thread that appends Samples to ``samples`` (a plain list: a reader sees it grow) and reports its
+    progress in ``loading``. Events, gaps and segments grow with it; warnings are complete once
+    ``loading.done``. A bad file is named here, before anything is shown."""
+    st = RowStream(path)
+    size = os.stat(path).st_size
+    samples: list[Sample] = []
+    rec = Recording(Path(path), st.header, samples, st.events, [], None, [], st.checker.gaps)
+    rec.loading = Loading(size, st.progress)
+    chunks = st.chunks()
+    while len(samples) < first_ticks:  # enough to draw from at once (the first block holds thousands)
+        rows = next(chunks, None)
+        if rows is None:
+            _loaded(rec, st)
+            return rec
+        samples.extend(map(_sample, rows))
+
+    def rest() -> None:
+        rec.loading.go.wait(START_LATEST_S)  # type: ignore[union-attr]
+        try:
+            for rows in chunks:
+                samples.extend(map(_sample, rows))
+        except UserError as e:  # the file went away or could not be read further
+            rec.loading.error = str(e)  # type: ignore[union-attr]
+        _loaded(rec, st)
+
+    threading.Thread(target=rest, name="pcie-tui-load", daemon=True).start()
+    return rec
+
+
+def _loaded(rec: Recording, st: RowStream) -> None:
+    if st.done:
+        rec.warnings[:] = st.warnings
+        rec.segments[:] = st.segments
+    if rec.loading is not None:
+        rec.loading.done = True

@@ -38,7 +38,20 @@ class ReplaySource:
         self._anchor_t = self.samples[0].t
         self.generation = 0  # bumps on every seek so consumers can rebuild state
         # Holes in the recording (a later segment, a stop of the recorder) play as one step, not in real time.
-        self._hole_ends = {float(g["end"]) for g in getattr(recording, "gaps", ()) or ()}
+        self._gaps = getattr(recording, "gaps", ()) or ()
+        self._hole_ends = {float(g["end"]) for g in self._gaps}
+        # A recording still being read (open_progressively): the replay waits at the end of what is read.
+        self.loading = getattr(recording, "loading", None)
+
+    def loading_text(self) -> str | None:
+        """'loading 37 % of 200 MB' while the recording is still being read, else None."""
+        return self.loading.text() if self.loading is not None else None
+
+    def _still_loading(self) -> bool:
+        ld = self.loading
+        if len(self._gaps) != len(self._hole_ends):  # gaps found since (a list the reader extends)
+            self._hole_ends = {float(g["end"]) for g in list(self._gaps)}
+        return ld is not None and not ld.done
 
     @property
     def start_t(self) -> float:
@@ -56,6 +69,11 @@ class ReplaySource:
     def _reanchor(self) -> None:
         i = min(self.position, len(self.samples) - 1)
         self._anchor_t = self.samples[i].t
+        self._anchor_wall = time.monotonic()
+
+    def _reanchor_at_end(self) -> None:
+        """Waiting for the reader: the next tick plays when it arrives, not at once in a burst."""
+        self._anchor_t = self.samples[-1].t
         self._anchor_wall = time.monotonic()
 
     def set_speed(self, speed: float) -> None:
@@ -90,7 +108,17 @@ class ReplaySource:
         self.seek_to_index(lo)
 
     def read(self) -> Sample | None:
+        if self.loading is not None and self.position > 0:
+            self.loading.go.set()  # the first tick is out (and drawn): read the rest of the file now
         while not self._closed:
+            with self._lock:
+                behind = self.position >= len(self.samples) and self._still_loading()
+                if behind:  # played all that is read so far: wait for the reader
+                    self._reanchor_at_end()
+            if behind:
+                self._wake.wait(0.05)
+                self._wake.clear()
+                continue
             with self._lock:
                 if self.position >= len(self.samples):
                     if not self.loop:

@@ -91,6 +91,7 @@ class ReplayView:
     start_t: float
     end_t: float
     current_t: float
+    loading: str | None = None  # "loading 37 % of 200 MB" while the recording is still being read
 
 
 @dataclass(frozen=True, slots=True)

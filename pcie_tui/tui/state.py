@@ -92,6 +92,7 @@ class ViewModel:
         # The recording's events (engine_ready completes the header's facts; a replay knows them all)
         # and the live ones noted since (note_events): a rebuild after a seek starts from all of them.
         self.events: list[dict[str, Any]] = [e for e in events if isinstance(e, dict)]
+        self._source_events = len(events)  # a recording still being read adds to its events: noted here
         self.thresholds = thresholds or DEFAULT_THRESHOLDS
         self.history_ticks = history_ticks
         self.seq = 0
@@ -234,6 +235,12 @@ class ViewModel:
 
     def replay_view(self, src: Any) -> ReplayView:
         samples = src.samples
+        rec_events = getattr(getattr(src, "recording", None), "events", None)
+        if rec_events is not None and len(rec_events) > self._source_events:  # read since: their facts count
+            new = list(rec_events[self._source_events :])
+            self._source_events += len(new)
+            self.note_events(new)
+        loading = src.loading_text() if hasattr(src, "loading_text") else None
         i = min(max(self.n - 1, 0), len(samples) - 1)
         return ReplayView(
             position=self.n,
@@ -243,6 +250,7 @@ class ViewModel:
             start_t=samples[0].t,
             end_t=samples[-1].t,
             current_t=samples[i].t,
+            loading=loading,
         )
 
     def engine_stats_window_s(self) -> float:

@@ -239,7 +239,8 @@ def position_text(frame: Frame | None, width: int, display_paused: bool, failure
     icon = "■ end" if r.position >= r.total else "PAUSED" if r.paused else "▶ playing"
     pos = r.current_t - r.start_t
     dur = r.end_t - r.start_t
-    head = f"{icon} {r.speed:g}x · {pos:6.2f} s / {dur:.2f} s · "
+    so_far = f" ({r.loading})" if r.loading else ""
+    head = f"{icon} {r.speed:g}x · {pos:6.2f} s / {dur:.2f} s{so_far} · "
     tail = f" · tick {r.position}/{r.total}"
     bar_w = max(0, width - len(head) - len(tail))
     frac = 0.0 if dur <= 0 else min(1.0, pos / dur)
