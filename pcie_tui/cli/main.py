@@ -219,11 +219,13 @@ def _record_headless(args: argparse.Namespace, source: Any, status: str, writer:
         signal.signal(sig, stop)
     end = time.monotonic() + args.duration if args.duration else None
     n = 0
+    faults = getattr(source, "faults", None)
     try:
         while end is None or time.monotonic() < end:
             if tee.read() is None:
                 why[0] = "the source ended"
                 break
+            _say_faults(faults)
             if tee.failed is not None:
                 raise OutputError(tee.failed)
             n += 1
@@ -232,13 +234,33 @@ def _record_headless(args: argparse.Namespace, source: Any, status: str, writer:
     except KeyboardInterrupt:
         pass
     finally:
+        _say_faults(faults)
         if tee.failed is None:
+            clock = getattr(source, "clock", None)
+            t_end = clock.now()[0] if clock is not None else time.time()
+            extra = {"faults": faults.summary()} if faults is not None and faults.faults else {}
             with contextlib.suppress(OutputError):
-                writer.write_event("recording_ended", time.time(), reason=why[0], ticks=n)
+                writer.write_event("recording_ended", t_end, reason=why[0], ticks=n, **extra)
         tee.close()
         live_warnings(tee)
-    print(f"pcie-tui: wrote {n} ticks to {args.out} (ended by {why[0]})", file=sys.stderr)
-    return 0
+    return _ended(args.out, n, why[0], faults)
+
+
+def _say_faults(faults: Any) -> None:
+    """One line per fault as it happens (the recording goes on)."""
+    for f in faults.drain() if faults is not None else ():
+        print(f"pcie-tui: {f.message}", file=sys.stderr)
+
+
+def _ended(out: str, n: int, why: str, faults: Any) -> int:
+    """The closing line; the first fault's documented exit code (0 when none)."""
+    code = faults.exit_code() if faults is not None else 0
+    if code:
+        kinds = ", ".join(dict.fromkeys(f.kind.replace("_", " ") for f in faults.faults))
+        print(f"pcie-tui: wrote {n} ticks to {out} (ended by {why}); faults: {kinds} (exit {code})", file=sys.stderr)
+    else:
+        print(f"pcie-tui: wrote {n} ticks to {out} (ended by {why})", file=sys.stderr)
+    return code
 
 
 def _replay(path: str | Path, speed: float, loop: bool, label: str, command: str, report_arg: str) -> int:

@@ -28,6 +28,7 @@ from pcie_tui.core.units import rate as fmt_rate
 from pcie_tui.core.vocab import BOUND_SHORT
 from pcie_tui.doctor.cli import render_linkmodel
 from pcie_tui.recording.reader import Recording, RowStream, SampleList, gc_paused, sample_from_row
+from pcie_tui.sources.faults import fault_words
 
 # report --json: bump when a field changes meaning or goes away (docs/report-json.md).
 SCHEMA_VERSION = 3
@@ -150,6 +151,8 @@ def _recording_facts(out: dict[str, Any], rec: Recording) -> None:
     out["gaps_s"] = sum(g["duration_s"] for g in rec.gaps)
     out["gpu_unavailable"] = rec.header.extra.get("gpu_unavailable")
     out["calibration_applied"] = rec.header.extra.get("calibration_applied")
+    # What went away mid-session (a GPU, NVML, the engine, the clock, the disk), in the live session's words.
+    out["faults"] = [{**e, "words": w} for e in rec.events if (w := fault_words(e)) is not None]
 
 
 def render_text(report: dict[str, Any], rec: Recording, console: Console) -> None:
@@ -183,6 +186,8 @@ def _render_head(report: dict[str, Any], console: Console) -> None:
             markup=False,
             highlight=False,
         )
+    for f in report.get("faults") or ():
+        _wrapped(console, f"Interruption: {f['words']}")
 
 
 def _render_gpu(report: dict[str, Any], g: dict[str, Any], info: GpuInfo | None, console: Console) -> None:

@@ -10,6 +10,7 @@ from typing import Any, Protocol
 
 from pcie_tui import __version__
 from pcie_tui.core.model import GpuInfo, GpuSample, Sample, SessionHeader
+from pcie_tui.sources.faults import FaultWatch, SessionClock
 
 
 class GpuCollector(Protocol):
@@ -74,6 +75,8 @@ class LiveSource:
         self._gpus_checked = float("-inf")
         self._closed = False
         self.pending_events: list[dict[str, Any]] = []
+        self.clock = SessionClock()
+        self.faults = FaultWatch()  # GPUs, NVML, the engine and the clock going away mid-session
 
     def read(self) -> Sample | None:
         if self._closed:
@@ -83,16 +86,24 @@ class LiveSource:
             time.sleep(self._next - now)
         # Keep the cadence; if a tick overran, start the next one from now.
         self._next = max(self._next + self.interval_s, time.monotonic())
-        t = time.time()
+        t, jump = self.clock.now()
+        if jump is not None:
+            self.pending_events.append(self.faults.clock(t, jump))
         gpu_samples = self.gpus.read() if self.gpus is not None else ()
+        lost = getattr(self.gpus, "not_answering", None)
+        if lost is not None:
+            self.pending_events.extend(self.faults.gpus(t, lost(), len(self.infos)))
         eng = None
         if self.engine is not None:
             if self.gpus is not None and hasattr(self.engine, "update_gpus") and now - self._gpus_checked >= 5.0:
                 # Which GPUs the engine's processes hold (NVML), so "loading" looks at its GPUs only.
                 self._gpus_checked = now
                 self.engine.update_gpus(self.gpus.running_pids())
-            eng = self.engine.sample_for_tick(t, gpu_samples, self.infos)
-            self.pending_events.extend(self.engine.drain_events())
+            # The engine's poller and log timestamps run on the wall clock: asked at the wall time.
+            eng = self.engine.sample_for_tick(t + self.clock.shift, gpu_samples, self.infos)
+            events = self.engine.drain_events()
+            self.faults.engine(events)
+            self.pending_events.extend(events)
         return Sample(t=t, gpus=tuple(gpu_samples), engine=eng)
 
     def drain_events(self) -> list[dict[str, Any]]:

@@ -30,6 +30,15 @@ DEMO_HINT = "try `pcie-tui demo` to replay a recorded session"
 
 # Errors after which a call is never retried on that device: the answer will not change.
 _PERMANENT = ("NVML_ERROR_NOT_SUPPORTED", "NVML_ERROR_FUNCTION_NOT_FOUND")
+# Errors that mean the GPU, the driver or NVML itself stopped answering (not one metric refused), in words.
+GONE = {
+    "NVML_ERROR_GPU_IS_LOST": "the GPU fell off the bus (NVML: GPU is lost)",
+    "NVML_ERROR_UNINITIALIZED": "NVML was shut down or unloaded under pcie-tui",
+    "NVML_ERROR_DRIVER_NOT_LOADED": "the NVIDIA driver is no longer loaded",
+    "NVML_ERROR_LIB_RM_VERSION_MISMATCH": "the NVIDIA driver was changed under NVML (a reboot is needed)",
+    "NVML_ERROR_RESET_REQUIRED": "the GPU needs a reset (NVML: reset required)",
+    "NVML_ERROR_UNKNOWN": "NVML answers 'unknown error' for this GPU",
+}
 
 
 def load_nvml(nvml: Any = None) -> Any:
@@ -67,6 +76,9 @@ class _Device:
     unsupported: set[str] = field(default_factory=set)
     link: tuple[int | None, int | None] = (None, None)
     link_t: float = float("-inf")
+    # This tick: whether any call answered, and the last error that means the GPU or NVML went away.
+    answered: bool = False
+    fatal: str | None = None
 
 
 class NvmlCollector:
@@ -130,15 +142,21 @@ class NvmlCollector:
             return None
         nv = self.nvml
         try:
-            return getattr(nv, name)(*args)
+            out = getattr(nv, name)(*args)
         except nv.NVMLError as e:
-            if dev is not None and any(getattr(e, "value", None) == getattr(nv, c, -1) for c in _PERMANENT):
+            code = getattr(e, "value", None)
+            if dev is not None and any(code == getattr(nv, c, -1) for c in _PERMANENT):
                 dev.unsupported.add(name)
+            elif dev is not None:
+                dev.fatal = next((why for c, why in GONE.items() if code == getattr(nv, c, -2)), dev.fatal)
             return None
         except AttributeError:  # an older pynvml without this function
             if dev is not None:
                 dev.unsupported.add(name)
             return None
+        if dev is not None:
+            dev.answered = True
+        return out
 
     def _nvlink_count(self, handle: Any) -> int | None:
         """Active NVLinks, or None when the GPU has none (or NVML cannot say)."""
@@ -211,6 +229,8 @@ class NvmlCollector:
     def read(self) -> tuple[GpuSample, ...]:
         """One reading of every selected GPU. Missing metrics are None, never 0."""
         pool = None
+        for d in self.devices:
+            d.answered, d.fatal = False, None
         pcie: dict[int, tuple[Future[Any], Future[Any]]] = {}
         fallback = [d for d in self.devices if d.gpm is None]
         if fallback:
@@ -235,9 +255,17 @@ class NvmlCollector:
             res.append(_with_pcie(s, tx_kBps, rx_kBps))
         return self._checked(res)
 
+    def not_answering(self) -> dict[int, str]:
+        """GPUs that answered no call of the last read, with why in words (an error meaning the GPU, the
+        driver or NVML went away); a GPU that merely lacks some metrics is not here."""
+        return {d.index: d.fatal for d in self.devices if not d.answered and d.fatal is not None}
+
     def _checked(self, out: list[GpuSample]) -> tuple[GpuSample, ...]:
-        """Every reading through the validation rules (GPM can return NaN; a driver can return junk)."""
-        return tuple(clean_gpu_sample(s, self.tally) for s in out)
+        """Every reading through the validation rules (GPM can return NaN; a driver can return junk); a GPU
+        that answered nothing this tick (it, the driver or NVML went away) has no readings at all, not
+        the ones its GPM or link state left from before."""
+        gone = self.not_answering()
+        return tuple(GpuSample(index=s.index) if s.index in gone else clean_gpu_sample(s, self.tally) for s in out)
 
     def _read_device(self, d: _Device) -> GpuSample:
         h = d.handle
