@@ -57,3 +57,47 @@ def test_live_nvml_panel_and_recording(tmp_path):
     assert back.header.gpus[0].metrics_source == "gpm"
     dt = [b.t - a.t for a, b in zip(back.samples, back.samples[1:], strict=False)]
     assert 0.07 < sorted(dt)[len(dt) // 2] < 0.2  # ticks at the 0.1 s interval
+
+
+def test_a_gpu_that_stops_answering_is_said_on_screen_and_the_watching_goes_on():
+    """Issue 25: the live view says when a GPU falls off the bus (a toast and the position line) and keeps
+    drawing ticks (which carry no readings from then on)."""
+    import time
+
+    import pynvml
+
+    fake = fakenvml.FakeNvml(fakenvml.load_capture())
+    lost_at = [None]
+
+    class Failing:
+        def __getattr__(self, name):
+            f = getattr(fake, name)
+            if not callable(f) or not name.startswith("nvml") or name in ("nvmlInit", "nvmlShutdown"):
+                return f
+
+            def call(*a, **k):
+                if lost_at[0] is not None and time.monotonic() > lost_at[0]:
+                    raise pynvml.NVMLError(pynvml.NVML_ERROR_GPU_IS_LOST)
+                return f(*a, **k)
+
+            return call
+
+    collector = NvmlCollector(nvml=Failing())
+    source = LiveSource(collector, interval_s=0.1, calibrate=False)
+    app = make_app(source, status="live test")
+
+    async def go():
+        async with app.run_test(size=(120, 30)) as pilot:
+            await wait_until(pilot, lambda: app.frame is not None and app.frame.ticks >= 3, 10)
+            lost_at[0] = time.monotonic()
+            await wait_until(pilot, lambda: bool(app._position_w.fault), 10)
+            ticks = app.frame.ticks
+            await wait_until(pilot, lambda: app.frame.ticks >= ticks + 5, 10)
+            line = app._position_w.render().plain
+            assert "GPU 0 stopped answering at" in line and "fell off the bus" in line, line
+            assert "LIVE" in line
+
+    try:
+        run(go())
+    finally:
+        source.close()

@@ -30,7 +30,7 @@ from pcie_tui.tui.frame import Frame
 from pcie_tui.tui.gpu_panel import GpuPanel
 from pcie_tui.tui.state import HISTORY_TICKS, ViewModel
 from pcie_tui.tui.widgets import HeadlineBar, PositionBar, header_text, set_text
-from pcie_tui.tui.worker import FrameReady, RecordingFailed, SourceFailed, SourceWorker
+from pcie_tui.tui.worker import FrameReady, RecordingFailed, SourceFailed, SourceFault, SourceWorker
 
 WIDE_AT_COLUMNS = 120
 SIDE_BY_SIDE_AT_COLUMNS = 160  # GPU panels and the engine panel in two columns (with an engine)
@@ -208,6 +208,11 @@ class PcieTuiApp(KeyActions, SourceWorker, App[None]):
     def on_source_failed(self, message: SourceFailed) -> None:
         self.failure = message.error
         self.notify(f"source failed: {message.error}", severity="error")
+        self._render_position()
+
+    def on_source_fault(self, message: SourceFault) -> None:
+        self.notify(message.message, severity="warning", timeout=12)
+        self._position_w.fault = message.message  # kept on the position line: the watching goes on
         self._render_position()
 
     def on_recording_failed(self, message: RecordingFailed) -> None:

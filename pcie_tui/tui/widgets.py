@@ -214,16 +214,19 @@ class PositionBar(Widget):
         self.frame: Frame | None = None
         self.display_paused = False
         self.failure: str | None = None
+        self.fault: str | None = None  # the latest thing that went away mid-session (it goes on)
 
     def show(self, frame: Frame | None, display_paused: bool, failure: str | None) -> None:
         self.frame, self.display_paused, self.failure = frame, display_paused, failure
         self.refresh()
 
     def render(self) -> Text:
-        return position_text(self.frame, self.content_size.width, self.display_paused, self.failure)
+        return position_text(self.frame, self.content_size.width, self.display_paused, self.failure, self.fault)
 
 
-def position_text(frame: Frame | None, width: int, display_paused: bool, failure: str | None) -> Text:
+def position_text(
+    frame: Frame | None, width: int, display_paused: bool, failure: str | None, fault: str | None = None
+) -> Text:
     if failure:
         return Text(f"source failed: {failure}", style="bold red")
     if frame is None:
@@ -234,6 +237,8 @@ def position_text(frame: Frame | None, width: int, display_paused: bool, failure
         out.append(f" · {frame.ticks} ticks · {fmt.offset(frame.t_rel)}")
         if display_paused:
             out.append(" · display paused (still collecting)", style="bold yellow")
+        if fault:
+            out.append(f" · {fault}", style="bold yellow")
         return out
     r = frame.replay
     icon = "■ end" if r.position >= r.total else "PAUSED" if r.paused else "▶ playing"

@@ -40,6 +40,14 @@ class SourceFailed(Message):
         self.error = error
 
 
+class SourceFault(Message):
+    """Something the live session watches went away (a GPU, NVML, the engine, the clock): it goes on."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__()
+        self.message = message
+
+
 class RecordingFailed(Message):
     def __init__(self, error: str) -> None:
         super().__init__()
@@ -136,6 +144,10 @@ class SourceWorker:
         if events:
             with self._model_lock:
                 self.model.note_events(events)
+        src = self.source
+        faults = getattr(src, "faults", None) or getattr(getattr(src, "source", None), "faults", None)
+        for f in faults.drain() if faults is not None else ():
+            self.post_message(SourceFault(f.message))
         with self._rec_lock:
             rec = self.recorder
             if rec is None:
