@@ -363,6 +363,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-engines", action="store_true", help="skip the recorder-on-real-engines CPU rows")
     ap.add_argument("--engine-seconds", type=float, default=15.0, help="seconds per recorder run on an engine")
     ap.add_argument("--long-mb", type=float, default=200.0, help="MB of the long recording `report` reads (0 skips)")
+    ap.add_argument("--soak-hours", type=float, default=8.0, help="hours of the simulated live soak (0 skips)")
     a = ap.parse_args(argv)
     rows: list[tuple[str, str]] = []
     if a.sampler:
@@ -374,6 +375,10 @@ def main(argv: list[str] | None = None) -> int:
         from longfile import bench_longfile
 
         rows += bench_longfile(a.long_mb)
+    if a.soak_hours > 0:
+        from soak import bench_soak
+
+        rows += bench_soak(a.soak_hours)
     if a.tui_seconds > 0:
         from tui_cpu import bench_tui
 

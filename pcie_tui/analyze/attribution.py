@@ -135,8 +135,7 @@ def tick_bounds(analyzer: SessionAnalyzer, index: int, facts: EngineFacts | None
     sm = np.nan_to_num(series_array(ser, "compute"))
     dram = series_array(ser, "memory")
     dram = np.where(np.isnan(dram), 0.0, dram) if not ser.memory_proxy else np.zeros(dram.size)
-    busy = {p: p not in QUIET_PHASES for p in dict.fromkeys(ser.phase)}
-    busy_phase = np.fromiter(map(busy.__getitem__, ser.phase), dtype=bool, count=len(ser.phase))
+    busy_phase = ser.phase.mapped(lambda p: p not in QUIET_PHASES, bool)
     floor = transfer_floor_Bps(gpu_ceilings(analyzer, index), facts)
     return bound_codes(sat, rate, sm, dram, busy_phase, floor, series_array(ser, "missing"))
 
@@ -252,9 +251,8 @@ def _gpu_findings(
     codes = tick_bounds(analyzer, index, facts)
     w = tick_weights(np.asarray(ser.t, dtype=np.float64))
     cols = {k: series_array(ser, k) for k in ("link_Bps", "compute", "memory", "mem_used", "missing")}
-    names = list(dict.fromkeys(p if p is not None else "unlabelled" for p in dict.fromkeys(ser.phase)))
-    code = {p: names.index(p if p is not None else "unlabelled") for p in dict.fromkeys(ser.phase)}
-    pcode = np.fromiter(map(code.__getitem__, ser.phase), dtype=np.int64, count=len(ser.phase))
+    names = list(dict.fromkeys(p if p is not None else "unlabelled" for p in ser.phase.distinct()))
+    pcode = ser.phase.mapped(lambda p: names.index(p if p is not None else "unlabelled"), np.int64)
     vram_total = float(info.memory_total_bytes) if info and info.memory_total_bytes else None
     # Pageable (staged by the driver) where the engine's facts say so; pinned where they say so; unknown:
     # by the copies' own pattern (a stream faster than pageable copies reach is not staged).

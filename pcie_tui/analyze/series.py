@@ -9,6 +9,7 @@ on demand (:func:`series_array`). The rest are the pure helpers of
 from __future__ import annotations
 
 from bisect import bisect_right
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from operator import itemgetter
 from typing import Any
@@ -20,24 +21,147 @@ from pcie_tui.analyze.verdict import RESOURCES, VERDICTS
 ARRAYS = ("link", "link_Bps", "memory", "compute", "mem_used", "pcie_ceiling", "missing")
 
 
+class Col:
+    """A growable column of floats in one numpy buffer (NaN = unavailable): a session's series costs 8 bytes
+    a tick, not a Python float and a list slot (~40) plus the chunk's array kept beside it. Reads like the
+    list it replaced (len, truth, iteration, indexing and ``==`` give None for NaN); :meth:`array` is the
+    filled part without a copy."""
+
+    __slots__ = ("_buf", "_n")
+
+    def __init__(self, dtype: Any = np.float64) -> None:
+        self._buf = np.empty(0, dtype=dtype)
+        self._n = 0
+
+    def _grow(self, m: int) -> None:
+        if m > self._buf.size:
+            new = np.empty(max(m, 2 * self._buf.size, 256), dtype=self._buf.dtype)
+            new[: self._n] = self._buf[: self._n]
+            self._buf = new
+
+    def extend(self, values: Any) -> None:
+        a = np.asarray(values, dtype=self._buf.dtype)
+        m = self._n + a.size
+        self._grow(m)
+        self._buf[self._n : m] = a
+        self._n = m
+
+    def __iadd__(self, values: Any) -> Col:
+        self.extend(values)
+        return self
+
+    def array(self) -> np.ndarray:
+        return self._buf[: self._n]
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        a = self.array()
+        return a if dtype is None else a.astype(dtype)
+
+    def __len__(self) -> int:
+        return self._n
+
+    def __bool__(self) -> bool:
+        return self._n > 0
+
+    def tolist(self) -> list[Any]:
+        return nullable(self.array()) if self._buf.dtype.kind == "f" else self.array().tolist()  # type: ignore[no-any-return]
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self.tolist())
+
+    def __getitem__(self, i: int) -> Any:
+        v = self.array()[i]
+        return None if isinstance(v, float | np.floating) and v != v else v.item()  # noqa: PLR0124 - NaN
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Col | Labels):
+            other = other.tolist()
+        return isinstance(other, list) and self.tolist() == other
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"Col({self._n} values)"
+
+
+class Labels:
+    """A growable column of labels (a phase name or None, a verdict name) kept as small integer codes."""
+
+    __slots__ = ("codes", "names", "_code")
+
+    def __init__(self, names: Sequence[Any] = ()) -> None:
+        self.codes = Col(np.int32)
+        self.names: list[Any] = list(names)
+        self._code = {n: i for i, n in enumerate(self.names)}
+
+    def extend(self, values: Sequence[Any]) -> None:
+        code, names = self._code, self.names
+        for v in dict.fromkeys(values):
+            if v not in code:
+                code[v] = len(names)
+                names.append(v)
+        self.codes.extend(np.fromiter(map(code.__getitem__, values), dtype=np.int32, count=len(values)))
+
+    def extend_codes(self, codes: np.ndarray) -> None:
+        self.codes.extend(codes)
+
+    def __iadd__(self, values: Sequence[Any]) -> Labels:
+        self.extend(values)
+        return self
+
+    def __len__(self) -> int:
+        return len(self.codes)
+
+    def __bool__(self) -> bool:
+        return bool(self.codes)
+
+    def tolist(self) -> list[Any]:
+        names = self.names
+        return [names[c] for c in self.codes.array().tolist()]
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self.tolist())
+
+    def __getitem__(self, i: int) -> Any:
+        return self.names[int(self.codes.array()[i])]
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Col | Labels):
+            other = other.tolist()
+        return isinstance(other, list) and self.tolist() == other
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def mapped(self, fn: Any, dtype: Any) -> np.ndarray:
+        """``fn(label)`` for every tick, as an array: worked out once per distinct label, then indexed."""
+        table = np.array([fn(n) for n in self.names], dtype=dtype) if self.names else np.zeros(0, dtype=dtype)
+        return table[self.codes.array()]
+
+    def distinct(self) -> list[Any]:
+        """The labels seen, in order of first appearance."""
+        used = set(np.unique(self.codes.array()).tolist())
+        return [n for i, n in enumerate(self.names) if i in used]
+
+
+Times = list[float] | Col  # tick times: a list, or a series' column
+
+
 @dataclass
 class GpuSeries:
-    t: list[float] = field(default_factory=list)
-    verdict: list[str] = field(default_factory=list)
-    link: list[float | None] = field(default_factory=list)
-    link_Bps: list[float | None] = field(default_factory=list)
-    memory: list[float | None] = field(default_factory=list)
-    compute: list[float | None] = field(default_factory=list)
-    phase: list[str | None] = field(default_factory=list)
-    mem_used: list[float | None] = field(default_factory=list)  # bytes of GPU memory in use
-    pcie_ceiling: list[float | None] = field(default_factory=list)  # the one PCIe ceiling of each tick, B/s
-    missing: list[float | None] = field(default_factory=list)  # counters the tick lacks (verdict.MISS_* bits)
+    t: Col = field(default_factory=Col)
+    verdict: Labels = field(default_factory=lambda: Labels(VERDICTS))
+    link: Col = field(default_factory=Col)
+    link_Bps: Col = field(default_factory=Col)
+    memory: Col = field(default_factory=Col)
+    compute: Col = field(default_factory=Col)
+    phase: Labels = field(default_factory=Labels)
+    mem_used: Col = field(default_factory=Col)  # bytes of GPU memory in use
+    pcie_ceiling: Col = field(default_factory=Col)  # the one PCIe ceiling of each tick, B/s
+    missing: Col = field(default_factory=Col)  # counters the tick lacks (verdict.MISS_* bits)
     memory_proxy: bool = False
-    # The numeric series as the chunks' float arrays (NaN = None), joined on demand by series_array.
-    parts: dict[str, list[np.ndarray]] = field(default_factory=lambda: {k: [] for k in ARRAYS})
 
 
-def sweep_all(intervals: dict[str, list[tuple[float, float]]], times: list[float]) -> list[int]:
+def sweep_all(intervals: dict[str, list[tuple[float, float]]], times: Times) -> list[int]:
     """The per-tick sweep over all resources, for times out of order."""
     pos = dict.fromkeys(RESOURCES, 0)
     codes = []
@@ -55,7 +179,7 @@ def sweep_all(intervals: dict[str, list[tuple[float, float]]], times: list[float
     return codes
 
 
-def sweep(iv: list[tuple[float, float]], times: list[float]) -> list[bool]:
+def sweep(iv: list[tuple[float, float]], times: Times) -> list[bool]:
     """Whether each (ascending) time lies in a sorted interval, by the original pointer sweep."""
     out = []
     i = 0
@@ -66,7 +190,7 @@ def sweep(iv: list[tuple[float, float]], times: list[float]) -> list[bool]:
     return out
 
 
-def segments(times: list[float], codes: np.ndarray) -> list[dict[str, Any]]:
+def segments(times: Times, codes: np.ndarray) -> list[dict[str, Any]]:
     """Runs of equal verdict; a segment ends where the next begins (the last at the last tick)."""
     if not times:
         return []
@@ -91,17 +215,9 @@ def drop_gaps(time_in: dict[str, float], segs: list[dict[str, Any]], gaps: list[
 
 
 def series_array(ser: GpuSeries, name: str) -> np.ndarray:
-    """A series column as floats (None -> NaN): the chunks' arrays joined, kept while its length is unchanged."""
-    values = getattr(ser, name)
-    cache: dict[str, np.ndarray] = ser.__dict__.setdefault("_arrays", {})
-    a = cache.get(name)
-    if a is None or a.size != len(values):
-        parts = ser.parts.get(name) or []
-        if len(parts) > 1:
-            parts[:] = [np.concatenate(parts)]
-        a = parts[0] if parts and parts[0].size == len(values) else floats(values)
-        cache[name] = a
-    return a
+    """A series column as floats (NaN = unavailable), without a copy."""
+    col: Col = getattr(ser, name)
+    return col.array()
 
 
 def pick(values: list[Any], at: list[int]) -> list[Any]:

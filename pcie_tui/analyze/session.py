@@ -25,8 +25,8 @@ from pcie_tui.analyze.quantiles import quantile  # noqa: F401  (re-exported: one
 from pcie_tui.analyze.request_waits import RequestWaits
 from pcie_tui.analyze.series import (
     GpuSeries,
+    Times,
     drop_gaps,
-    nullable,
     pick,
     segments,
     series_array,
@@ -45,8 +45,6 @@ from pcie_tui.analyze.verdict import (
     utilisation_columns,
 )
 from pcie_tui.core.model import Sample, SessionHeader
-
-_VERDICT_NAMES = np.array(VERDICTS, dtype=object)
 
 
 class SessionAnalyzer:
@@ -177,14 +175,13 @@ class SessionAnalyzer:
     def _extend(
         ser: GpuSeries, t: list[float], codes: np.ndarray, u: dict[str, np.ndarray], ph: list[Any], used: np.ndarray
     ) -> None:
-        ser.t += t
-        ser.verdict += _VERDICT_NAMES[codes].tolist()
-        ser.phase += ph
+        ser.t.extend(t)
+        ser.verdict.extend_codes(codes)
+        ser.phase.extend(ph)
         for name, a in (("link", u["link"]), ("link_Bps", u["link_Bps"]), ("memory", u["memory"]),
                         ("compute", u["compute"]), ("mem_used", used), ("pcie_ceiling", u["pcie_ceiling"]),
                         ("missing", u["missing"])):  # fmt: skip
-            getattr(ser, name).extend(nullable(a))
-            ser.parts[name].append(a)
+            getattr(ser, name).extend(a)
         ser.memory_proxy = ser.memory_proxy or bool(u["proxy"].any())
 
     def finish(self) -> None:
@@ -213,11 +210,11 @@ class SessionAnalyzer:
             return []
         return segments(ser.t, self._label_codes(index, ser.t))
 
-    def _labels(self, index: int, times: list[float]) -> list[str]:
+    def _labels(self, index: int, times: Times) -> list[str]:
         """Per tick verdict with backdated event intervals (names)."""
         return [VERDICTS[c] for c in self._label_codes(index, times).tolist()]
 
-    def _label_codes(self, index: int, times: list[float]) -> np.ndarray:
+    def _label_codes(self, index: int, times: Times) -> np.ndarray:
         """Per tick verdict with backdated event intervals, as indices into VERDICTS (kept until the next feed)."""
         key = (index, id(times), len(times), self._version)
         hit = self._codes_cache.get(index)
@@ -225,7 +222,7 @@ class SessionAnalyzer:
             hit = self._codes_cache[index] = (key, self._label_codes_uncached(index, times))
         return hit[1].copy()
 
-    def _label_codes_uncached(self, index: int, times: list[float]) -> np.ndarray:
+    def _label_codes_uncached(self, index: int, times: Times) -> np.ndarray:
         last = times[-1]
         intervals: dict[str, list[tuple[float, float]]] = {r: [] for r in RESOURCES}
         for ev in self.events:
@@ -315,12 +312,13 @@ class SessionAnalyzer:
     def _phase_summary_uncached(self, ser: GpuSeries, codes: np.ndarray) -> dict[str, Any]:
         out: dict[str, Any] = {}
         # Codes in first-appearance order, built at C speed (dict.fromkeys keeps order).
-        names = [p for p in dict.fromkeys(ser.phase) if p is not None]
+        names = [p for p in ser.phase.distinct() if p is not None]
         by_phase = {p: i for i, p in enumerate(names)}
         if not by_phase:
             return out
-        lookup: dict[Any, int] = {None: -1, **by_phase}
-        pc = np.fromiter(map(lookup.__getitem__, ser.phase), dtype=np.int64, count=len(ser.phase))
+        # The series' own label codes mapped to these (None -> -1), at numpy speed.
+        remap = np.array([by_phase.get(n, -1) for n in ser.phase.names], dtype=np.int64)
+        pc = remap[ser.phase.codes.array()]
         order = np.argsort(pc, kind="stable")
         bounds = np.searchsorted(pc[order], np.arange(len(by_phase) + 1), "left")
         cols = {k: series_array(ser, k) for k in ("link", "link_Bps", "memory", "compute")}

@@ -99,7 +99,7 @@ def link_shares(header: SessionHeader, analyzer: SessionAnalyzer, index: int) ->
     link = np.asarray(ser.link, dtype=float)  # None -> NaN
     # A tick with one PCIe direction unreported has no link busy share: the other may have been full.
     pcie_missing = (np.nan_to_num(series_array(ser, "missing")).astype(np.int64) & MISS_PCIE) > 0
-    phases = np.asarray([p or "unlabelled" for p in ser.phase], dtype=object)
+    phases = ser.phase.mapped(lambda p: p or "unlabelled", object)
     ok = dt > 0
     known = ok & ~np.isnan(link) & ~pcie_missing
     busy = np.where(known, dt * np.minimum(1.0, np.nan_to_num(link)), 0.0)
