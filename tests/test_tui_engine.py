@@ -128,3 +128,28 @@ def test_engine_panel_says_what_the_engine_keeps_in_host_memory():
     vm = ViewModel(rec.header)
     vm.rebuild(list(rec.samples), 50)
     assert vm.frame().placement is None
+
+
+def test_a_long_session_works_its_answer_out_less_often_in_proportion():
+    """Issue 25 soak: the answer walks every tick so far; past an hour of 10 Hz ticks it is refreshed less
+    often, in proportion to the session's length (its cost per second of session stays flat)."""
+    from pcie_tui.recording import demos
+    from pcie_tui.tui import state
+    from pcie_tui.tui.state import ViewModel
+
+    model = ViewModel(read_recording(demos.resolve("h200-pinned"), warn=False).header)
+    calls = []
+    model.analysis.answer = lambda: calls.append(1) or object()  # type: ignore[method-assign]
+
+    def ask_every_tenth_of_a_second(n_ticks: int, seconds: float) -> int:
+        calls.clear()
+        model._answer = None
+        model.analysis.session.n = n_ticks
+        t0 = model.analysis.session.t_last = 1000.0
+        for i in range(int(seconds * 10)):
+            model.analysis.session.t_last = t0 + i / 10
+            model.answer()
+        return len(calls)
+
+    assert ask_every_tenth_of_a_second(1000, 20) == 20  # once a second
+    assert ask_every_tenth_of_a_second(8 * state.ANSWER_TICKS_AT_1S, 80) == 10  # every 8 s after 8 hours

@@ -33,6 +33,7 @@ DRAM_HOLD_S = 0.5
 # The headline's answer is worked out over every tick so far (medians, as report does) once per this
 # much of the session's own time (and at once after a seek, a phase change or when the source ended).
 ANSWER_REFRESH_S = 1.0
+ANSWER_TICKS_AT_1S = 36_000  # an hour at 10 Hz
 
 
 class _GpuHistory:
@@ -265,7 +266,10 @@ class ViewModel:
         key = (self.analysis.ended, self.phase, id(self.analysis.facts), self.generation)
         t = self.analysis.session.t_last or 0.0
         hit = self._answer
-        if hit is None or hit[1] != key or not 0.0 <= t - hit[0] < ANSWER_REFRESH_S:
+        # A long session's answer walks every tick so far: past ANSWER_TICKS_AT_1S ticks it is worked out
+        # less often, in proportion (once a second for the first hour at 10 Hz, every 8 s after 8 hours).
+        every = ANSWER_REFRESH_S * max(1.0, self.analysis.session.n / ANSWER_TICKS_AT_1S)
+        if hit is None or hit[1] != key or not 0.0 <= t - hit[0] < every:
             hit = self._answer = (t, key, self.analysis.answer())
         return hit[2]
 
