@@ -582,6 +582,8 @@ def open_progressively(path: str | os.PathLike[str], first_ticks: int = 2000) ->
                 samples.extend(map(_sample, rows))
         except UserError as e:  # the file went away or could not be read further
             rec.loading.error = str(e)  # type: ignore[union-attr]
+        except Exception as e:  # noqa: BLE001 - a thread's traceback would land on the screen: said in the bar
+            rec.loading.error = f"{type(e).__name__}: {e}"[:160]  # type: ignore[union-attr]
         _loaded(rec, st)
 
     threading.Thread(target=rest, name="pcie-tui-load", daemon=True).start()
