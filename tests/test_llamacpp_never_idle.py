@@ -101,3 +101,61 @@ def test_no_idle_tick_while_a_client_waits(model, tmp_path, cache, slots, concur
     # server's HTTP thread tokenises a text prompt before anything it exposes sees the request (±15 % is
     # asserted in test_llamacpp_client_ttft.py, without the tick thread).
     assert got == pytest.approx(want, rel=0.25), (got, want)
+
+
+def test_a_request_still_arriving_is_not_idle(model, tmp_path):
+    """Between a client's connection and the request's slot the server is receiving and tokenising it (the
+    H200 prompt-cache run read idle there for 0.2-0.3 s, issue 24): its loop, gauges and log say nothing
+    yet, the kernel's connection table does. A client that sends its request over 1.5 s: no tick of that
+    is idle once the table has been read (at most 1 % of a core: every 0.1 s where a read is cheap)."""
+    import json
+    import socket
+
+    server = LlamaServer(model, tmp_path / "server.log", metrics=True, parallel=1, extra=("-t", "1")).start()
+    client = LlamaCppClient(server.url, pid=server.pid, log_path=str(server.log_path))
+    poller = EnginePoller(client, interval_s=0.1, rediscover=False)
+    poller.start()
+    ticks: list[tuple[float, str | None]] = []
+    stop = threading.Event()
+
+    def tick_loop() -> None:
+        while not stop.is_set():
+            s = poller.sample_for_tick(time.time(), ())
+            if s is not None:
+                ticks.append((time.time(), s.phase))
+            stop.wait(0.1)
+
+    ticker = threading.Thread(target=tick_loop, daemon=True)
+    try:
+        ticker.start()
+        time.sleep(1.0)
+        body = json.dumps({"prompt": "the " * 200, "n_predict": 4, "stream": False}).encode()
+        head = (
+            f"POST /completion HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+        ).encode()
+        with socket.create_connection(("127.0.0.1", server.port)) as sock:
+            t_conn = time.time()
+            sock.sendall(head)
+            for i in range(0, len(body), len(body) // 15 + 1):  # the body over about 1.5 s
+                sock.sendall(body[i : i + len(body) // 15 + 1])
+                time.sleep(0.1)
+            reply = sock.recv(65536)
+            t_reply = time.time()  # the answer came (its request done: 4 tokens)
+            while chunk := sock.recv(65536):
+                reply += chunk
+        assert b" 200 " in reply.split(b"\r\n", 1)[0], reply[:200]
+        time.sleep(0.5)
+    finally:
+        stop.set()
+        ticker.join()
+        poller.stop()
+        server.stop()
+    every = client._idle_conns.every_s
+    waiting = [(round(t - t_conn, 2), p) for t, p in ticks if t_conn + every + 0.25 <= t <= t_reply - 0.25]
+    assert len(waiting) >= 5, (every, waiting)
+    assert all(p not in ("idle", None) for _, p in waiting), (every, [w for w in waiting if w[1] in ("idle", None)])
+    # receiving it, the server's own work (its last piece may already be in prefill by the client's clock)
+    assert all(p == "housekeeping" for _, p in waiting[:-2]), (every, [w for w in waiting if w[1] != "housekeeping"])
+    before = [p for t, p in ticks if t < t_conn - 0.2]
+    assert before and all(p == "idle" for p in before), before  # nothing outstanding: idle

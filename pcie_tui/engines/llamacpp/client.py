@@ -38,7 +38,7 @@ from urllib.parse import urlsplit
 from pcie_tui.core.gguf import gguf_meta
 from pcie_tui.core.model import EngineSample
 from pcie_tui.engines.http import MAX_BODY_BYTES, AnswerTooLarge, http_request
-from pcie_tui.engines.llamacpp.conns import Connections
+from pcie_tui.engines.llamacpp.conns import Connections, IdleArrivals
 from pcie_tui.engines.llamacpp.log import LogTailer
 from pcie_tui.engines.llamacpp.proc import (
     LAYOUT_ENV,
@@ -103,6 +103,8 @@ class LlamaCppClient:
         self._log_out: list[dict[str, Any]] = []
         # The server's client connections (arrivals a busy loop hides), where its process is known.
         self._conns = Connections(pid, self._port) if pid is not None and self.tailers else None
+        # While the log shows nothing outstanding: a connection that arrived and waits for a slot.
+        self._idle_conns = IdleArrivals(pid, self._port) if pid is not None and self.tailers else None
         self._conns_polled: float | None = None
         self._idle_read: float | None = None  # the last read with nothing outstanding (the table not read)
         self.metrics_enabled: bool | None = None
@@ -112,6 +114,7 @@ class LlamaCppClient:
         self._last_prompt_total: float | None = None
         self._metrics_sent = 0.0  # when the last /metrics was asked for
         self._last_slot_phase: str | None = None  # what the last /slots answer showed running
+        self._last_slots_t: float | None = None  # when it came
         self._metrics_body: bytes | None = None  # the last /metrics text and what it parsed to
         self._metrics_vals: dict[str, float] | None = None
         self.props: dict[str, Any] | None = None
@@ -335,6 +338,7 @@ class LlamaCppClient:
             extra["slots_decode"] = sum(1 for s in busy if s.get("n_decoded"))
             sp, sd = extra["slots_prefill"], extra["slots_decode"]
             self._last_slot_phase = busy_phase(sp, sd)
+            self._last_slots_t = time.time()
             return state, float(len(busy))
         if status == 501:
             self.slots_enabled = False
@@ -422,21 +426,28 @@ class LlamaCppClient:
 
     def _poll_conns(self) -> None:
         """New client connections since the last poll, for each request clock (before the log is read:
-        a request the log shows given a slot has its connection listed by then)."""
+        a request the log shows given a slot has its connection listed by then); while nothing is
+        outstanding, the connections that arrive and wait (:class:`.conns.IdleArrivals`)."""
         if self._conns is None:
             return
         with self._log_lock:
             busy = any(t.clock.open_requests() for t in self.tailers)
-            if not busy:
-                # Nothing outstanding: the table is not read (4 ms a read on some kernels). When a request
-                # is taken up, the connections then open count as arrived since the last log read that
-                # showed none outstanding (_idle_read).
-                if self._conns_polled is not None:
+        if self._idle_conns is not None:  # outside the lock: the tick thread's busy_now never waits on a read
+            if busy:
+                self._idle_conns.reset()
+            else:
+                self._idle_conns.poll(time.monotonic())
+        if not busy:
+            # Nothing outstanding: the request clocks' table is not read. When a request is taken up, the
+            # connections then open count as arrived since the last log read that showed none outstanding
+            # (_idle_read).
+            if self._conns_polled is not None:
+                with self._log_lock:
                     self._conns.reset()
                     for tailer in self.tailers:
                         tailer.clock.forget_connections()
-                    self._conns_polled = None
-                return
+                self._conns_polled = None
+            return
         t = time.time()
         got = self._conns.poll()
         if got is None:
@@ -475,7 +486,15 @@ class LlamaCppClient:
             for t in self.tailers:
                 self._log_out.extend(t.poll())
             b = self._busy_with()
-        return b if b == "housekeeping" or (stale and b is not None) else None
+            # A request the log shows started after that answer: running now, whatever the answer said (a
+            # request whose end the log never showed is not: the fresh answer's idle wins over it).
+            since = self._last_slots_t
+            new = since is not None and any(t.clock.launched_since(since) for t in self.tailers)
+        if b is None and self._idle_conns is not None and self._idle_conns.pending:
+            # A client connected since the log last showed nothing outstanding and waits, no slot given:
+            # the server is receiving or tokenising its request (the engine's own work before it starts).
+            return "housekeeping"
+        return b if b == "housekeeping" or (b is not None and (stale or new)) else None
 
     def progress(self) -> list[dict[str, Any]]:
         """Requests still running, per slot, as the log's progress lines said at the last read

@@ -212,6 +212,11 @@ class RequestClock:
             return "prefill"
         return None
 
+    def launched_since(self, t_wall: float) -> bool:
+        """Whether a request the log shows running was started after ``t_wall`` (a wall-clock time)."""
+        since = self._to_server(t_wall)
+        return any(v.t_end is None and v.t_launch > since for v in self._tasks.values())
+
     def finish(self, rec: dict[str, Any], t_read: float, line: str) -> bool:
         """A request ended (``rec``: TimingParser's dict, with ``task``; ``line``: its last timing line,
         read at ``t_read``). False when its start was not seen: it has no timeline."""

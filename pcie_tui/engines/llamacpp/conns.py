@@ -15,6 +15,8 @@ clock falls back to its other evidence for the rest. Reads numbers only (address
 
 from __future__ import annotations
 
+import time
+
 from pcie_tui.engines.http import own_client_ports
 
 _ESTABLISHED = "01"
@@ -85,3 +87,42 @@ class Connections:
         new = set() if self._seen is None else now - self._seen
         self._seen = now
         return new, now
+
+
+class IdleArrivals:
+    """Connections that arrive while the server shows nothing outstanding and stay open with no request
+    taken up: the server is receiving or tokenising a request it has not given a slot yet (its loop, its
+    gauges and its log say nothing until then; a long prompt takes a noticeable time). Read only while the
+    log shows nothing outstanding, and at most ``cpu_share`` of a core: every poll where the table is cheap
+    to read, less often where it is not (a few ms a read under some sandboxes). A connection open before
+    the first read (an idle keep-alive client) is not an arrival; one that closes without a request
+    taken up (a health probe) stops counting when it closes."""
+
+    def __init__(self, pid: int, port: int, cpu_share: float = 0.01, min_every_s: float = 0.1) -> None:
+        self.conns = Connections(pid, port)
+        self.cpu_share, self.min_every_s = cpu_share, min_every_s
+        self.every_s = min_every_s
+        self.pending: frozenset[tuple[str, int]] = frozenset()
+        self._next = float("-inf")
+
+    def reset(self) -> None:
+        """Something is outstanding now: the next idle stretch starts from a fresh reading."""
+        if self.pending or self.conns._seen is not None:
+            self.conns.reset()
+            self.pending = frozenset()
+            self._next = float("-inf")
+
+    def poll(self, now: float) -> None:
+        """One reading, unless the last was less than ``every_s`` ago (``now``: a monotonic clock)."""
+        if now < self._next:
+            return
+        c0 = time.perf_counter()
+        got = self.conns.poll()
+        cost = time.perf_counter() - c0
+        self.every_s = max(self.min_every_s, cost / self.cpu_share)
+        self._next = now + self.every_s
+        if got is None:
+            self.pending = frozenset()
+            return
+        new, open_now = got
+        self.pending = frozenset((self.pending | new) & open_now)
