@@ -132,7 +132,7 @@ class GpuPanel(Vertical):
         self._view = g
         self._title()
         text, cls = badge(g, frame.phase, self.wide)
-        set_text(self.badge, text, layout=True)  # width follows the text
+        set_text(self.badge, text)  # the row's width (reverse colours only the text): no relayout
         for c in ("-link", "-memory", "-compute", "-none"):
             self.badge.set_class(c == cls, c)
             self.set_class(c == cls, c)
