@@ -377,7 +377,8 @@ def main(argv: list[str] | None = None) -> int:
     if a.tui_seconds > 0:
         from tui_cpu import bench_tui
 
-        rows += bench_tui(a.tui_seconds, BUNDLED if BUNDLED.exists() else FALLBACK)
+        for n_gpus in (1, 8):
+            rows += bench_tui(a.tui_seconds, BUNDLED if BUNDLED.exists() else FALLBACK, n_gpus)
     if not a.no_engines:
         from engine_cpu import bench_engine_cpu
 
