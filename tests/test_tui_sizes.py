@@ -1,16 +1,18 @@
 """The live screen at every terminal size (issue 22): bundled demos replayed at 80x24, 120x40, 160x45,
 200x50 and 240x67, each at three moments (a quarter, half and nine tenths of the recording), checked as a
 user reads the screen: no band of blank rows above 2 (the 160x45 screen had 19-22), the panels the size
-promises present, the headline's phase the GPU panel's, no bound named before the evidence threshold."""
+promises present, the headline's phase the GPU panel's, no bound named before the evidence threshold.
+A demo scaled to 8 GPUs (and 16 at 80x24): one line per GPU, all 8 from 120x40 up, "+N more" where not all fit."""
 
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 
 import pytest
 
 from pcie_tui.recording import demos
-from pcie_tui.recording.reader import read_recording
+from pcie_tui.recording.reader import Recording, read_recording
 from pcie_tui.recording.replay import ReplaySource
 from pcie_tui.tui.app import make_app
 from pcie_tui.tui.headless import frame_at, run, screen_text, wait_until
@@ -77,3 +79,63 @@ def test_every_size_uses_its_rows(rec, size):
             assert head.startswith(phase), (phase, head)
         if "measuring" in head.split("\n")[0]:
             assert not re.search(r"-bound|link-saturated", head.split("\n")[0]), head
+
+
+# ---- many GPUs: one line each where the panels do not fit ------------------------------------------
+
+
+def scaled(rec, n_gpus: int):
+    """``rec`` as an ``n_gpus``-GPU recording (as bench/tui_cpu.py builds its 8-GPU file): every tick
+    carries n GPUs, GPU i the real reading of i/n of the recording later."""
+    g0 = rec.header.gpus[0]
+    header = replace(rec.header, gpus=tuple(replace(g0, index=i, uuid=f"{g0.uuid}-{i}") for i in range(n_gpus)))
+    base = list(rec.samples)
+    n = len(base)
+    samples = [
+        replace(s, gpus=tuple(replace(base[(k + i * n // n_gpus) % n].gpus[0], index=i) for i in range(n_gpus)))
+        for k, s in enumerate(base)
+    ]
+    return Recording(path=rec.path, header=header, samples=samples, events=list(rec.events))
+
+
+@pytest.fixture(scope="module")
+def rec8():
+    return scaled(read_recording(demos.resolve("h200-pinned"), warn=False), 8)
+
+
+def _gpu_lines(text: str) -> dict[int, list[str]]:
+    """The screen's compact GPU lines, by GPU index (a line per GPU: each index once)."""
+    out: dict[int, list[str]] = {}
+    for line in text.splitlines():
+        m = re.match(r"│ GPU (\d+) ", line)
+        if m:  # the line inside its box (the engine panel may stand beside it)
+            out.setdefault(int(m.group(1)), []).append(line.split("│")[1])
+    return out
+
+
+@pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
+def test_eight_gpus_one_line_each(rec8, size):
+    pos = int(0.5 * (len(rec8.samples) - 1))
+    got = _look(rec8, pos, size)
+    text = got["text"]
+    assert _longest_blank_run(text) <= 2, f"{size}:\n{text}"
+    lines = _gpu_lines(text)
+    assert all(len(v) == 1 for v in lines.values()), lines  # one row per GPU
+    more = re.search(r"\+(\d+) more GPUs?", text)
+    if size >= (120, 40):
+        assert sorted(lines) == list(range(8)) and more is None, f"{size}:\n{text}"
+    else:  # as many as fit, and how many more
+        assert len(lines) + (int(more.group(1)) if more else 0) == 8, text
+    for line in lines.values():  # every figure with its unit: the shares of the ceiling, DRAM and SM
+        assert len(re.findall(r"\d+ %|n/a", line[0])) == 4, line
+    shown = got["shown"]
+    assert shown["#headline"] and shown["#engine"] and shown["#events"] and not shown["#gpu-0"], shown
+
+
+def test_sixteen_gpus_at_80x24_end_in_a_more_line():
+    rec16 = scaled(read_recording(demos.resolve("h200-pinned"), warn=False), 16)
+    got = _look(rec16, len(rec16.samples) // 2, (80, 24))
+    lines = _gpu_lines(got["text"])
+    more = re.search(r"\+(\d+) more GPUs", got["text"])
+    assert more and 0 < len(lines) < 16 and len(lines) + int(more.group(1)) == 16, got["text"]
+    assert sorted(lines) == list(range(len(lines)))  # the first ones; up/down bring the others

@@ -1,7 +1,7 @@
 """The pcie-tui Textual app: build it with :func:`make_app` from any Source.
 
 One thread worker reads the source, feeds the analysis (:class:`ViewModel`)
-and posts at most ten :class:`FrameReady` messages a second; the UI thread
+and posts at most two :class:`FrameReady` messages a second; the UI thread
 only renders frames. Replay seeks are reconciled in the worker too.
 
 This module composes the screen and renders frames; the reader thread is
@@ -28,6 +28,7 @@ from pcie_tui.tui.engine_panel import EnginePanel
 from pcie_tui.tui.events import EventsPane
 from pcie_tui.tui.frame import Frame
 from pcie_tui.tui.gpu_panel import GpuPanel
+from pcie_tui.tui.gpu_rows import GpuRows
 from pcie_tui.tui.state import HISTORY_TICKS, ViewModel
 from pcie_tui.tui.widgets import HeadlineBar, PositionBar, header_text, set_text
 from pcie_tui.tui.worker import FrameReady, RecordingFailed, SourceFailed, SourceWorker
@@ -37,6 +38,7 @@ SIDE_BY_SIDE_AT_COLUMNS = 160  # GPU panels and the engine panel in two columns 
 TALL_AT_ROWS = 40
 SHORT_BELOW_ROWS = 30  # a stacked engine panel shrinks to two lines, so the saturation events keep rows
 SPARK_ROWS_MAX = 12  # a tall terminal's room left below the panels goes to taller GPU sparklines, up to this
+PANEL_ROWS_MIN = 8  # a GPU panel with one-row charts; GPUs whose panels do not fit #gpus get one line each
 
 
 class PcieTuiApp(KeyActions, SourceWorker, App[None]):
@@ -94,6 +96,8 @@ class PcieTuiApp(KeyActions, SourceWorker, App[None]):
         self._wake = threading.Event()
         self._drained = threading.Event()  # the reader thread has returned
         self._panels: dict[int, GpuPanel] = {}
+        self._gpu_rows = GpuRows(HISTORY_TICKS)
+        self._compact = False  # every GPU on one line (GpuRows) instead of a panel each
         self._loop_held = False  # End on a looping replay: stop at the end until the next seek
         self._has_engine = source.header.engine is not None  # else set by the first engine reading
 
@@ -114,6 +118,7 @@ class PcieTuiApp(KeyActions, SourceWorker, App[None]):
         yield self._headline_w
         with Container(id="panels"):  # stacked; side by side on wide screens (-side)
             with self._gpus_w:
+                yield self._gpu_rows
                 for info in self.source.header.gpus:
                     panel = GpuPanel(info.index, HISTORY_TICKS)
                     self._panels[info.index] = panel
@@ -161,10 +166,22 @@ class PcieTuiApp(KeyActions, SourceWorker, App[None]):
         self._main.set_class(side, "-side")
         for p in self._panels.values():
             p.wide = wide
+        self._set_compact(len(self._panels) > 1 and len(self._panels) * PANEL_ROWS_MIN > self._gpus_room(height))
         if self.frame is not None:
             self._render(self.frame)  # schedules the sparklines' fit
         else:
             self.call_after_refresh(self._fit_sparks)
+
+    def _gpus_room(self, height: int) -> int:
+        """Rows #gpus may take (its 60 % of the screen)."""
+        return int(0.6 * height)
+
+    def _set_compact(self, compact: bool) -> None:
+        """One line per GPU, or a panel each; the history lives in the model, so nothing is lost."""
+        self._compact = compact
+        self._gpu_rows.display = compact
+        for p in self._panels.values():
+            p.display = not compact
 
     def _fit_sparks(self) -> None:
         """GPU sparklines as tall as the room allows on a tall terminal (2 to SPARK_ROWS_MAX rows), so
@@ -226,7 +243,9 @@ class PcieTuiApp(KeyActions, SourceWorker, App[None]):
             return  # _apply_size rendered this frame
         with self.batch_update():
             self._headline_w.show(f.headline)
-            for g in f.gpus:
+            if self._compact:
+                self._gpu_rows.show(f.gpus, self._gpus_room(self.size.height) - 2)  # its border
+            for g in () if self._compact else f.gpus:
                 panel = self._panels.get(g.index)
                 if panel is None:
                     panel = self._panels[g.index] = GpuPanel(g.index, HISTORY_TICKS)
@@ -236,7 +255,8 @@ class PcieTuiApp(KeyActions, SourceWorker, App[None]):
                 panel.show(g, f)
             side = self._main.has_class("-side")
             self._engine_w.show(f, wide, stacked=side, compact=not side and self.size.height < SHORT_BELOW_ROWS)
-            self._events_w.show(f.events, f.events_total)
+            settled = f.ended or (f.replay is not None and (f.replay.paused or f.replay.position >= f.replay.total))
+            self._events_w.show(f.events, f.events_total, exact=settled)
             self._render_position()
             self._show_recording_state()
         self.call_after_refresh(self._fit_sparks)  # the headline, engine or events may have changed rows

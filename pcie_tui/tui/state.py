@@ -1,7 +1,7 @@
 """What the screen shows, built off the UI thread.
 
 The worker thread feeds every Sample into :class:`ViewModel` (which runs the
-:class:`SessionAnalyzer`), and at most ten times a second asks it for a
+:class:`SessionAnalyzer`), and at most twice a second asks it for a
 :class:`Frame` (:mod:`pcie_tui.tui.frame`): an immutable snapshot that the UI
 thread only renders. No Textual here, so the model can be tested and timed on
 its own.
