@@ -30,6 +30,7 @@ from pcie_tui.tui.frame import Frame
 from pcie_tui.tui.gpu_panel import GpuPanel
 from pcie_tui.tui.gpu_rows import GpuRows
 from pcie_tui.tui.state import HISTORY_TICKS, ViewModel
+from pcie_tui.tui.timeline import TimelinePanel
 from pcie_tui.tui.widgets import HeadlineBar, PositionBar, header_text, set_text
 from pcie_tui.tui.worker import FrameReady, RecordingFailed, SourceFailed, SourceWorker
 
@@ -39,6 +40,8 @@ TALL_AT_ROWS = 40
 SHORT_BELOW_ROWS = 30  # a stacked engine panel shrinks to two lines, so the saturation events keep rows
 SPARK_ROWS_MAX = 12  # a tall terminal's room left below the panels goes to taller GPU sparklines, up to this
 PANEL_ROWS_MIN = 8  # a GPU panel with one-row charts; GPUs whose panels do not fit #gpus get one line each
+TIMELINE_AT = (200, 50)  # columns, rows: link, DRAM and token timing on one time axis beside the events
+TIMELINE_ROWS_MIN = 11  # its borders, four charts of two rows and the axis
 
 
 class PcieTuiApp(KeyActions, SourceWorker, App[None]):
@@ -111,6 +114,7 @@ class PcieTuiApp(KeyActions, SourceWorker, App[None]):
         self._gpus_w.can_focus = False
         self._engine_w = EnginePanel(HISTORY_TICKS)
         self._events_w = EventsPane()
+        self._timeline_w = TimelinePanel(HISTORY_TICKS)
         self._position_w = PositionBar(self.live)
         with Horizontal(id="header"):
             yield Static(header_text(self.source.header, self._source_label(), self.title), id="title")
@@ -128,7 +132,8 @@ class PcieTuiApp(KeyActions, SourceWorker, App[None]):
                     text = f"GPU side unavailable: {why}" if why else "no GPU readings in this source (engine only)"
                     yield Static(Text(text, style="dim"), id="no-gpus")
             yield self._engine_w
-        with Vertical(id="lower"):  # the room left: the events box takes what its rows need
+        with Container(id="lower"):  # the room left: the events box (beside the shared timeline) fills it
+            yield self._timeline_w
             yield self._events_w
         with Vertical(id="bottom"):
             yield self._position_w
@@ -164,6 +169,8 @@ class PcieTuiApp(KeyActions, SourceWorker, App[None]):
         # Side by side only beside GPU panels: the engine alone takes the full width.
         side = width >= SIDE_BY_SIDE_AT_COLUMNS and self._has_engine and bool(self.source.header.gpus)
         self._main.set_class(side, "-side")
+        timeline = width >= TIMELINE_AT[0] and height >= TIMELINE_AT[1] and bool(self.source.header.gpus)
+        self._main.set_class(timeline, "-timeline")
         for p in self._panels.values():
             p.wide = wide
         self._set_compact(len(self._panels) > 1 and len(self._panels) * PANEL_ROWS_MIN > self._gpus_room(height))
@@ -199,6 +206,8 @@ class PcieTuiApp(KeyActions, SourceWorker, App[None]):
             fixed = sum(p.outer_size.height for p in panels) - sparks * cur  # borders, badge, figures, legend
             other = 1 + self._headline_w.outer_size.height + self.query_one("#bottom").outer_size.height
             events = self._events_w.rows_needed if self._events_w.display else 0
+            if self._main.has_class("-timeline"):
+                events = max(events, TIMELINE_ROWS_MIN)
             other += max(4, events)  # #lower keeps 4 rows at least; the events box fills what is left
             if not self._main.has_class("-side"):
                 other += self._engine_w.outer_size.height if self._engine_w.display else 0
@@ -257,6 +266,8 @@ class PcieTuiApp(KeyActions, SourceWorker, App[None]):
             self._engine_w.show(f, wide, stacked=side, compact=not side and self.size.height < SHORT_BELOW_ROWS)
             settled = f.ended or (f.replay is not None and (f.replay.paused or f.replay.position >= f.replay.total))
             self._events_w.show(f.events, f.events_total, exact=settled)
+            if self._main.has_class("-timeline"):
+                self._timeline_w.show(f)
             self._render_position()
             self._show_recording_state()
         self.call_after_refresh(self._fit_sparks)  # the headline, engine or events may have changed rows
