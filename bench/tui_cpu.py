@@ -15,7 +15,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import replace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -58,21 +57,16 @@ def measure(seconds: float, recording: Path) -> tuple[float, float, float | None
 
 
 def scaled(src: Path, n_gpus: int, out: Path) -> Path:
-    """``src`` as an ``n_gpus``-GPU recording at ``out``: every tick carries n GPUs, GPU i holding the
-    real reading of tick (k + i * len / n) mod len (the same session, seen at n different moments)."""
+    """``src`` as an ``n_gpus``-GPU recording at ``out`` (:func:`pcie_tui.tui.headless.scaled_gpus`)."""
     sys.path.insert(0, str(ROOT))
     from pcie_tui.recording.reader import read_recording
     from pcie_tui.recording.writer import RecordingWriter
+    from pcie_tui.tui.headless import scaled_gpus
 
-    rec = read_recording(src, warn=False)
-    g0 = rec.header.gpus[0]
-    header = replace(rec.header, gpus=tuple(replace(g0, index=i, uuid=f"{g0.uuid}-{i}") for i in range(n_gpus)))
-    base = list(rec.samples)
-    n = len(base)
-    with RecordingWriter(out, header) as w:
-        for k, s in enumerate(base):
-            gpus = tuple(replace(base[(k + i * n // n_gpus) % n].gpus[0], index=i) for i in range(n_gpus))
-            w.write(replace(s, gpus=gpus))
+    rec = scaled_gpus(read_recording(src, warn=False), n_gpus)
+    with RecordingWriter(out, rec.header) as w:
+        for s in rec.samples:
+            w.write(s)
     return out
 
 

@@ -8,15 +8,14 @@ From 200x50 up: link TX/RX, DRAM and tokens/s stacked on one time axis (the same
 from __future__ import annotations
 
 import re
-from dataclasses import replace
 
 import pytest
 
 from pcie_tui.recording import demos
-from pcie_tui.recording.reader import Recording, read_recording
+from pcie_tui.recording.reader import read_recording
 from pcie_tui.recording.replay import ReplaySource
 from pcie_tui.tui.app import make_app
-from pcie_tui.tui.headless import frame_at, run, screen_text, wait_until
+from pcie_tui.tui.headless import frame_at, run, scaled_gpus, screen_text, wait_until
 from pcie_tui.tui.timeline import TimelinePanel
 from pcie_tui.tui.widgets import HeadlineBar
 
@@ -86,23 +85,9 @@ def test_every_size_uses_its_rows(rec, size):
 # ---- many GPUs: one line each where the panels do not fit ------------------------------------------
 
 
-def scaled(rec, n_gpus: int):
-    """``rec`` as an ``n_gpus``-GPU recording (as bench/tui_cpu.py builds its 8-GPU file): every tick
-    carries n GPUs, GPU i the real reading of i/n of the recording later."""
-    g0 = rec.header.gpus[0]
-    header = replace(rec.header, gpus=tuple(replace(g0, index=i, uuid=f"{g0.uuid}-{i}") for i in range(n_gpus)))
-    base = list(rec.samples)
-    n = len(base)
-    samples = [
-        replace(s, gpus=tuple(replace(base[(k + i * n // n_gpus) % n].gpus[0], index=i) for i in range(n_gpus)))
-        for k, s in enumerate(base)
-    ]
-    return Recording(path=rec.path, header=header, samples=samples, events=list(rec.events))
-
-
 @pytest.fixture(scope="module")
 def rec8():
-    return scaled(read_recording(demos.resolve("h200-pinned"), warn=False), 8)
+    return scaled_gpus(read_recording(demos.resolve("h200-pinned"), warn=False), 8)
 
 
 def _gpu_lines(text: str) -> dict[int, list[str]]:
@@ -135,7 +120,7 @@ def test_eight_gpus_one_line_each(rec8, size):
 
 
 def test_sixteen_gpus_at_80x24_end_in_a_more_line():
-    rec16 = scaled(read_recording(demos.resolve("h200-pinned"), warn=False), 16)
+    rec16 = scaled_gpus(read_recording(demos.resolve("h200-pinned"), warn=False), 16)
     got = _look(rec16, len(rec16.samples) // 2, (80, 24))
     lines = _gpu_lines(got["text"])
     more = re.search(r"\+(\d+) more GPUs", got["text"])
