@@ -10,7 +10,9 @@ usage: python bench/tui_cpu.py [SECONDS] [RECORDING] [GPUS]
 
 from __future__ import annotations
 
+import os
 import resource
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -41,12 +43,14 @@ src.close()
 """
 
 
-def measure(seconds: float, recording: Path) -> tuple[float, float, float | None]:
-    """(cpu seconds, wall seconds, seconds from the process's start to its first frame) of one headless run."""
+def measure(seconds: float, recording: Path, root: Path = ROOT) -> tuple[float, float, float | None]:
+    """(cpu seconds, wall seconds, seconds from the process's start to its first frame) of one headless
+    run of the code in ``root`` (another checkout: its pcie_tui is the one imported)."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0, w0 = time.monotonic(), time.time()
+    env = {**os.environ, "PYTHONPATH": str(root)}
     p = subprocess.run(
-        [sys.executable, "-c", CHILD, str(recording), str(seconds)], check=True, cwd=ROOT,
+        [sys.executable, "-c", CHILD, str(recording), str(seconds)], check=True, cwd=root, env=env,
         stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     wall = time.monotonic() - t0
@@ -101,6 +105,43 @@ def _bench(seconds: float, recording: Path, n_gpus: int, name: str) -> list[tupl
             f"{ff} (the slower of two starts; target <= {TARGET_FIRST_S:g} s) {ff_ok}",
         ),
     ]
+
+
+def steady(seconds: float, recording: Path, root: Path = ROOT) -> float:
+    """Steady CPU share of one run (a 0.5 s run's start-up taken off)."""
+    cpu0, _, _ = measure(0.5, recording, root)
+    cpu, _, _ = measure(seconds, recording, root)
+    return (cpu - cpu0) / max(seconds - 0.5, 1e-9)
+
+
+def compare(seconds: float, recording: Path, other: Path, rounds: int = 3) -> list[tuple[str, str]]:
+    """This checkout against ``other`` (the code before a change), A B A B interleaved on this busy
+    machine, 1 GPU and 8 GPUs: each one's steady CPU per round, the medians and their ratio."""
+    label = subprocess.run(
+        ["git", "-C", str(other), "log", "-1", "--format=%h"], capture_output=True, text=True
+    ).stdout.strip() or str(other)
+    mine = subprocess.run(["git", "-C", str(ROOT), "log", "-1", "--format=%h"], capture_output=True, text=True)
+    rows = []
+    with tempfile.TemporaryDirectory() as d:
+        for n_gpus in (1, 8):
+            rec = recording if n_gpus == 1 else scaled(recording, n_gpus, Path(d) / f"x{n_gpus}.jsonl.gz")
+            a: list[float] = []
+            b: list[float] = []
+            for _ in range(rounds):
+                a.append(steady(seconds, rec, other))
+                b.append(steady(seconds, rec, ROOT))
+            ma, mb = statistics.median(a), statistics.median(b)
+            gpus = "1 GPU" if n_gpus == 1 else f"{n_gpus} GPUs"
+            rows.append(
+                (
+                    f"TUI steady CPU, {gpus}, {label} (before) vs {mine.stdout.strip() or 'this tree'} (after), "
+                    f"{rounds} rounds of {seconds:.0f} s interleaved A B",
+                    f"before {' '.join(f'{x * 100:.2f}' for x in a)} % (median {ma * 100:.2f} %); "
+                    f"after {' '.join(f'{x * 100:.2f}' for x in b)} % (median {mb * 100:.2f} %): "
+                    f"after/before {mb / ma:.2f} (target <= {TARGET_STEADY[n_gpus] * 100:g} %)",
+                )
+            )
+    return rows
 
 
 if __name__ == "__main__":
