@@ -173,7 +173,7 @@ class PcieTuiApp(KeyActions, SourceWorker, App[None]):
         self._main.set_class(timeline, "-timeline")
         for p in self._panels.values():
             p.wide = wide
-        self._set_compact(len(self._panels) > 1 and len(self._panels) * PANEL_ROWS_MIN > self._gpus_room(height))
+        self._set_compact(self._too_many_panels(height))
         if self.frame is not None:
             self._render(self.frame)  # schedules the sparklines' fit
         else:
@@ -182,6 +182,10 @@ class PcieTuiApp(KeyActions, SourceWorker, App[None]):
     def _gpus_room(self, height: int) -> int:
         """Rows #gpus may take (its 60 % of the screen)."""
         return int(0.6 * height)
+
+    def _too_many_panels(self, height: int) -> bool:
+        """More than one GPU, and their panels (one-row charts) would not fit the rows #gpus may take."""
+        return len(self._panels) > 1 and len(self._panels) * PANEL_ROWS_MIN > self._gpus_room(height)
 
     def _set_compact(self, compact: bool) -> None:
         """One line per GPU, or a panel each; the history lives in the model, so nothing is lost."""
@@ -260,6 +264,7 @@ class PcieTuiApp(KeyActions, SourceWorker, App[None]):
                     panel = self._panels[g.index] = GpuPanel(g.index, HISTORY_TICKS)
                     panel.wide = wide
                     self._gpus_w.mount(panel)
+                    self._set_compact(self._too_many_panels(self.size.height))  # one more may not fit
                     continue  # filled on the next frame, once composed
                 panel.show(g, f)
             side = self._main.has_class("-side")
