@@ -164,13 +164,15 @@ class PcieTuiApp(KeyActions, SourceWorker, App[None]):
 
     def _apply_size(self, width: int, height: int) -> None:
         wide, tall = width >= WIDE_AT_COLUMNS, height >= TALL_AT_ROWS
-        self._main.set_class(wide, "-wide")
-        self._main.set_class(tall, "-tall")
         # Side by side only beside GPU panels: the engine alone takes the full width.
         side = width >= SIDE_BY_SIDE_AT_COLUMNS and self._has_engine and bool(self.source.header.gpus)
-        self._main.set_class(side, "-side")
         timeline = width >= TIMELINE_AT[0] and height >= TIMELINE_AT[1] and bool(self.source.header.gpus)
-        self._main.set_class(timeline, "-timeline")
+        classes = {"-wide": wide, "-tall": tall, "-side": side, "-timeline": timeline}
+        main = self._main
+        if any(main.has_class(c) != on for c, on in classes.items()):  # the whole screen restyled once
+            for c, on in classes.items():
+                main.set_class(on, c, update=False)
+            main.update_node_styles()
         for p in self._panels.values():
             p.wide = wide
         self._set_compact(self._too_many_panels(height))
