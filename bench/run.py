@@ -3,6 +3,7 @@
   python bench/run.py              replay/report throughput, recording size, TUI CPU (any machine)
   python bench/run.py --sampler    also the live sampler vs nvitop (needs NVML + a GPU; nvitop)
   python bench/run.py --no-engines skip the recorder-attached-to-real-engines CPU rows (bench/engine_cpu.py)
+  python bench/run.py --tui-vs DIR also the TUI's CPU against the code checked out in DIR, A B interleaved
 
 Timings are only compared with each other inside one run; see results.md for history.
 """
@@ -358,6 +359,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sampler", action="store_true", help="also bench the live sampler and nvitop (needs a GPU)")
     ap.add_argument("--no-replay", action="store_true", help="skip the replay/report bench")
     ap.add_argument("--tui-seconds", type=float, default=60.0, help="seconds of TUI replay to time (0 skips)")
+    ap.add_argument("--tui-vs", metavar="CHECKOUT", help="also the TUI's CPU against another checkout, A B interleaved")
     ap.add_argument("--results", default=str(ROOT / "bench" / "results.md"), help="markdown file to append to")
     ap.add_argument("--seconds", type=float, default=3.0, help="seconds per sampler measurement")
     ap.add_argument("--no-engines", action="store_true", help="skip the recorder-on-real-engines CPU rows")
@@ -382,7 +384,12 @@ def main(argv: list[str] | None = None) -> int:
     if a.tui_seconds > 0:
         from tui_cpu import bench_tui
 
-        rows += bench_tui(a.tui_seconds, BUNDLED if BUNDLED.exists() else FALLBACK)
+        for n_gpus in (1, 8):
+            rows += bench_tui(a.tui_seconds, BUNDLED if BUNDLED.exists() else FALLBACK, n_gpus)
+        if a.tui_vs:
+            from tui_cpu import compare
+
+            rows += compare(min(a.tui_seconds, 30.0), BUNDLED if BUNDLED.exists() else FALLBACK, Path(a.tui_vs))
     if not a.no_engines:
         from engine_cpu import bench_engine_cpu
 

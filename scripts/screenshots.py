@@ -5,8 +5,10 @@ The default recording is the llama-server session on the H200
 first link saturation during the engine's prefill with the highest reading, found by running the
 analyzer over the recording, not picked by hand; the engine panel shows the
 engine's figures at that tick.
-Writes screenshots/demo.svg (140x45), screenshots/demo-80x24.svg and
-screenshots/demo-170x45.svg (wide: GPU and engine panels side by side).
+Writes screenshots/demo.svg (140x45), screenshots/demo-80x24.svg,
+screenshots/demo-170x45.svg (wide: GPU and engine panels side by side) and screenshots/demo-200x50.svg
+(link, DRAM and tokens/s on one time axis); with the default recording also the same moment scaled to
+8 GPUs (pcie_tui.tui.headless.scaled_gpus) at 160x45, one line per GPU.
 
 usage: python scripts/screenshots.py [RECORDING [PHASE [OUT_DIR]]]
 """
@@ -19,7 +21,7 @@ from pathlib import Path
 from pcie_tui.recording.reader import read_recording
 from pcie_tui.recording.replay import ReplaySource
 from pcie_tui.tui.app import make_app
-from pcie_tui.tui.headless import frame_at, run, saturated_moment, wait_until
+from pcie_tui.tui.headless import frame_at, run, saturated_moment, scaled_gpus, wait_until
 
 REPO = Path(__file__).resolve().parents[1]
 # (recording, the phase the saturation must fall in), first found is used
@@ -29,7 +31,13 @@ RECORDINGS = (
     (REPO / "pcie_tui/data/h200-reference.jsonl.gz", ""),
     (REPO / "tests/fixtures/h200-probe.jsonl", ""),
 )
-SHOTS = (("demo.svg", (140, 45)), ("demo-80x24.svg", (80, 24)), ("demo-170x45.svg", (170, 45)))
+SHOTS = (
+    ("demo.svg", (140, 45)),
+    ("demo-80x24.svg", (80, 24)),
+    ("demo-170x45.svg", (170, 45)),
+    ("demo-200x50.svg", (200, 50)),
+)
+EIGHT_GPUS = ("eight-gpus-160x45.svg", (160, 45))
 # The answer where nothing saturates: the pageable session mid-prefill (transfer-bound at 9 GB/s).
 ANSWER = (REPO / "pcie_tui/data/h200-pageable.jsonl.gz", "prefill", "answer-pageable-170x45.svg", (170, 45))
 # The client's wait explained: the prompt-cache session in its last housekeeping stretch (issue 24).
@@ -49,6 +57,21 @@ async def shoot(recording: Path, phase: str, out: Path, size: tuple[int, int]) -
         badge = str(app.query_one("#gpu-0").badge.render())
         if "LINK SATURATED" not in badge:
             raise SystemExit(f"no LINK SATURATED badge at tick {pos} of {recording}: {badge!r}")
+        app.save_screenshot(out.name, str(out.parent))
+    return pos
+
+
+async def shoot_scaled(recording: Path, phase: str, out: Path, size: tuple[int, int], n_gpus: int) -> int:
+    """The moment :func:`shoot` takes, on ``recording`` scaled to ``n_gpus`` GPUs."""
+    rec = read_recording(recording)
+    pos = saturated_moment(rec, "link", phase, peak=True)
+    src = ReplaySource(scaled_gpus(rec, n_gpus))
+    src.seek_to_index(pos)
+    src.set_paused(True)
+    app = make_app(src)
+    async with app.run_test(size=size) as pilot:
+        await wait_until(pilot, lambda: frame_at(app, pos), 20)
+        await pilot.pause()
         app.save_screenshot(out.name, str(out.parent))
     return pos
 
@@ -85,6 +108,9 @@ def main(argv: list[str]) -> int:
         pos = run(shoot(recording, phase, out_dir / name, size))
         print(f"{out_dir / name}: {size[0]}x{size[1]}, {recording.name} at tick {pos} (phase {phase or 'any'})")
     if len(argv) <= 1:
+        name, size = EIGHT_GPUS
+        pos = run(shoot_scaled(recording, phase, out_dir / name, size, 8))
+        print(f"{out_dir / name}: {size[0]}x{size[1]}, {recording.name} scaled to 8 GPUs at tick {pos}")
         rec, ph, name, size = ANSWER
         pos = run(shoot_mid_phase(rec, ph, out_dir / name, size))
         print(f"{out_dir / name}: {size[0]}x{size[1]}, {rec.name} at tick {pos} (middle of {ph})")

@@ -218,8 +218,8 @@ def test_events_box_fills_the_rows_left_and_keeps_its_rows(llama, size):
 def test_sparklines_take_the_rows_a_tall_terminal_leaves(size):
     """Below 40 rows one row per sparkline; above, as many as the room below the panels allows (up
     to SPARK_ROWS_MAX), so a tall terminal shows taller histories, not blank rows; the panel stays whole
-    and the events box keeps its 4 rows below it."""
-    from pcie_tui.tui.app import SPARK_ROWS_MAX
+    and the events box keeps its 4 rows below it (from 200x50, the shared time axis beside it keeps its 11)."""
+    from pcie_tui.tui.app import SPARK_ROWS_MAX, TIMELINE_AT, TIMELINE_ROWS_MIN
 
     rec = read_recording(LLAMA.with_name("h200-pageable.jsonl.gz"), warn=False)
     r = regions(rec, 120, size)  # mid-prefill, headline of two or three rows, no events
@@ -229,7 +229,8 @@ def test_sparklines_take_the_rows_a_tall_terminal_leaves(size):
         return
     assert 2 <= rows <= SPARK_ROWS_MAX
     assert r["#position"].y - r["#events"].bottom <= 2  # the events box reaches the position bar
-    left = r["#events"].height - 4  # rows the events box has beyond the 4 it keeps
+    keep = TIMELINE_ROWS_MIN if size[0] >= TIMELINE_AT[0] and size[1] >= TIMELINE_AT[1] else 4
+    left = r["#events"].height - keep  # rows the events box has beyond those it keeps
     assert rows == SPARK_ROWS_MAX or left < 3, (rows, left)  # less than one more row per sparkline
     assert r["gpu_panel"].bottom <= r["#events"].y and r["#engine"].bottom <= r["#events"].y
     assert r["gpu_panel"].height == 2 + 3 + 3 * rows  # borders, badge/figures/legend, TX/RX/DRAM whole

@@ -462,7 +462,8 @@ def test_layout_uses_the_room_it_gets(rec):
 
 
 def test_several_gpus_each_get_a_panel_and_scroll(rec):
-    """Four panels. GPUs 1-3 replay GPU 0's real readings (relabelled): this tests layout, not data."""
+    """Four GPUs: a panel each where four panels fit 60 % of the rows (they scroll), one line each where
+    not (80x24). GPUs 1-3 replay GPU 0's real readings (relabelled): this tests layout, not data."""
     import dataclasses
 
     infos = tuple(dataclasses.replace(rec.header.gpus[0], index=i, uuid=f"GPU-{i}") for i in range(4))
@@ -475,16 +476,28 @@ def test_several_gpus_each_get_a_panel_and_scroll(rec):
     app = make_app(paused_at(four, 20))
 
     async def go():
-        async with app.run_test(size=(80, 24)) as pilot:
+        async with app.run_test(size=(120, 60)) as pilot:
             await wait_until(pilot, lambda: frame_at(app, 20))
             panels = list(app.query(GpuPanel))
-            assert [p.index for p in panels] == [0, 1, 2, 3]
+            assert [p.index for p in panels] == [0, 1, 2, 3] and all(p.display for p in panels)
             gpus = app.query_one("#gpus")
             assert gpus.virtual_size.height > gpus.size.height  # more than fits: it scrolls
             assert app.query_one(EventsPane).region.height >= 4
             await pilot.press("pagedown")
             await wait_until(pilot, lambda: gpus.scroll_y > 0)
             assert all("LINK SATURATED" in str(p.badge.render()) for p in panels)
+            await pilot.resize_terminal(80, 24)  # the panels do not fit: a line each, the history kept
+            await wait_until(pilot, lambda: app.query_one("#gpu-rows").display)
+            await pilot.pause()
+            text = screen_text(app)
+            assert not any(p.display for p in panels)
+            assert [ln.split("│")[1].split()[:2] for ln in text.splitlines() if ln.startswith("│ GPU")] == [
+                ["GPU", str(i)] for i in range(4)
+            ]
+            assert text.count("LINK RX") == 4
+            await pilot.resize_terminal(120, 60)
+            await wait_until(pilot, lambda: all(p.display for p in panels))
+            assert len(app.frame.gpus[3].hist_rx) == 20  # the history survived the switch
 
     run(go())
 
@@ -569,7 +582,7 @@ def test_looping_replay_starts_the_analysis_over(rec):
     """``pcie-tui demo`` loops: each wrap is a jump back to tick 0, so events and history restart."""
     short = Recording(rec.path, rec.header, rec.samples[:20])  # idle, then the start of the H2D copy: 2.9 s
     n = len(short.samples)
-    src = ReplaySource(short, speed=10.0, loop=True)  # 0.3 s a loop: frames mid-loop and at each wrap
+    src = ReplaySource(short, speed=4.0, loop=True)  # 0.7 s a loop: frames (2 Hz) mid-loop and at each wrap
     app = make_app(src)
     seen: list[Frame] = []
 

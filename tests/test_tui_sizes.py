@@ -1,7 +1,9 @@
 """The live screen at every terminal size (issue 22): bundled demos replayed at 80x24, 120x40, 160x45,
 200x50 and 240x67, each at three moments (a quarter, half and nine tenths of the recording), checked as a
 user reads the screen: no band of blank rows above 2 (the 160x45 screen had 19-22), the panels the size
-promises present, the headline's phase the GPU panel's, no bound named before the evidence threshold."""
+promises present, the headline's phase the GPU panel's, no bound named before the evidence threshold.
+A demo scaled to 8 GPUs (and 16 at 80x24): one line per GPU, all 8 from 120x40 up, "+N more" where not all fit.
+From 200x50 up: link TX/RX, DRAM and tokens/s stacked on one time axis (the same ticks in the same cells)."""
 
 from __future__ import annotations
 
@@ -13,7 +15,8 @@ from pcie_tui.recording import demos
 from pcie_tui.recording.reader import read_recording
 from pcie_tui.recording.replay import ReplaySource
 from pcie_tui.tui.app import make_app
-from pcie_tui.tui.headless import frame_at, run, screen_text, wait_until
+from pcie_tui.tui.headless import frame_at, run, scaled_gpus, screen_text, wait_until
+from pcie_tui.tui.timeline import TimelinePanel
 from pcie_tui.tui.widgets import HeadlineBar
 
 SIZES = [(80, 24), (120, 40), (160, 45), (200, 50), (240, 67)]
@@ -77,3 +80,113 @@ def test_every_size_uses_its_rows(rec, size):
             assert head.startswith(phase), (phase, head)
         if "measuring" in head.split("\n")[0]:
             assert not re.search(r"-bound|link-saturated", head.split("\n")[0]), head
+
+
+# ---- many GPUs: one line each where the panels do not fit ------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def rec8():
+    return scaled_gpus(read_recording(demos.resolve("h200-pinned"), warn=False), 8)
+
+
+def _gpu_lines(text: str) -> dict[int, list[str]]:
+    """The screen's compact GPU lines, by GPU index (a line per GPU: each index once)."""
+    out: dict[int, list[str]] = {}
+    for line in text.splitlines():
+        m = re.match(r"│ GPU (\d+) ", line)
+        if m:  # the line inside its box (the engine panel may stand beside it)
+            out.setdefault(int(m.group(1)), []).append(line.split("│")[1])
+    return out
+
+
+@pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
+def test_eight_gpus_one_line_each(rec8, size):
+    pos = int(0.5 * (len(rec8.samples) - 1))
+    got = _look(rec8, pos, size)
+    text = got["text"]
+    assert _longest_blank_run(text) <= 2, f"{size}:\n{text}"
+    lines = _gpu_lines(text)
+    assert all(len(v) == 1 for v in lines.values()), lines  # one row per GPU
+    more = re.search(r"\+(\d+) more GPUs?", text)
+    if size >= (120, 40):
+        assert sorted(lines) == list(range(8)) and more is None, f"{size}:\n{text}"
+    else:  # as many as fit, and how many more
+        assert len(lines) + (int(more.group(1)) if more else 0) == 8, text
+    for line in lines.values():  # every figure with its unit: the shares of the ceiling, DRAM and SM
+        assert len(re.findall(r"\d+ %|n/a", line[0])) == 4, line
+    shown = got["shown"]
+    assert shown["#headline"] and shown["#engine"] and shown["#events"] and not shown["#gpu-0"], shown
+
+
+def test_sixteen_gpus_at_80x24_end_in_a_more_line():
+    rec16 = scaled_gpus(read_recording(demos.resolve("h200-pinned"), warn=False), 16)
+    got = _look(rec16, len(rec16.samples) // 2, (80, 24))
+    lines = _gpu_lines(got["text"])
+    more = re.search(r"\+(\d+) more GPUs", got["text"])
+    assert more and 0 < len(lines) < 16 and len(lines) + int(more.group(1)) == 16, got["text"]
+    assert sorted(lines) == list(range(len(lines)))  # the first ones; up/down bring the others
+
+
+# ---- 200x50 and up: link, DRAM and token timing on one time axis ---------------------------------------
+
+
+def _timeline(rec, position: int, size: tuple[int, int]) -> dict:
+    src = ReplaySource(rec)
+    src.seek_to_index(position)
+    src.set_paused(True)
+    app = make_app(src)
+    out: dict = {}
+
+    async def go() -> None:
+        async with app.run_test(size=size) as pilot:
+            await wait_until(pilot, lambda: frame_at(app, position), 20)
+            await pilot.pause()
+            await pilot.pause()
+            tl = app.query_one(TimelinePanel)
+            out["shown"] = tl.display and tl.region.height > 0
+            if out["shown"]:
+                out["sparks"] = [
+                    (r.spark.start, len(r.spark.values), r.spark.region.x, r.spark.size.width) for r in tl.rows
+                ]
+                out["axis"] = (tl.axis.region.x, str(tl.axis.render()))
+                out["title"] = tl.border_title
+            out["frame"] = app.frame
+            out["text"] = screen_text(app)
+
+    run(go())
+    return out
+
+
+@pytest.mark.parametrize("size", [(200, 50), (240, 67)], ids=lambda s: f"{s[0]}x{s[1]}")
+def test_one_time_axis_from_200x50(rec, size):
+    pos = int(0.5 * (len(rec.samples) - 1))
+    got = _timeline(rec, pos, size)
+    assert got["shown"], got["text"]
+    sparks = got["sparks"]  # link TX, link RX, DRAM, tokens/s: the same ticks in the same cells
+    assert len(sparks) == 4 and len(set(sparks)) == 1, sparks
+    start, n, x, width = sparks[0]
+    f = got["frame"]
+    assert (
+        (start, n) == (f.gpus[0].hist_start, len(f.gpus[0].hist_tx)) == (f.engine_hist_start, len(f.engine_hist_tokens))
+    )
+    # the axis under them: "now" at the charts' right edge, seconds ago to its left
+    ax_x, ax = got["axis"]
+    assert ax.rstrip().endswith("now") and ax_x + len(ax.rstrip()) == x + width, (ax_x, ax, x, width)
+    assert re.search(r"-\d+ s", ax)
+    assert _longest_blank_run(got["text"]) <= 2
+
+
+@pytest.mark.parametrize("size", [(160, 45), (199, 60), (240, 49)], ids=lambda s: f"{s[0]}x{s[1]}")
+def test_no_time_axis_panel_below_200x50(rec, size):
+    assert not _timeline(rec, len(rec.samples) // 2, size)["shown"]
+
+
+def test_eight_gpus_timeline_follows_the_busiest_link(rec8):
+    got = _timeline(rec8, int(0.5 * (len(rec8.samples) - 1)), (200, 50))
+    assert got["shown"] and len(set(got["sparks"])) == 1
+    f = got["frame"]
+    shares = {g.index: max(v for v in (*g.hist_tx, *g.hist_rx) if v is not None) / g.ceiling_Bps for g in f.gpus}
+    busiest = min(i for i, v in shares.items() if v == max(shares.values()))
+    assert got["title"].startswith(f"GPU {busiest} (busiest link of 8)")
+    assert _longest_blank_run(got["text"]) <= 2

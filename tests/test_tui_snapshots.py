@@ -15,7 +15,7 @@ import pytest
 from pcie_tui.recording.reader import read_recording
 from pcie_tui.recording.replay import ReplaySource
 from pcie_tui.tui.app import make_app
-from pcie_tui.tui.headless import frame_at, saturated_moment, wait_until
+from pcie_tui.tui.headless import frame_at, saturated_moment, scaled_gpus, wait_until
 
 PROBE = Path(__file__).parent / "fixtures" / "h200-probe.jsonl"
 LLAMA = Path(__file__).parents[1] / "pcie_tui" / "data" / "h200-llama-partial.jsonl.gz"
@@ -62,3 +62,25 @@ def test_llama_prefill_side_by_side_170x45(snap_compare):
     """Wide: the GPU panel and the engine panel in two columns, the headline above them."""
     app, ready = paused_app(phase="prefill", path=LLAMA)
     assert snap_compare(app, terminal_size=(170, 45), run_before=ready)
+
+
+def test_llama_prefill_one_time_axis_200x50(snap_compare):
+    """200x50: link TX/RX, DRAM and tokens/s stacked on one time axis beside the events."""
+    app, ready = paused_app(phase="prefill", path=LLAMA)
+    assert snap_compare(app, terminal_size=(200, 50), run_before=ready)
+
+
+@pytest.mark.parametrize("size", [(80, 24), (160, 45)], ids=["80x24", "160x45"])
+def test_eight_gpus_one_line_each(snap_compare, size):
+    """The llama-server session scaled to 8 GPUs (GPU i: the reading i/8 of the session later)."""
+    rec = scaled_gpus(read_recording(LLAMA), 8)
+    pos = saturated_moment(read_recording(LLAMA), "link", "prefill")
+    src = ReplaySource(rec)
+    src.seek_to_index(pos)
+    src.set_paused(True)
+    app = make_app(src)
+
+    async def ready(pilot):
+        await wait_until(pilot, lambda: frame_at(app, pos), 20)
+
+    assert snap_compare(app, terminal_size=size, run_before=ready)

@@ -58,6 +58,9 @@ class KeyActions:
     _wake: threading.Event
     _loop_held: bool
     _gpus_w: Any
+    _gpu_rows: Any
+    _events_w: Any
+    _compact: bool
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action in REPLAY_ACTIONS and self.live:
@@ -70,6 +73,8 @@ class KeyActions:
             if not self.display_paused and self.frame is not None:
                 self._render(self.frame)
             else:
+                if self.frame is not None:  # the frozen screen's events with their figures of that frame
+                    self._events_w.show(self.frame.events, self.frame.events_total, exact=True)
                 self._render_position()
             return
         self.source.set_paused(not self.source.paused)
@@ -146,4 +151,7 @@ class KeyActions:
             self.push_screen(AnswerScreen(self.frame))
 
     def action_scroll_gpus(self, lines: int) -> None:
+        if self._compact:  # one line per GPU: the lines that did not fit come up
+            self._gpu_rows.scroll_by(int(lines))
+            return
         self._gpus_w.scroll_relative(y=int(lines), animate=False)

@@ -1,7 +1,7 @@
 """The pcie-tui Textual app: build it with :func:`make_app` from any Source.
 
 One thread worker reads the source, feeds the analysis (:class:`ViewModel`)
-and posts at most ten :class:`FrameReady` messages a second; the UI thread
+and posts at most two :class:`FrameReady` messages a second; the UI thread
 only renders frames. Replay seeks are reconciled in the worker too.
 
 This module composes the screen and renders frames; the reader thread is
@@ -28,7 +28,9 @@ from pcie_tui.tui.engine_panel import EnginePanel
 from pcie_tui.tui.events import EventsPane
 from pcie_tui.tui.frame import Frame
 from pcie_tui.tui.gpu_panel import GpuPanel
+from pcie_tui.tui.gpu_rows import GpuRows
 from pcie_tui.tui.state import HISTORY_TICKS, ViewModel
+from pcie_tui.tui.timeline import TimelinePanel
 from pcie_tui.tui.widgets import HeadlineBar, PositionBar, header_text, set_text
 from pcie_tui.tui.worker import FrameReady, RecordingFailed, SourceFailed, SourceFault, SourceWorker
 
@@ -37,6 +39,9 @@ SIDE_BY_SIDE_AT_COLUMNS = 160  # GPU panels and the engine panel in two columns 
 TALL_AT_ROWS = 40
 SHORT_BELOW_ROWS = 30  # a stacked engine panel shrinks to two lines, so the saturation events keep rows
 SPARK_ROWS_MAX = 12  # a tall terminal's room left below the panels goes to taller GPU sparklines, up to this
+PANEL_ROWS_MIN = 8  # a GPU panel with one-row charts; GPUs whose panels do not fit #gpus get one line each
+TIMELINE_AT = (200, 50)  # columns, rows: link, DRAM and token timing on one time axis beside the events
+TIMELINE_ROWS_MIN = 11  # its borders, four charts of two rows and the axis
 
 
 class PcieTuiApp(KeyActions, SourceWorker, App[None]):
@@ -94,6 +99,8 @@ class PcieTuiApp(KeyActions, SourceWorker, App[None]):
         self._wake = threading.Event()
         self._drained = threading.Event()  # the reader thread has returned
         self._panels: dict[int, GpuPanel] = {}
+        self._gpu_rows = GpuRows(HISTORY_TICKS)
+        self._compact = False  # every GPU on one line (GpuRows) instead of a panel each
         self._loop_held = False  # End on a looping replay: stop at the end until the next seek
         self._has_engine = source.header.engine is not None  # else set by the first engine reading
 
@@ -107,6 +114,7 @@ class PcieTuiApp(KeyActions, SourceWorker, App[None]):
         self._gpus_w.can_focus = False
         self._engine_w = EnginePanel(HISTORY_TICKS)
         self._events_w = EventsPane()
+        self._timeline_w = TimelinePanel(HISTORY_TICKS)
         self._position_w = PositionBar(self.live)
         with Horizontal(id="header"):
             yield Static(header_text(self.source.header, self._source_label(), self.title), id="title")
@@ -114,6 +122,7 @@ class PcieTuiApp(KeyActions, SourceWorker, App[None]):
         yield self._headline_w
         with Container(id="panels"):  # stacked; side by side on wide screens (-side)
             with self._gpus_w:
+                yield self._gpu_rows
                 for info in self.source.header.gpus:
                     panel = GpuPanel(info.index, HISTORY_TICKS)
                     self._panels[info.index] = panel
@@ -123,7 +132,8 @@ class PcieTuiApp(KeyActions, SourceWorker, App[None]):
                     text = f"GPU side unavailable: {why}" if why else "no GPU readings in this source (engine only)"
                     yield Static(Text(text, style="dim"), id="no-gpus")
             yield self._engine_w
-        with Vertical(id="lower"):  # the room left: the events box takes what its rows need
+        with Container(id="lower"):  # the room left: the events box (beside the shared timeline) fills it
+            yield self._timeline_w
             yield self._events_w
         with Vertical(id="bottom"):
             yield self._position_w
@@ -154,17 +164,37 @@ class PcieTuiApp(KeyActions, SourceWorker, App[None]):
 
     def _apply_size(self, width: int, height: int) -> None:
         wide, tall = width >= WIDE_AT_COLUMNS, height >= TALL_AT_ROWS
-        self._main.set_class(wide, "-wide")
-        self._main.set_class(tall, "-tall")
         # Side by side only beside GPU panels: the engine alone takes the full width.
         side = width >= SIDE_BY_SIDE_AT_COLUMNS and self._has_engine and bool(self.source.header.gpus)
-        self._main.set_class(side, "-side")
+        timeline = width >= TIMELINE_AT[0] and height >= TIMELINE_AT[1] and bool(self.source.header.gpus)
+        classes = {"-wide": wide, "-tall": tall, "-side": side, "-timeline": timeline}
+        main = self._main
+        if any(main.has_class(c) != on for c, on in classes.items()):  # the whole screen restyled once
+            for c, on in classes.items():
+                main.set_class(on, c, update=False)
+            main.update_node_styles()
         for p in self._panels.values():
             p.wide = wide
+        self._set_compact(self._too_many_panels(height))
         if self.frame is not None:
             self._render(self.frame)  # schedules the sparklines' fit
         else:
             self.call_after_refresh(self._fit_sparks)
+
+    def _gpus_room(self, height: int) -> int:
+        """Rows #gpus may take (its 60 % of the screen)."""
+        return int(0.6 * height)
+
+    def _too_many_panels(self, height: int) -> bool:
+        """More than one GPU, and their panels (one-row charts) would not fit the rows #gpus may take."""
+        return len(self._panels) > 1 and len(self._panels) * PANEL_ROWS_MIN > self._gpus_room(height)
+
+    def _set_compact(self, compact: bool) -> None:
+        """One line per GPU, or a panel each; the history lives in the model, so nothing is lost."""
+        self._compact = compact
+        self._gpu_rows.display = compact
+        for p in self._panels.values():
+            p.display = not compact
 
     def _fit_sparks(self) -> None:
         """GPU sparklines as tall as the room allows on a tall terminal (2 to SPARK_ROWS_MAX rows), so
@@ -182,6 +212,8 @@ class PcieTuiApp(KeyActions, SourceWorker, App[None]):
             fixed = sum(p.outer_size.height for p in panels) - sparks * cur  # borders, badge, figures, legend
             other = 1 + self._headline_w.outer_size.height + self.query_one("#bottom").outer_size.height
             events = self._events_w.rows_needed if self._events_w.display else 0
+            if self._main.has_class("-timeline"):
+                events = max(events, TIMELINE_ROWS_MIN)
             other += max(4, events)  # #lower keeps 4 rows at least; the events box fills what is left
             if not self._main.has_class("-side"):
                 other += self._engine_w.outer_size.height if self._engine_w.display else 0
@@ -231,17 +263,23 @@ class PcieTuiApp(KeyActions, SourceWorker, App[None]):
             return  # _apply_size rendered this frame
         with self.batch_update():
             self._headline_w.show(f.headline)
-            for g in f.gpus:
+            if self._compact:
+                self._gpu_rows.show(f.gpus, self._gpus_room(self.size.height) - 2)  # its border
+            for g in () if self._compact else f.gpus:
                 panel = self._panels.get(g.index)
                 if panel is None:
                     panel = self._panels[g.index] = GpuPanel(g.index, HISTORY_TICKS)
                     panel.wide = wide
                     self._gpus_w.mount(panel)
+                    self._set_compact(self._too_many_panels(self.size.height))  # one more may not fit
                     continue  # filled on the next frame, once composed
                 panel.show(g, f)
             side = self._main.has_class("-side")
             self._engine_w.show(f, wide, stacked=side, compact=not side and self.size.height < SHORT_BELOW_ROWS)
-            self._events_w.show(f.events, f.events_total)
+            settled = f.ended or (f.replay is not None and (f.replay.paused or f.replay.position >= f.replay.total))
+            self._events_w.show(f.events, f.events_total, exact=settled)
+            if self._main.has_class("-timeline"):
+                self._timeline_w.show(f)
             self._render_position()
             self._show_recording_state()
         self.call_after_refresh(self._fit_sparks)  # the headline, engine or events may have changed rows

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 
 from textual.app import ComposeResult
@@ -14,6 +15,10 @@ from pcie_tui.tui.widgets import BUS_WORDS, set_border_title
 
 # Rows the box grows to before its table scrolls (it never takes more than the room below the panels).
 EVENTS_MAX_ROWS = 8
+# The rows of known events (an open one's running peak and mean, an end) are redrawn at most this often
+# (seconds; a new event at once): a changed cell repaints the whole table, and with several GPUs
+# saturated some figure changes every frame.
+REDRAW_EVERY_S = 1.0
 
 
 def _event_cells(e: EventView) -> tuple[str, ...]:
@@ -68,6 +73,7 @@ class EventsPane(Vertical):
         self._order: tuple[str, ...] = ()
         self._cells: dict[str, tuple[str, ...]] = {}
         self._rows = -1  # table rows the box is sized for
+        self._redrawn_at = 0.0  # monotonic time the rows were last redrawn
 
     @property
     def rows_needed(self) -> int:
@@ -92,7 +98,8 @@ class EventsPane(Vertical):
         self.border_title = "saturation events: none yet"
         self._fit(0)
 
-    def show(self, events: Sequence[EventView], total: int) -> None:
+    def show(self, events: Sequence[EventView], total: int, exact: bool = False) -> None:
+        """``exact``: no frame may follow soon (paused, ended): the rows are redrawn now in any case."""
         opened = sum(1 for e in events if e.end_s is None)
         title = f"saturation events: {total} ({opened} open)" if total else "saturation events: none yet"
         if len(events) > EVENTS_MAX_ROWS:
@@ -100,6 +107,9 @@ class EventsPane(Vertical):
         set_border_title(self, title)
         self._fit(len(events))
         order = tuple(e.key for e in reversed(events))
+        if not exact and order == self._order and time.monotonic() - self._redrawn_at < REDRAW_EVERY_S:
+            return  # the same events: their running figures (and ends) wait for the next redraw
+        self._redrawn_at = time.monotonic()
         cells = {e.key: _event_cells(e) for e in events}
         t = self.table
         if order != self._order:

@@ -116,6 +116,7 @@ class Frame:
     engine_hist_running: tuple[float | None, ...] = ()
     engine_hist_phase: tuple[str | None, ...] = ()
     engine_hist_span_s: float = 0.0
+    engine_hist_tokens: tuple[float | None, ...] = ()  # prompt + generated tokens/s over the last second
     built_s: float = 0.0  # monotonic clock when built (for rate checks; never shown)
     headline: str | None = None  # headline_text(state): one line on what holds things back; None: hide
     placement: str | None = None  # what the engine put in host memory, as its flags/log/API said; None: nothing known

@@ -107,6 +107,7 @@ class GpuPanel(Vertical):
         self.misc = Static("", classes="misc")
         self.legend = HistoryLegend()
         self._view: GpuView | None = None  # the last one shown (the title is refitted on a resize)
+        self._verdict_cls = ""  # the badge's and the border's class now
 
     def compose(self) -> ComposeResult:
         with Horizontal(classes="badge-row"):
@@ -132,10 +133,12 @@ class GpuPanel(Vertical):
         self._view = g
         self._title()
         text, cls = badge(g, frame.phase, self.wide)
-        set_text(self.badge, text, layout=True)  # width follows the text
-        for c in ("-link", "-memory", "-compute", "-none"):
-            self.badge.set_class(c == cls, c)
-            self.set_class(c == cls, c)
+        set_text(self.badge, text)  # the row's width (reverse colours only the text): no relayout
+        if cls != self._verdict_cls:  # one restyle of the panel and what it holds, not one per class
+            for w in (self.badge, self):
+                w.remove_class("-link", "-memory", "-compute", "-none", update=False)
+                w.add_class(cls)
+            self._verdict_cls = cls
         s = g.sample
         ceil = g.ceiling_Bps
         kind = {"calibrated": "calib.", "default": "default", "observed": "observed"}.get(

@@ -6,6 +6,7 @@ import asyncio
 import io
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from rich.console import Console
@@ -80,6 +81,21 @@ def saturated_moment(rec: Recording, resource: str = "link", phase_contains: str
     if peak:
         return max(pick, key=lambda i: util[i]) + 1
     return pick[len(pick) // 2] + 1  # replay position: ticks 0..i analysed
+
+
+def scaled_gpus(rec: Recording, n_gpus: int) -> Recording:
+    """``rec`` (one GPU) as an ``n_gpus``-GPU recording, for screens, tests and the bench of many GPUs:
+    every tick carries n GPUs, GPU i holding the real reading of tick (k + i * len / n) mod len (the
+    same session seen at n moments, so the GPUs differ as on a real machine; every value a real one)."""
+    g0 = rec.header.gpus[0]
+    header = replace(rec.header, gpus=tuple(replace(g0, index=i, uuid=f"{g0.uuid}-{i}") for i in range(n_gpus)))
+    base = list(rec.samples)
+    n = len(base)
+    samples = [
+        replace(s, gpus=tuple(replace(base[(k + i * n // n_gpus) % n].gpus[0], index=i) for i in range(n_gpus)))
+        for k, s in enumerate(base)
+    ]
+    return Recording(path=rec.path, header=header, samples=samples, events=list(rec.events))
 
 
 def run(coro: Any) -> Any:

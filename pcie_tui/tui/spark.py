@@ -12,6 +12,7 @@ import math
 import zlib
 from collections import Counter
 from collections.abc import Sequence
+from functools import lru_cache
 from typing import Any
 
 from rich.style import Style
@@ -74,7 +75,10 @@ def buckets(
         elif hi - lo == 1:
             ph = phases[lo - start]
         else:
-            ph = Counter(phases[lo - start : hi - start]).most_common(1)[0][0]
+            run = phases[lo - start : hi - start]
+            ph = run[0]
+            if run.count(ph) != len(run):  # a phase change inside the cell: the most ticks win
+                ph = Counter(run).most_common(1)[0][0]
         out.append((peak, ph, True))
     return out
 
@@ -104,48 +108,72 @@ def runs(
     # One tick per cell until the history is wider than the widget; then fixed-size cells.
     cells = buckets(values, phases, start, width, ticks_per_cell(min(len(values), history_ticks), width))
     levels = 8 * height
-    rows: list[list[tuple[str, Style]]] = [[] for _ in range(height)]
+    cell_levels, cell_styles = _levels_and_styles(cells, levels, scale, (bar_style, hot_style, missing_style), hot_at)
+    # Runs of one style are cut the same way on every row: the cuts are found once, and each row is
+    # its glyph string sliced at them.
+    cuts: list[tuple[int, int, Style]] = []
+    for i, st in enumerate(cell_styles):
+        if cuts and cuts[-1][2] is st:
+            cuts[-1] = (cuts[-1][0], i + 1, st)
+        else:
+            cuts.append((i, i + 1, st))
+    coded = "".join([chr(lv + 1) for lv in cell_levels])  # one character per cell, mapped per row in C
+    rows: list[list[tuple[str, Style]]] = []
+    for r in range(height):
+        text = coded.translate(_row_glyphs(height - 1 - r, r == height - 1, levels))
+        rows.append([(text[lo:hi], st) for lo, hi, st in cuts])
+    return rows
+
+
+def _levels_and_styles(
+    cells: list[tuple[float | None, str | None, bool]],
+    levels: int,
+    scale: float | None,
+    bar_hot_missing: tuple[Style, Style, Style],
+    hot_at: float | None,
+) -> tuple[list[int], list[Style]]:
+    """Per cell: its bar level in eighths of a row (-1 blank, 0 missing: a dot) and its style (one
+    object per distinct style, so neighbours of one style are found by identity)."""
+    bar_style, hot_style, missing_style = bar_hot_missing
     blank = Style()
     shades: dict[str | None, Style] = {}
     styled: dict[tuple[int, str | None], Style] = {}
+    cell_levels: list[int] = []
+    cell_styles: list[Style] = []
     for peak, phase, has in cells:
         if not has:
-            for r in rows:
-                _extend_run(r, " ", blank)
+            cell_levels.append(-1)
+            cell_styles.append(blank)
             continue
         bg = phase_bg(phase)
         if bg not in shades:
             shades[bg] = Style(bgcolor=bg) if bg else Style()
-        shade = shades[bg]
         if peak is None or not scale:
             key = (0, bg)
             if key not in styled:
-                styled[key] = missing_style + shade
-            for i, r in enumerate(rows):
-                _extend_run(r, "·" if i == height - 1 else " ", styled[key])
+                styled[key] = missing_style + shades[bg]
+            cell_levels.append(0)
+            cell_styles.append(styled[key])
             continue
         frac = max(0.0, min(peak / scale, 1.0))
-        level = max(round(frac * levels), 1)  # a reading (even zero) is the lowest bar; missing is a dot
         hot = hot_at is not None and frac >= hot_at
         key = (2 if hot else 1, bg)
         if key not in styled:
-            styled[key] = (hot_style if hot else bar_style) + shade
-        for r, ch in zip(rows, _bar_glyphs(level, height), strict=True):
-            _extend_run(r, ch, styled[key])
-    return rows
+            styled[key] = (hot_style if hot else bar_style) + shades[bg]
+        cell_levels.append(max(round(frac * levels), 1))  # a reading (even zero) is the lowest bar
+        cell_styles.append(styled[key])
+    return cell_levels, cell_styles
 
 
-def _extend_run(row: list[tuple[str, Style]], ch: str, style: Style) -> None:
-    """Add one cell to a row of (text, style) runs: it joins the last run when that has the same style."""
-    if row and row[-1][1] is style:
-        row[-1] = (row[-1][0] + ch, style)
-    else:
-        row.append((ch, style))
-
-
-def _bar_glyphs(level: int, height: int) -> list[str]:
-    """The glyph of each row (top row first) of a bar ``level`` eighths of a row tall."""
-    return [BARS[max(0, min(8, level - 8 * (height - 1 - i)))] for i in range(height)]
+@lru_cache(maxsize=256)
+def _row_glyphs(below: int, bottom: bool, levels: int) -> dict[int, str]:
+    """For a row with ``below`` rows under it: the glyph of each coded cell (level + 1): blank, the
+    missing dot (bottom row only) or the part of the bar in this row."""
+    floor = 8 * below
+    table = {0: " ", 1: "·" if bottom else " "}
+    for level in range(1, levels + 1):
+        table[level + 1] = BARS[max(0, min(8, level - floor))]
+    return table
 
 
 def render(*args: Any, **kwargs: Any) -> Text:

@@ -1,7 +1,7 @@
 """What the screen shows, built off the UI thread.
 
 The worker thread feeds every Sample into :class:`ViewModel` (which runs the
-:class:`SessionAnalyzer`), and at most ten times a second asks it for a
+:class:`SessionAnalyzer`), and at most twice a second asks it for a
 :class:`Frame` (:mod:`pcie_tui.tui.frame`): an immutable snapshot that the UI
 thread only renders. No Textual here, so the model can be tested and timed on
 its own.
@@ -30,6 +30,8 @@ HISTORY_TICKS = 300
 MAX_EVENTS_SHOWN = 200
 # A tick whose GPM window came back empty shows the previous DRAM reading for this long, then n/a.
 DRAM_HOLD_S = 0.5
+# The engine's tokens/s history (the shared timeline) is the counters' rise over this much time before each tick.
+TOKENS_WINDOW_S = 1.0
 # The headline's answer is worked out over every tick so far (medians, as report does) once per this
 # much of the session's own time (and at once after a seek, a phase change or when the source ended).
 ANSWER_REFRESH_S = 1.0
@@ -110,6 +112,9 @@ class ViewModel:
         self.engine_running: deque[float | None] = deque(maxlen=self.history_ticks)
         self.engine_phase: deque[str | None] = deque(maxlen=self.history_ticks)
         self.engine_t: deque[float] = deque(maxlen=self.history_ticks)
+        self.engine_tokens: deque[float | None] = deque(maxlen=self.history_ticks)  # prompt + generated tok/s
+        self._token_counts: deque[tuple[float, float]] = deque()  # (t, tokens so far) within the window
+        self._tok_rate: float | None = None  # the last tick's tokens/s
         self.n = 0  # ticks fed = replay index of the next tick
         self.last: Sample | None = None
         self.engine_stats = self._new_engine_stats()
@@ -133,6 +138,7 @@ class ViewModel:
         self.last = s
         if self.engine_stats is not None and s.engine is not None:
             self.engine_stats.feed(s)
+        self._tok_rate = self._tokens_per_s(s.t, s.engine)
         if history:
             self._remember(s)
 
@@ -149,6 +155,7 @@ class ViewModel:
         self.engine_running.append(e.requests_running if e is not None and e.up else None)
         self.engine_phase.append(self.phase)
         self.engine_t.append(s.t)
+        self.engine_tokens.append(self._tok_rate)
         for g in s.gpus:
             h = self.hist.get(g.index)
             if h is None:
@@ -170,6 +177,23 @@ class ViewModel:
             h.sample = g
             h.nvlink_seen = h.nvlink_seen or nvl is not None
 
+    def _tokens_per_s(self, t: float, e: Any) -> float | None:
+        """Prompt + generated tokens a second over the last :data:`TOKENS_WINDOW_S` (the engine's counters;
+        None without them, before two readings, or across a counter reset: an engine restart)."""
+        counts = self._token_counts
+        total = None
+        if e is not None and e.up and (e.prompt_tokens_total is not None or e.generation_tokens_total is not None):
+            total = (e.prompt_tokens_total or 0.0) + (e.generation_tokens_total or 0.0)
+        if total is None or (counts and (total < counts[-1][1] or t - counts[-1][0] > 2 * TOKENS_WINDOW_S)):
+            counts.clear()
+            if total is None:
+                return None
+        counts.append((t, total))
+        while len(counts) > 2 and counts[1][0] <= t - TOKENS_WINDOW_S:
+            counts.popleft()
+        t0, c0 = counts[0]
+        return (total - c0) / (t - t0) if t > t0 else None
+
     def rebuild(self, samples: Sequence[Sample], upto: int) -> None:
         """State as if ``samples[0:upto]`` had been fed (after a seek backwards)."""
         self.reset()
@@ -188,7 +212,10 @@ class ViewModel:
             # Counters need the tick before the window too.
             while stats_from > self.n and samples[stats_from - 1].t >= t_end - self.engine_stats_window_s() - 1.0:
                 stats_from -= 1
-        quiet_to = min(hist_from, stats_from)  # ticks before this are only analysed
+        tok_from = hist_from  # the tokens/s of the first tick of history need the counters before it
+        while tok_from > self.n and samples[tok_from - 1].t >= samples[hist_from].t - 2 * TOKENS_WINDOW_S:
+            tok_from -= 1
+        quiet_to = min(hist_from, stats_from, tok_from)  # ticks before this are only analysed
         if quiet_to - self.n >= 64:
             self._analyse_many(samples, self.n, quiet_to)
             self.n = quiet_to
@@ -200,6 +227,8 @@ class ViewModel:
                 self.feed(s, history=i >= hist_from)
             else:
                 feed(s)
+                if i >= tok_from:
+                    self._tok_rate = self._tokens_per_s(s.t, s.engine)
         self.n = upto
         for h in self.hist.values():
             h.peak_tx = h.peak_rx = None
@@ -320,6 +349,7 @@ class ViewModel:
             engine_hist_start=self.n - len(self.engine_running),
             engine_hist_running=tuple(self.engine_running),
             engine_hist_phase=tuple(self.engine_phase),
+            engine_hist_tokens=tuple(self.engine_tokens),
             engine_hist_span_s=(self.engine_t[-1] - self.engine_t[0]) if len(self.engine_t) > 1 else 0.0,
             built_s=time.monotonic(),
             headline=headline_text(self),

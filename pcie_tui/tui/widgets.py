@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 
 from rich.segment import Segment
+from rich.style import Style
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Horizontal
+from textual.geometry import Region
 from textual.strip import Strip
 from textual.widget import Widget
 from textual.widgets import Static
@@ -21,6 +24,8 @@ DIRECTION_WORDS = {"rx": "RX (into GPU)", "tx": "TX (out of GPU)", "both": "TX+R
 BUS_WORDS = {"pcie": "PCIe", "nvlink": "NVLink"}
 # An event's direction label: "both" when both directions crossed the threshold in it.
 EVENT_DIRECTION_WORDS = {**DIRECTION_WORDS, "both": "TX+RX (both directions)"}
+# A headline that got shorter keeps its rows this long (seconds of wall time), so the screen does not jump.
+HEADLINE_HOLD_S = 5.0
 
 
 def set_text(widget: Static, content: str | Text, *, layout: bool = False) -> None:
@@ -82,6 +87,8 @@ class Spark(Widget):
         self.history_ticks = 1
         self._version = 0
         self._strips: list[Strip] = []
+        self._rows: list[list[tuple[str, Style]]] = []
+        self._styles: tuple[Style, Style, Style, Style] | None = None
         self._strips_key: tuple[int, int, int] | None = None
 
     def show(
@@ -92,25 +99,48 @@ class Spark(Widget):
         scale: float | None,
         history_ticks: int,
     ) -> None:
+        """New data; only the rows whose cells changed are repainted (none when the picture is the same:
+        an idle link scrolling zeros, or a frame that fell inside the same cells)."""
         self.values, self.phases, self.start, self.scale = values, phases, start, scale
         self.history_ticks = history_ticks
         self._version += 1
-        self.refresh()
+        width, height = self.size
+        if not (width and height and self.is_mounted) or self._strips_key is None:
+            self.refresh()
+            return
+        old_rows, old_key = self._rows, self._strips_key
+        self._render_rows(width, height)
+        if old_key[:2] != (width, height):
+            self.refresh()
+            return
+        changed = [y for y, (a, b) in enumerate(zip(old_rows, self._rows, strict=True)) if a != b]
+        if changed:
+            self.refresh(*_row_regions(changed, width))
 
     def render_line(self, y: int) -> Strip:
         """Line API: the rows are built once per data or size change, as merged segments."""
         width, height = self.size
-        key = (width, height, self._version)
-        if self._strips_key != key:
-            self._strips = self._build(width, height)
-            self._strips_key = key
+        if self._strips_key != (width, height, self._version):
+            self._render_rows(width, height)
         if y < len(self._strips):
             return self._strips[y]
         return Strip.blank(width, self.rich_style)
 
-    def _build(self, width: int, height: int) -> list[Strip]:
-        base = self.rich_style
-        rows = spark.runs(
+    def notify_style_update(self) -> None:
+        super().notify_style_update()
+        self._styles = None  # the CSS changed (a theme, a class above): the next rows are built anew
+        self._strips_key = None
+
+    def _render_rows(self, width: int, height: int) -> None:
+        if self._styles is None:  # looked up once, not for each frame (they walk the DOM)
+            self._styles = (
+                self.rich_style,
+                self.get_component_rich_style("spark--bar", partial=True),
+                self.get_component_rich_style("spark--hot", partial=True),
+                self.get_component_rich_style("spark--missing", partial=True),
+            )
+        base, bar, hot, missing = self._styles
+        self._rows = spark.runs(
             self.values,
             self.phases,
             self.start,
@@ -118,12 +148,25 @@ class Spark(Widget):
             height=height,
             scale=self.scale,
             history_ticks=self.history_ticks,
-            bar_style=self.get_component_rich_style("spark--bar", partial=True),
-            hot_style=self.get_component_rich_style("spark--hot", partial=True),
-            missing_style=self.get_component_rich_style("spark--missing", partial=True),
+            bar_style=bar,
+            hot_style=hot,
+            missing_style=missing,
             hot_at=self.hot_at,
         )
-        return [Strip([Segment(text, base + style) for text, style in row], width) for row in rows]
+        self._strips = [Strip([Segment(text, base + style) for text, style in row], width) for row in self._rows]
+        self._strips_key = (width, height, self._version)
+
+
+def _row_regions(rows: list[int], width: int) -> list[Region]:
+    """One region per run of consecutive rows."""
+    out: list[Region] = []
+    for y in rows:
+        if out and out[-1].bottom == y:
+            last = out[-1]
+            out[-1] = Region(0, last.y, width, last.height + 1)
+        else:
+            out.append(Region(0, y, width, 1))
+    return out
 
 
 class MetricRow(Horizontal):
@@ -174,6 +217,7 @@ class HeadlineBar(Static):
         super().__init__("", id="headline")
         self.display = False
         self.text: str | None = None
+        self._held = (0, 0.0, 0)  # (rows, since when, at which width)
 
     def show(self, text: str | None) -> None:
         self.text = text
@@ -187,11 +231,21 @@ class HeadlineBar(Static):
 
     def fit(self) -> None:
         """Its lines wrapped to this width (after a resize too), never between a number and its unit
-        (:func:`pcie_tui.core.units.wrap`), in as many rows as they take, four at most."""
-        room = max(1, self.app.size.width - 2)  # the bar spans the screen; padding 0 1
+        (:func:`pcie_tui.core.units.wrap`), in as many rows as they take, four at most. A shorter text
+        keeps the taller bar for :data:`HEADLINE_HOLD_S` (two spare rows at most): phases that alternate
+        every second would otherwise move every panel below up and down (a relayout each time)."""
+        width = self.app.size.width
+        room = max(1, width - 2)  # the bar spans the screen; padding 0 1
         lines = [part for ln in (self.text or "").split("\n") for part in units.wrap(ln, room)]
         set_text(self, "\n".join(lines))
-        rows = min(4, max(1, len(lines)))
+        need = min(4, max(1, len(lines)))
+        now = time.monotonic()
+        held, since, at_width = self._held
+        if need >= held or at_width != width or now - since > HEADLINE_HOLD_S or held - need > 2:
+            self._held = (need, now, width)
+            rows = need
+        else:
+            rows = held
         if self.styles.height is None or self.styles.height.value != rows:
             self.styles.height = rows
 

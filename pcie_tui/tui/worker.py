@@ -21,9 +21,10 @@ from textual.worker import get_current_worker
 from pcie_tui.tui.frame import Frame
 from pcie_tui.tui.state import ViewModel
 
-# Frames to the UI at most this often (~3 Hz, a human rate; every tick still reaches the history
-# and the verdicts, and peaks between frames are kept). Slack so 100 ms ticks are not skipped by jitter.
-FRAME_MIN_INTERVAL_S = 0.33
+# Frames to the UI at most this often (2 Hz, the rate of nvitop and btop; every tick still reaches the
+# history and the verdicts, peaks between frames are kept, and a key press gets its frame at once).
+# Drawing is most of the screen's CPU: 3 Hz cost a third more (bench/results.md, issue 22).
+FRAME_MIN_INTERVAL_S = 0.5
 
 
 class FrameReady(Message):
@@ -70,7 +71,7 @@ class SourceWorker:
 
     @work(thread=True, exclusive=True, group="source", name="source reader")
     def _pump(self) -> None:
-        """Read ticks, analyse them, hand frames to the UI at <= 10 Hz."""
+        """Read ticks, analyse them, hand frames to the UI at most every FRAME_MIN_INTERVAL_S."""
         worker = get_current_worker()
         src = self.source
         last_post = 0.0

@@ -1,0 +1,140 @@
+"""Many GPUs on one screen: one line per GPU (link TX/RX against the ceiling, DRAM, SM, the verdict).
+
+Where the full GPU panels (:mod:`pcie_tui.tui.gpu_panel`, charts and all) do not fit the rows a terminal
+has, every GPU gets one compact line instead, with bars; wide terminals add each GPU's link history as
+a one-row sparkline. Lines that do not fit end in a "+N more" line (up/down scroll them).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from rich.style import Style
+from rich.text import Text
+from textual.widgets import Static
+
+from pcie_tui.tui import fmt, spark
+from pcie_tui.tui.frame import GpuView
+from pcie_tui.tui.widgets import set_text
+
+# The stylesheet's saturation colours (app.tcss), for text drawn here.
+VERDICT_STYLE = {"link": "bold #ff2d2d", "memory": "bold #ffb000", "compute": "bold #b48cff", "none": "#5fd75f"}
+BAR_STYLE, HOT_STYLE, EMPTY_STYLE = Style(color="#4fc3f7"), Style(color="#ff5252"), Style(color="grey35")
+HOT_AT = 0.70  # a bar at or above this share of its ceiling is drawn hot (the panels' sparklines: 0.70)
+PARTS = " ▏▎▍▌▋▊▉█"
+BAR_MIN, BAR_MAX = 3, 12  # cells of one bar
+SPARK_MIN = 16  # a link history narrower than this is left out
+
+
+def bar(frac: float | None, cells: int) -> Text:
+    """A horizontal gauge ``cells`` wide in eighths of a cell; a missing reading is a dim dotted bar."""
+    if frac is None:
+        return Text("·" * cells, style=EMPTY_STYLE)
+    eighths = round(max(0.0, min(frac, 1.0)) * cells * 8)
+    full, part = divmod(eighths, 8)
+    filled = "█" * full + (PARTS[part] if part and full < cells else "")
+    out = Text(filled, style=HOT_STYLE if frac >= HOT_AT else BAR_STYLE)
+    out.append("░" * (cells - len(filled)), style=EMPTY_STYLE)
+    return out
+
+
+def verdict_word(g: GpuView) -> str:
+    """The verdict in a few cells: LINK RX, DRAM, MEM (the duty-cycle proxy), SM, ok."""
+    if g.sample is None:
+        return "waiting"
+    if g.verdict == "link":
+        d = g.util.link_dir if g.util is not None else None
+        return f"LINK {(d or '').upper()}".strip()
+    if g.verdict == "memory":
+        return "MEM" if g.memory_proxy else "DRAM"
+    return {"compute": "SM", "none": "ok"}.get(g.verdict, g.verdict)
+
+
+def _share(v: float | None, ceiling: float | None) -> float | None:
+    return v / ceiling if v is not None and ceiling else None
+
+
+def gpu_row(g: GpuView, width: int, history_ticks: int) -> Text:
+    """One GPU in ``width`` cells: the richest form that fits (rates, name and link history need room)."""
+    s = g.sample
+    tx, rx = (s.pcie_tx_Bps, s.pcie_rx_Bps) if s is not None else (None, None)
+    mem_word = "MEM" if g.memory_proxy else "DRAM"
+    name = (g.info.name if g.info else "").removeprefix("NVIDIA ")[:8]
+    metrics = [
+        ("TX", _share(tx, g.ceiling_Bps), fmt.rate(tx)),
+        ("RX", _share(rx, g.ceiling_Bps), fmt.rate(rx)),
+        (mem_word, g.mem_util, None),
+        ("SM", s.sm_util if s is not None else None, None),
+    ]
+    verdict = verdict_word(g)
+    for rates, named in ((True, True), (True, False), (False, False)):
+        fixed = len(f"GPU {g.index:<2}") + (len(name) + 1 if named else 0) + 3 + max(len(verdict), 7)
+        for label, _, rate in metrics:
+            fixed += 1 + len(label) + 1 + 1 + 5 + ((1 + 10) if rates and rate is not None else 0)
+        cells = (width - fixed) // 4
+        if cells >= BAR_MIN or not (rates or named):
+            break
+    cells = max(1, min(BAR_MAX, cells))
+    out = Text(f"GPU {g.index:<2}", style="bold")
+    if named:
+        out.append(f" {name}")
+    for label, frac, rate in metrics:
+        out.append(f" {label} ")
+        if rates and rate is not None:
+            out.append(f"{rate:>10} ")
+        out.append_text(bar(frac, cells))
+        out.append(f" {fmt.pct(frac):>5}")
+    out.append(" · ", style="dim")
+    out.append(f"{verdict:<7}", style=VERDICT_STYLE.get(g.verdict, "") if g.sample is not None else "dim")
+    room = width - out.cell_len - 6
+    if room >= SPARK_MIN:
+        out.append(" link ", style="dim")
+        out.append_text(_link_history(g, room, history_ticks))
+    return out
+
+
+def _link_history(g: GpuView, width: int, history_ticks: int) -> Text:
+    """The busier link direction of each tick over the history, against the ceiling, shaded by phase."""
+    hist = [a if b is None or (a is not None and a >= b) else b for a, b in zip(g.hist_tx, g.hist_rx, strict=True)]
+    rows = spark.runs(hist, g.hist_phase, g.hist_start, width, 1, g.ceiling_Bps, history_ticks, hot_at=HOT_AT)
+    out = Text()
+    for text, style in rows[0]:
+        out.append(text, style)
+    return out
+
+
+class GpuRows(Static):
+    """Every GPU on one line each; ``show`` with the frame's GPU views, ``room`` the lines it may take."""
+
+    def __init__(self, history_ticks: int) -> None:
+        super().__init__("", id="gpu-rows")
+        self.history_ticks = history_ticks
+        self.first = 0  # first GPU shown when they do not all fit (up/down move it)
+        self.room = 0
+        self._last: tuple[Sequence[GpuView], int] | None = None
+
+    def on_resize(self) -> None:
+        if self._last is not None:  # the lines were fitted to the width before: again at this one
+            self.show(*self._last)
+
+    def scroll_by(self, lines: int) -> None:
+        self.first = max(0, self.first + lines)
+        if self._last is not None:
+            self.show(*self._last)
+
+    def show(self, gpus: Sequence[GpuView], room: int) -> None:
+        self._last = (gpus, room)
+        width = max(20, self.content_size.width or self.app.size.width - 4)
+        n = len(gpus)
+        fit = n if n <= room else max(1, room - 1)  # the last line says how many more
+        self.first = max(0, min(self.first, n - fit))
+        lines = [gpu_row(g, width, self.history_ticks) for g in gpus[self.first : self.first + fit]]
+        if fit < n:
+            hidden = n - fit
+            lines.append(Text(f"+{hidden} more GPU{'s' if hidden > 1 else ''} (up/down to scroll)", style="dim"))
+        set_text(self, Text("\n").join(lines), layout=True)
+        title = f"{n} GPUs · bars: TX and RX of the link ceiling, DRAM of peak bandwidth, SM busy"
+        if len(title) > width - 2:
+            title = f"{n} GPUs · TX/RX of link ceiling · DRAM · SM"
+        if self.border_title != title:
+            self.border_title = title
