@@ -75,6 +75,7 @@ PY
   echo "== cases (t=${SECONDS}s)"; date -u
   for c in $CASES; do
     name=${c%%:*}
+    [ "$SECONDS" -gt "${MAXT:-9999}" ] && { echo "skip $name: t=${SECONDS}s > MAXT"; continue; }
     for s in $SHOTS; do [ "${s%%:*}" = "$name" ] && { IFS=: read -r _ d w h <<<"$s"; shot "$name" "$d" "$w" "$h" & }; done
     timeout 200 python3 scripts/device_concurrency.py --server "$B/build/bin/llama-server" --model "$B/model.gguf" \
         --out "$R" --case "$c"

@@ -44,7 +44,8 @@ def header(h) -> dict:  # noqa: ANN001
     for name in dir(N):
         if name.startswith("NVML_TEMPERATURE_THRESHOLD_") and name != "NVML_TEMPERATURE_THRESHOLD_COUNT":
             thr[name.removeprefix("NVML_TEMPERATURE_THRESHOLD_").lower()] = _try(
-                N.nvmlDeviceGetTemperatureThreshold, h, getattr(N, name))
+                N.nvmlDeviceGetTemperatureThreshold, h, getattr(N, name)
+            )
     reasons = {n: getattr(N, n) for n in dir(N) if n.startswith(("nvmlClocksEventReason", "nvmlClocksThrottleReason"))
                and isinstance(getattr(N, n), int)}  # fmt: skip
     clk = {"sm": N.NVML_CLOCK_SM, "mem": N.NVML_CLOCK_MEM, "graphics": N.NVML_CLOCK_GRAPHICS}
