@@ -6,6 +6,11 @@
 # scripts/device_concurrency.py (recorded by `pcie-tui record --pid`, clients' timings beside), with, for
 # the cases named in SHOTS (NAME:DELAY:COLS:ROWS), a live `pcie-tui watch --pid` screenshot (ptyshot, carried
 # in .whl/tools) and the cost of reading the server's /proc/PID/net/tcp{,6} (200 reads, median).
+# Planned timings (H200 run of 2026-12-06): build ~200 s (the NVML capture, 190 s, runs meanwhile), np4c4 ~100 s,
+# seq-cache and seq-nocache ~45 s each. One call for all:
+#   CASES="np4c4:4:4:8:4:4000:8: seq-cache:1:1:6:999:9600:32: seq-nocache:1:1:6:999:9600:32:--cache-ram,0" \
+#   SHOTS="np4c4:10:120:40 seq-cache:7:200:50" NVML=1 MAXT=420 timeout 540 bash scripts/device_session3.sh
+# then: python3 scripts/device_session3_compare.py DIR np4c4 seq-cache seq-nocache (on the untarred cases.tar.gz).
 set -u
 OUT=${OUT:-device_out}
 mkdir -p "$OUT"
