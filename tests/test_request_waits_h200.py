@@ -97,8 +97,11 @@ def test_the_prompt_cache_run_reads_idle_just_after_a_send_until_the_log_shows_t
     outstanding, 2 each after 2 of the 5 handovers, 0.2-0.35 s after the client sent it. The server
     answered those ticks' /slots with the slot free ("ready"); the log's "selected slot" line (stamped at
     the send) came in at the next tick, which then reads housekeeping. The connection table that shows an
-    arrival is not read while the log shows nothing outstanding (a read costs ~3.4 ms on a Firecracker
-    kernel), so the live label cannot know yet; each request's own timeline (above) still has its wait."""
+    arrival was not read while the log showed nothing outstanding (a read costs ~3.4 ms on a Firecracker
+    kernel), so the live label could not know yet; each request's own timeline (above) still has its wait.
+    Recorded before d374440: the client now reads the table while idle too, within 1 % of a core
+    (IdleArrivals), and labels such a tick the engine's own work (tests/test_llamacpp_never_idle.py
+    checks it on a real server; a GPU re-recording of this pair is due)."""
     idle = _idle_while_outstanding("seq-cache")
     assert len(idle) == 4
     assert all(0.15 <= since <= 0.4 for _, since in idle)
