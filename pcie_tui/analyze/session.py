@@ -21,6 +21,8 @@ from pcie_tui.analyze.between_requests import BetweenRequests
 from pcie_tui.analyze.columns import CHUNK_TICKS, COL, Chunk, from_rows, from_samples
 from pcie_tui.analyze.columns import sample_phase as sample_phase  # re-exported (tests import it from here)
 from pcie_tui.analyze.engine_bytes import EngineBytes
+from pcie_tui.analyze.heat import Heat
+from pcie_tui.analyze.link_health import LinkHealth
 from pcie_tui.analyze.quantiles import quantile  # noqa: F401  (re-exported: one quantile)
 from pcie_tui.analyze.request_waits import RequestWaits
 from pcie_tui.analyze.series import (
@@ -75,6 +77,8 @@ class SessionAnalyzer:
         self.engine_bytes = EngineBytes()
         self.request_waits = RequestWaits()
         self.between_requests = BetweenRequests()  # the engine's own copies while requests wait
+        self.heat = Heat(header)  # throttled stretches and what they cost in tokens
+        self.link_health = LinkHealth(header)  # replay/AER counters that rise, a link trained down under load
 
     @property
     def version(self) -> int:
@@ -118,6 +122,8 @@ class SessionAnalyzer:
         self.engine_bytes.feed_chunk(ch)
         self.request_waits.feed_chunk(ch)
         self.between_requests.feed_chunk(ch)
+        self.heat.feed_chunk(ch)
+        self.link_health.feed_chunk(ch)
         idx = ch.index
         if not idx.size:
             return []
@@ -194,6 +200,7 @@ class SessionAnalyzer:
         self._version += 1
         for tr in self.trackers.values():
             tr.close_all(self.t_last)
+        self.link_health.finish()
 
     def verdict(self, index: int) -> str:
         tr = self.trackers.get(index)
