@@ -216,3 +216,30 @@ def test_aer_counts_read_from_sysfs(tmp_path: Path):
     assert read_aer("00000000:01:00.0", tmp_path) == {"correctable": 5, "fatal": 0}
     assert parse_aer("RxErr 2\nBadTLP 3\n") == 5 and parse_aer("garbage") is None
     assert read_aer("00000000:02:00.0", tmp_path) == {}
+
+
+def test_the_tui_lists_them_as_events_and_the_gpu_row_shows_heat():
+    from pcie_tui.tui.events import _event_cells
+    from pcie_tui.tui.gpu_panel import figures_line, heat_field
+    from pcie_tui.tui.state import ViewModel
+
+    vm = ViewModel(header())
+    samples = session()
+    for s in samples[:650]:  # into the power-capped stretch (40-70 s)
+        vm.feed(s)
+    f = vm.frame()
+    [live] = [e for e in f.events if e.resource == "throttled"]
+    assert live.end_s is None and live.start_s == pytest.approx(40.0, abs=0.15)
+    cells = _event_cells(live)
+    assert cells[1] == "open" and cells[3] == "clocks cut" and cells[5] == "power cap, SM 1,300 MHz"
+    assert cells[7] == "decode"
+    assert heat_field(samples[600].gpus[0]) == "80°C 1,300 MHz power cap"
+    assert figures_line(samples[600].gpus[0], None).endswith(" · 80°C 1,300 MHz power cap")
+    assert heat_field(GpuSample(0, power_W=100.0)) == ""  # no readings: nothing shown, never 0
+    for s in samples[650:]:
+        vm.feed(s)
+    f = vm.frame(ended=True)
+    words = [_event_cells(e)[3] for e in f.events if e.detail is not None]
+    assert words == ["clocks cut", "PCIe replays", "link downtrained"]
+    rep = [e for e in f.events if e.resource == "pcie_replays"][0]
+    assert _event_cells(rep)[5].startswith("250 at ") and rep.end_s is not None

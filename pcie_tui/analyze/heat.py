@@ -55,6 +55,29 @@ class _Gpu:
         return self._joined[1][name]
 
 
+@dataclass
+class ThrottleEvent:
+    """One throttled stretch as it grows tick by tick (what the TUI's events box lists)."""
+
+    gpu: int
+    start: float
+    end: float
+    mask: int = 0  # every throttling reason seen in it
+    clock_min_MHz: float | None = None
+    phases: dict[str, int] = field(default_factory=dict)
+    open: bool = True
+    kind: str = "throttled"
+
+    @property
+    def phase(self) -> str | None:
+        return max(self.phases, key=self.phases.__getitem__) if self.phases else None
+
+    def detail(self) -> str:
+        """The reasons and the lowest SM clock, e.g. "power cap, SM 1,290 MHz"."""
+        why = clocks.label(self.mask) or "clock cut"
+        return why + (f", SM {self.clock_min_MHz:,.0f} MHz" if self.clock_min_MHz is not None else "")
+
+
 _GPU_COLS = {"clock": "sm_clock_MHz", "temp": "temp_C", "power": "power_W", "limit": "power_limit_W"}
 
 
@@ -111,6 +134,8 @@ class Heat:
         self._tick_thr: list[bool] = []
         self._n = 0
         self._cache: tuple[int, dict[str, Any]] | None = None
+        self.events: list[ThrottleEvent] = []  # the stretches so far, in order (live: the last may be open)
+        self._open: dict[int, ThrottleEvent] = {}
 
     # ---- feeding ----------------------------------------------------------
 
@@ -155,7 +180,32 @@ class Heat:
             g.add("mask", ch.cols[COL["clock_events"]][sel].astype(np.int64))
             for name, key in _GPU_COLS.items():
                 g.add(name, ch.cols[COL[key]][sel])
-            g.phase += [ch.phase[i] for i in ch.tick_of[sel].tolist()]
+            phases = [ch.phase[i] for i in ch.tick_of[sel].tolist()]
+            g.phase += phases
+            self._grow(int(gi), t_all[sel], thr[sel], g.parts["mask"][-1], g.parts["clock"][-1], phases)
+        last = ch.t[-1]
+        for ev in self._open.values():
+            ev.open = last - ev.end <= MERGE_S
+
+    def _grow(
+        self, gi: int, t: np.ndarray, thr: np.ndarray, mask: np.ndarray, clock: np.ndarray, phases: list[Any]
+    ) -> None:
+        """The live stretches: each throttled tick extends its GPU's open one or starts the next."""
+        for j in np.flatnonzero(thr).tolist():
+            tj = float(t[j])
+            ev = self._open.get(gi)
+            if ev is None or tj - ev.end > MERGE_S:
+                if ev is not None:
+                    ev.open = False
+                ev = self._open[gi] = ThrottleEvent(gi, tj, tj)
+                self.events.append(ev)
+            ev.end = tj
+            ev.mask |= clocks.throttling(int(mask[j]))
+            c = float(clock[j])
+            if c == c and (ev.clock_min_MHz is None or c < ev.clock_min_MHz):
+                ev.clock_min_MHz = c
+            if phases[j] is not None:
+                ev.phases[str(phases[j])] = ev.phases.get(str(phases[j]), 0) + 1
 
     def _tick(self, t: float, phase: Any, e: Any, thr: bool, known: bool) -> None:
         prev, self._t_prev = self._t_prev, t
@@ -202,6 +252,10 @@ class Heat:
             side.itl_sum_s += s - self._itl_prev[0]
             side.itl_n += c - self._itl_prev[1]
         self._itl_prev = (s, c)
+
+    def finish(self) -> None:
+        for ev in self.events:
+            ev.open = False
 
     # ---- what it found ------------------------------------------------------
 
@@ -275,7 +329,7 @@ class Heat:
         clock, temp, power, limit = (_finite(g.col(k)[idx]) for k in ("clock", "temp", "power", "limit"))
         return {
             "gpu": gi,
-            "start": float(t[idx[0]]) - step,
+            "start": float(t[idx[0]]),
             "end": float(t[idx[-1]]),
             "duration_s": float(t[idx[-1]] - t[idx[0]]) + step,
             "ticks": int(idx.size),

@@ -61,6 +61,13 @@ class HealthEvent:
         span = self.end - self.start
         return self.count / span if span > 0 and self.kind != "link_down" else None
 
+    def detail(self) -> str:
+        """The short form for the TUI's events box: "1,203 at 40.1/s", "Gen3 x8 of Gen5 x16"."""
+        if self.kind == "link_down":
+            return f"Gen{self.gen} x{self.width} of Gen{self.max_gen} x{self.max_width}"
+        rate = self.rate_per_s
+        return f"{self.count:,.0f}" + (f" at {rate:,.1f}/s" if rate is not None else "")
+
     def text(self) -> str:
         """One line in plain words, with the rate, the phase and what to check."""
         during = f" during {self.phase}" if self.phase else ""

@@ -201,6 +201,12 @@ class SessionAnalyzer:
         for tr in self.trackers.values():
             tr.close_all(self.t_last)
         self.link_health.finish()
+        self.heat.finish()
+
+    def health_events(self) -> list[Any]:
+        """Throttled stretches and link-health events so far, by start (each has ``gpu``, ``kind``, ``start``,
+        ``end``, ``open``, ``phase`` and ``detail()``)."""
+        return sorted([*self.heat.events, *self.link_health.events], key=lambda e: e.start)
 
     def verdict(self, index: int) -> str:
         tr = self.trackers.get(index)

@@ -203,7 +203,8 @@ _BUILTIN: tuple[Metric, ...] = (
     Metric(
         "clock_events", "NVML clock-event reasons bitmask", "mask", 0.0, float(1 << 32), integer=True, always=False,
         sources=(Source("clock events", "nvmlDeviceGetCurrentClocksEventReasons (older drivers: "
-                        "...ClocksThrottleReasons)", "bitmask, decoded by name (power cap, thermal, HW slowdown, ...)",
+                        "nvmlDeviceGetCurrentClocksThrottleReasons)", "bitmask, decoded by name (power cap, SW/HW "
+                        "thermal, HW slowdown, power brake, sync boost, idle, app/display clocks)",
                         "instant"),),
         page=83,
     ),

@@ -160,3 +160,29 @@ def _errstr(v: Any) -> Any:
     if isinstance(v, str) and v.startswith("ERR") and v.endswith(")"):
         return f"ret {int(v[v.rindex('(') + 1 : -1])}"
     return v
+
+
+HEAT_DIR = ROOT / "tests" / "fixtures"
+
+
+class HeatCapture:
+    """Clock, temperature, clock-event, power-limit, fan and replay answers of a real GPU under sustained load.
+
+    ``ticks``: [{t (s from the first), temp_C, sm_MHz, mem_MHz, reasons, power_mw, limit_mw, fan_pct, replays}],
+    each value in NVML's own unit, an error as "ret N"; ``static``: {sm_max_MHz, mem_max_MHz}. Replayed on its
+    own timeline (looping), beside the main capture's traffic.
+    """
+
+    def __init__(self, static: dict[str, Any], ticks: list[dict[str, Any]], meta: dict[str, Any]) -> None:
+        self.static, self.ticks, self.meta = static, ticks, meta
+        self.times = [float(t["t"]) for t in ticks]
+        gaps = sorted(b - a for a, b in zip(self.times, self.times[1:], strict=False)) or [0.1]
+        self.period = self.times[-1] + gaps[len(gaps) // 2]
+
+    def tick_at(self, t: float) -> dict[str, Any]:
+        return self.ticks[max(0, bisect.bisect_right(self.times, t % self.period) - 1)]
+
+
+def load_heat(path: str | Path) -> HeatCapture:
+    d = json.loads(Path(path).read_text())
+    return HeatCapture(d["static"], d["ticks"], d.get("meta", {}))
