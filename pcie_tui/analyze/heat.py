@@ -29,6 +29,7 @@ BUSY_SM = 0.10  # SM use at or above this: the GPU was working (an idle GPU's cl
 CLOCK_CUT = 0.85  # an SM clock under this share of its maximum, with a reason set, counts as cut
 MERGE_S = 1.0  # throttled ticks of one GPU closer than this are one stretch
 MIN_SHARE = 0.05  # a phase throttled for less than this share is not called out beside its finding
+UNLABELLED = "unlabelled"  # the phase of ticks that have none
 MAX_DT_S = 5.0  # a tick further than this from the one before follows a gap: it carries no time
 TOKEN_PHASE = {
     "decode": "generation_tokens_total",
@@ -212,7 +213,9 @@ class Heat:
         dt = t - prev if prev is not None and 0 < t - prev <= MAX_DT_S else 0.0
         self._tick_t.append(t)
         self._tick_thr.append(thr)
-        side = self._sides.setdefault((str(phase), thr), _Side()) if known and phase is not None else None
+        # A session without phases (GPU only, no labels) is compared as one: "unlabelled", as the headline says.
+        ph = UNLABELLED if phase is None else str(phase)
+        side = self._sides.setdefault((ph, thr), _Side()) if known else None
         if side is not None:
             side.time_s += dt
         eng = _engine(e)
@@ -221,7 +224,7 @@ class Heat:
             return
         counters, extra = eng
         if side is not None:
-            self._tokens(side, t, str(phase), counters)
+            self._tokens(side, t, ph, counters)
             self._itl(side, extra)
         self._eng_prev = (t, counters)
         for r in extra.get("requests") or ():
@@ -378,13 +381,11 @@ class Heat:
             ph = np.array([str(p) for p in g.phase], dtype=object)
             thr, clock = g.col("thr"), g.col("clock")
             for p in dict.fromkeys(g.phase):
-                if p is None:
-                    continue
                 in_p = ph == str(p)
                 for side in (True, False):
                     c = _finite(clock[in_p & (thr == side)])
                     if c.size:
-                        vals.setdefault((str(p), side), []).append(c)
+                        vals.setdefault((UNLABELLED if p is None else str(p), side), []).append(c)
         return {k: float(np.median(np.concatenate(v))) for k, v in vals.items()}
 
     def _request_itl(self) -> dict[bool, float]:

@@ -109,7 +109,8 @@ class FakeNvml:
         self.windows: list[float] = []  # every GPM window asked for, seconds
         self.void_answers = 0  # GPM answers replayed with NaN DRAM_BW_UTIL
         # Heat and clocks: a capture from a real GPU under sustained load (none: those calls answer
-        # NotSupported, as for a capture that did not read them). ``replay_fault`` = (from s, replays per s):
+        # NotSupported, as for a capture that did not read them); its power and, where it has them, its
+        # utilisation replace the main capture's, so the load and its heat come from one GPU. ``replay_fault`` = (from s, replays per s):
         # fault injection, a link that starts replaying packets (the count is chosen, not captured).
         self.heat = heat
         self.replay_fault = replay_fault
@@ -262,7 +263,8 @@ class FakeNvml:
 
     def nvmlDeviceGetUtilizationRates(self, h: _Handle) -> Any:
         self._enter("nvmlDeviceGetUtilizationRates", h)
-        u = _raise_if_err(self._tick(h)["util"])
+        heat = self.heat.tick_at(self.now(h.index)) if self.heat is not None else {}
+        u = _raise_if_err(heat["util"] if "util" in heat else self._tick(h)["util"])
         return _real.c_nvmlUtilization_t(gpu=u[0], memory=u[1])
 
     def nvmlDeviceGetMemoryInfo(self, h: _Handle, version: Any = None) -> Any:
