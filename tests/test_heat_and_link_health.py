@@ -243,3 +243,24 @@ def test_the_tui_lists_them_as_events_and_the_gpu_row_shows_heat():
     assert words == ["clocks cut", "PCIe replays", "link downtrained"]
     rep = [e for e in f.events if e.resource == "pcie_replays"][0]
     assert _event_cells(rep)[5].startswith("250 at ") and rep.end_s is not None
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.integers(min_value=0, max_value=500), min_size=2, max_size=80), st.integers(1, 30))
+def test_replay_events_count_every_rise_once(steps, every):
+    """Counter reads every ``every`` ticks rising by ``steps``: the events' counts sum to the total rise."""
+    samples, v = [], 1000
+    for i, inc in enumerate(steps):
+        v += inc
+        for k in range(every):
+            read = k == 0
+            g = GpuSample(0, pcie_replays=v if read else None)
+            samples.append(Sample(1000.0 + (i * every + k) * DT, (g,), None, {"label": "work"}))
+    an = SessionAnalyzer(header(engine=False))
+    an.feed_all(samples, chunk=17)
+    an.finish()
+    events = an.link_health.report()["events"]
+    assert sum(e["count"] for e in events) == sum(steps[1:])
+    assert all(e["count"] > 0 and e["phase"] == "work" and e["end"] is not None for e in events)
+    gaps_s = [b["start"] - a["last"] for a, b in zip(events, events[1:], strict=False)]
+    assert all(g > 10.0 - every * DT - 1e-9 for g in gaps_s)  # rises closer than MERGE_S are one event

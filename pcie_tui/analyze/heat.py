@@ -156,8 +156,7 @@ class Heat:
         tick_known = np.zeros(n, dtype=bool)
         np.logical_or.at(tick_known, ch.tick_of, known)
         self._per_gpu(ch, thr, known)
-        for i in range(n):
-            self._tick(ch.t[i], ch.phase[i], ch.engine[i], bool(tick_thr[i]), bool(tick_known[i]))
+        self._ticks(ch, tick_thr, tick_known)
 
     def _throttled(self, ch: Chunk, mask_f: np.ndarray, known: np.ndarray) -> np.ndarray:
         cols = ch.cols
@@ -208,23 +207,38 @@ class Heat:
             if phases[j] is not None:
                 ev.phases[str(phases[j])] = ev.phases.get(str(phases[j]), 0) + 1
 
-    def _tick(self, t: float, phase: Any, e: Any, thr: bool, known: bool) -> None:
-        prev, self._t_prev = self._t_prev, t
-        dt = t - prev if prev is not None and 0 < t - prev <= MAX_DT_S else 0.0
-        self._tick_t.append(t)
-        self._tick_thr.append(thr)
+    def _ticks(self, ch: Chunk, thr: np.ndarray, known: np.ndarray) -> None:
+        """Each tick's time to its phase's side (throttled or not), then the engine's counters tick by tick."""
+        t = np.asarray(ch.t, dtype=np.float64)
+        dt = np.diff(t, prepend=self._t_prev if self._t_prev is not None else t[0])
+        dt[(dt <= 0) | (dt > MAX_DT_S)] = 0.0
+        self._t_prev = ch.t[-1]
+        self._tick_t += ch.t
+        self._tick_thr += thr.tolist()
         # A session without phases (GPU only, no labels) is compared as one: "unlabelled", as the headline says.
-        ph = UNLABELLED if phase is None else str(phase)
-        side = self._sides.setdefault((ph, thr), _Side()) if known else None
-        if side is not None:
-            side.time_s += dt
+        phs = [UNLABELLED if p is None else str(p) for p in ch.phase]
+        arr = np.array(phs, dtype=object)
+        for p in dict.fromkeys(phs):
+            in_p = known & (arr == p)
+            for side in (True, False):
+                sel = in_p & (thr == side)
+                if sel.any():
+                    self._sides.setdefault((p, side), _Side()).time_s += float(dt[sel].sum())
+        if ch.engine.count(None) == len(ch.engine):
+            self._eng_prev = None
+            return
+        for i, e in enumerate(ch.engine):
+            self._engine_tick(ch.t[i], phs[i], e, bool(thr[i]) if known[i] else None)
+
+    def _engine_tick(self, t: float, phase: str, e: Any, thr: bool | None) -> None:
         eng = _engine(e)
         if eng is None:
             self._eng_prev = None
             return
         counters, extra = eng
-        if side is not None:
-            self._tokens(side, t, ph, counters)
+        if thr is not None:
+            side = self._sides.setdefault((phase, thr), _Side())
+            self._tokens(side, t, phase, counters)
             self._itl(side, extra)
         self._eng_prev = (t, counters)
         for r in extra.get("requests") or ():
