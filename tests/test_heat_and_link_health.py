@@ -219,7 +219,7 @@ def test_aer_counts_read_from_sysfs(tmp_path: Path):
 
 
 def test_the_tui_lists_them_as_events_and_the_gpu_row_shows_heat():
-    from pcie_tui.tui.events import _event_cells
+    from pcie_tui.tui.events import EVENT_COLUMNS, _event_cells
     from pcie_tui.tui.gpu_panel import figures_line, heat_field
     from pcie_tui.tui.state import ViewModel
 
@@ -228,21 +228,24 @@ def test_the_tui_lists_them_as_events_and_the_gpu_row_shows_heat():
     for s in samples[:650]:  # into the power-capped stretch (40-70 s)
         vm.feed(s)
     f = vm.frame()
-    [live] = [e for e in f.events if e.resource == "throttled"]
+    [live] = [e for e in f.events if e.resource == "power cap"]
     assert live.end_s is None and live.start_s == pytest.approx(40.0, abs=0.15)
     cells = _event_cells(live)
-    assert cells[1] == "open" and cells[3] == "clocks cut" and cells[5] == "power cap, SM 1,300 MHz"
+    assert cells[1] == "open" and cells[5] == "SM 1,300 MHz"
     assert cells[7] == "decode"
-    assert heat_field(samples[600].gpus[0]) == "80°C 1,300 MHz power cap"
-    assert figures_line(samples[600].gpus[0], None).endswith(" · 80°C 1,300 MHz power cap")
+    assert heat_field(samples[600].gpus[0]) == "1,300 MHz power cap 80°C"
+    assert figures_line(samples[600].gpus[0], None).endswith(" · 1,300 MHz power cap 80°C")
     assert heat_field(GpuSample(0, power_W=100.0)) == ""  # no readings: nothing shown, never 0
     for s in samples[650:]:
         vm.feed(s)
     f = vm.frame(ended=True)
     words = [_event_cells(e)[3] for e in f.events if e.detail is not None]
-    assert words == ["clocks cut", "PCIe replays", "link downtrained"]
-    rep = [e for e in f.events if e.resource == "pcie_replays"][0]
+    assert words == ["power cap", "PCIe replays", "downtrained"]
+    rep = [e for e in f.events if e.resource == "PCIe replays"][0]
     assert _event_cells(rep)[5].startswith("250 at ") and rep.end_s is not None
+    down = [e for e in f.events if e.resource == "downtrained"][0]
+    assert _event_cells(down)[5] == "Gen3 x16"
+    assert all(len(c) <= w for e in f.events for c, (_, _, w) in zip(_event_cells(e), EVENT_COLUMNS, strict=True) if w)
 
 
 @settings(max_examples=40, deadline=None)

@@ -23,7 +23,11 @@ def _pair(d: dict[str, Any], fmt: Any, unit: str = "") -> str | None:
     a, b = d.get("throttled"), d.get("unthrottled")
     if a is None and b is None:
         return None
-    return f"{fmt(a)}{unit} throttled vs {fmt(b)}{unit} unthrottled"
+    return f"{_with(fmt, a, unit)} throttled vs {_with(fmt, b, unit)} unthrottled"
+
+
+def _with(fmt: Any, v: float | None, unit: str) -> str:
+    return f"{fmt(v)}{unit}" if v is not None else NA
 
 
 def _num(v: float | None, spec: str = ",.1f") -> str:

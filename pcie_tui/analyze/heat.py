@@ -73,10 +73,14 @@ class ThrottleEvent:
     def phase(self) -> str | None:
         return max(self.phases, key=self.phases.__getitem__) if self.phases else None
 
+    def reason(self) -> str:
+        """What cut the clocks, shortly: the first reason, '+' when there were more ("power cap+")."""
+        names = clocks.names(clocks.throttling(self.mask))
+        return (names[0] + ("+" if len(names) > 1 else "")) if names else "clock cut"
+
     def detail(self) -> str:
-        """The reasons and the lowest SM clock, e.g. "power cap, SM 1,290 MHz"."""
-        why = clocks.label(self.mask) or "clock cut"
-        return why + (f", SM {self.clock_min_MHz:,.0f} MHz" if self.clock_min_MHz is not None else "")
+        """The lowest SM clock in it, e.g. "SM 1,290 MHz"."""
+        return f"SM {self.clock_min_MHz:,.0f} MHz" if self.clock_min_MHz is not None else "SM clock n/a"
 
 
 _GPU_COLS = {"clock": "sm_clock_MHz", "temp": "temp_C", "power": "power_W", "limit": "power_limit_W"}

@@ -30,6 +30,13 @@ COUNTERS = {
     "aer_nonfatal": ("AER non-fatal errors", "check the card, riser and slot: transactions were lost and retried"),
     "aer_fatal": ("AER fatal errors", "the link failed: check the card and slot, and the kernel log (dmesg)"),
 }  # fmt: skip
+SHORT = {
+    "pcie_replays": "PCIe replays",
+    "aer_correctable": "AER corrected",
+    "aer_nonfatal": "AER non-fatal",
+    "aer_fatal": "AER fatal",
+    "link_down": "downtrained",
+}
 MERGE_S = 10.0  # rises of one counter closer than this are one event
 LOAD_Bps = 0.25e9  # PCIe traffic above this (either direction) is load: a downtrained link then is an event
 DOWN_MERGE_S = 2.0
@@ -61,10 +68,14 @@ class HealthEvent:
         span = self.end - self.start
         return self.count / span if span > 0 and self.kind != "link_down" else None
 
+    def reason(self) -> str:
+        """What happened, in at most 15 characters (the TUI's resource column)."""
+        return SHORT[self.kind]
+
     def detail(self) -> str:
         """The short form for the TUI's events box: "1,203 at 40.1/s", "Gen3 x8 of Gen5 x16"."""
         if self.kind == "link_down":
-            return f"Gen{self.gen} x{self.width} of Gen{self.max_gen} x{self.max_width}"
+            return f"Gen{self.gen} x{self.width}"
         rate = self.rate_per_s
         return f"{self.count:,.0f}" + (f" at {rate:,.1f}/s" if rate is not None else "")
 

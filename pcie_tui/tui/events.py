@@ -16,22 +16,10 @@ from pcie_tui.tui.widgets import BUS_WORDS, set_border_title
 EVENTS_MAX_ROWS = 8
 
 
-# Heat and link-health events: their name in the resource column.
-HEALTH_WORDS = {
-    "throttled": "clocks cut",
-    "pcie_replays": "PCIe replays",
-    "aer_correctable": "AER corrected",
-    "aer_nonfatal": "AER non-fatal",
-    "aer_fatal": "AER fatal",
-    "link_down": "link downtrained",
-}
-
-
 def _event_cells(e: EventView) -> tuple[str, ...]:
     if e.detail is not None:
         end = "open" if e.end_s is None else fmt.offset(e.end_s)
-        res = HEALTH_WORDS.get(e.resource, e.resource)
-        return (fmt.offset(e.start_s), end, str(e.gpu), res, "-", e.detail, "-", e.phase or fmt.NA)
+        return (fmt.offset(e.start_s), end, str(e.gpu), e.resource, "-", e.detail, "-", e.phase or fmt.NA)
     if e.resource == "link":
         res = f"link ({BUS_WORDS.get(e.bus or '', '?')})"
         peak = f"{fmt.rate(e.peak_Bps)} {fmt.pct(e.peak_util)}"

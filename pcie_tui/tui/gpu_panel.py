@@ -204,13 +204,14 @@ def figures_line(s: GpuSample | None, info: GpuInfo | None) -> str:
 
 
 def heat_field(s: GpuSample | None) -> str:
-    """Temperature, SM clock and what cuts it, compact ("71°C 1,410 MHz power cap"); '' where the GPU gave none."""
+    """SM clock, what cuts it and the temperature, compact ("1,410 MHz power cap 71°C"); '' where the GPU gave
+    none. The clock and its reason come first: on a narrow screen the line's end is cut."""
     if s is None or (s.temp_C is None and s.sm_clock_MHz is None):
         return ""
-    out = [f"{s.temp_C:.0f}°C"] if s.temp_C is not None else []
-    if s.sm_clock_MHz is not None:
-        out.append(f"{s.sm_clock_MHz:,.0f} MHz")
+    out = [f"{s.sm_clock_MHz:,.0f} MHz"] if s.sm_clock_MHz is not None else []
     cut = clocks.label(s.clock_events)
     if cut:
         out.append(cut)
+    if s.temp_C is not None:
+        out.append(f"{s.temp_C:.0f}°C")
     return " ".join(out)
