@@ -15,6 +15,7 @@ bookkeeping over the analyzer's chunks (:mod:`pcie_tui.analyze.columns`); no I/O
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -87,6 +88,27 @@ _GPU_COLS = {"clock": "sm_clock_MHz", "temp": "temp_C", "power": "power_W", "lim
 
 
 @dataclass
+class _PhaseStat:
+    n: int = 0  # ticks with a clock-event reading
+    k: int = 0  # of those, throttled
+    masks: Counter[int] = field(default_factory=Counter)  # throttled ticks per reasons bitmask
+    clocks: Counter[float] = field(default_factory=Counter)  # throttled ticks per SM clock (MHz steps)
+
+    def clock_median(self) -> float | None:
+        """The median SM clock of the throttled ticks, as numpy's median of the same values."""
+        total = sum(self.clocks.values())
+        if not total:
+            return None
+        keys = sorted(self.clocks)
+        cum = np.cumsum([self.clocks[c] for c in keys])
+
+        def at(i: int) -> float:
+            return float(keys[int(np.searchsorted(cum, i, "right"))])
+
+        return at(total // 2) if total % 2 else (at(total // 2 - 1) + at(total // 2)) / 2
+
+
+@dataclass
 class _Side:
     """One side (throttled or not) of one phase."""
 
@@ -139,6 +161,7 @@ class Heat:
         self._tick_thr: list[bool] = []
         self._n = 0
         self._cache: tuple[int, dict[str, Any]] | None = None
+        self._phase_stats: dict[tuple[int, str], _PhaseStat] = {}
         self.events: list[ThrottleEvent] = []  # the stretches so far, in order (live: the last may be open)
         self._open: dict[int, ThrottleEvent] = {}
 
@@ -186,10 +209,24 @@ class Heat:
                 g.add(name, ch.cols[COL[key]][sel])
             phases = [ch.phase[i] for i in ch.tick_of[sel].tolist()]
             g.phase += phases
+            self._count(int(gi), phases, thr[sel], g.parts["mask"][-1], g.parts["clock"][-1])
             self._grow(int(gi), t_all[sel], thr[sel], g.parts["mask"][-1], g.parts["clock"][-1], phases)
         last = ch.t[-1]
         for ev in self._open.values():
             ev.open = last - ev.end <= MERGE_S
+
+    def _count(self, gi: int, phases: list[Any], thr: np.ndarray, mask: np.ndarray, clock: np.ndarray) -> None:
+        """Per GPU and phase: ticks, throttled ticks, and the reasons and SM clocks of those (what a finding
+        asks live, once a second: counts, so the cost does not grow with the session)."""
+        arr = np.array([str(p) for p in phases], dtype=object)
+        for p in dict.fromkeys(phases):
+            in_p = arr == str(p)
+            st = self._phase_stats.setdefault((gi, str(p)), _PhaseStat())
+            st.n += int(in_p.sum())
+            cut = in_p & thr
+            st.k += int(cut.sum())
+            st.masks.update(mask[cut].tolist())
+            st.clocks.update(c for c in clock[cut].tolist() if c == c)
 
     def _grow(
         self, gi: int, t: np.ndarray, thr: np.ndarray, mask: np.ndarray, clock: np.ndarray, phases: list[Any]
@@ -461,25 +498,17 @@ def _lost(
 
 
 def cut_share(heat: Heat | None, gpu: int, phase: str) -> dict[str, Any] | None:
-    """How much of one GPU's phase ran with its clocks cut (None: no clock readings there, or none cut)."""
-    g = heat.gpus.get(gpu) if heat is not None else None
-    if g is None or not g.phase:
+    """How much of one GPU's phase ran with its clocks cut (None: no clock readings there, or under MIN_SHARE)."""
+    st = heat._phase_stats.get((gpu, phase)) if heat is not None else None
+    if st is None or not st.n or st.k / st.n < MIN_SHARE:
         return None
-    in_p = np.array([p == phase for p in g.phase], dtype=bool)
-    n = int(in_p.sum())
-    thr = g.col("thr") & in_p
-    k = int(thr.sum())
-    if not n or k / n < MIN_SHARE:
-        return None
-    masks, counts = np.unique(g.col("mask")[thr], return_counts=True)
-    names: dict[str, int] = {}
-    for m, c in zip(masks.tolist(), counts.tolist(), strict=True):
+    names: Counter[str] = Counter()
+    for m, c in st.masks.items():
         for name in clocks.names(clocks.throttling(m)):
-            names[name] = names.get(name, 0) + c
-    clock = _finite(g.col("clock")[thr])
+            names[name] += c
     return {
-        "share": k / n,
-        "reasons": sorted(names, key=lambda x: -names[x]),
-        "sm_clock_MHz": float(np.median(clock)) if clock.size else None,
+        "share": st.k / st.n,
+        "reasons": [n for n, _ in names.most_common()],
+        "sm_clock_MHz": st.clock_median(),
         "sm_clock_max_MHz": heat.max_clock.get(gpu) if heat is not None else None,
     }
