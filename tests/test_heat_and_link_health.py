@@ -267,3 +267,18 @@ def test_replay_events_count_every_rise_once(steps, every):
     assert all(e["count"] > 0 and e["phase"] == "work" and e["end"] is not None for e in events)
     gaps_s = [b["start"] - a["last"] for a, b in zip(events, events[1:], strict=False)]
     assert all(g > 10.0 - every * DT - 1e-9 for g in gaps_s)  # rises closer than MERGE_S are one event
+
+
+def test_a_stale_link_read_as_a_burst_starts_is_not_downtraining():
+    """Idle at Gen1; a burst starts and the link retrains up, but the 1 Hz link read still says Gen1 for
+    0.9 s: no event. The same link held at Gen1 under load for 3 s is one."""
+    samples = []
+    for i in range(100):
+        rel = i * DT
+        busy = rel >= 5.0
+        stale = 5.0 <= rel < 5.9 or 7.0 <= rel < 10.0  # a second burst at 7 s really runs at Gen1
+        g = GpuSample(0, pcie_tx_Bps=1e6, pcie_rx_Bps=20e9 if busy else 1e6, link_gen=1 if (not busy or stale) else 5,
+                      link_width=16)  # fmt: skip
+        samples.append(Sample(1000.0 + rel, (g,), None, {"label": "work"}))
+    events = analyzed(samples, engine=False).link_health.report()["events"]
+    assert [(e["kind"], e["gen"], round(e["start"] - 1000, 1)) for e in events] == [("link_down", 1, 7.0)]

@@ -40,6 +40,10 @@ SHORT = {
 MERGE_S = 10.0  # rises of one counter closer than this are one event
 LOAD_Bps = 0.25e9  # PCIe traffic above this (either direction) is load: a downtrained link then is an event
 DOWN_MERGE_S = 2.0
+# The link state is re-read about once a second (NvmlCollector.link_refresh_s) while traffic is read every
+# tick: an idle link that retrains up as a burst starts reads as downtrained for up to a second. An event
+# needs the link under its maximum under load for at least this long.
+DOWN_MIN_S = 2.0
 
 
 @dataclass
@@ -58,6 +62,7 @@ class HealthEvent:
     max_width: int | None = None
     peak_Bps: float = 0.0
     open: bool = True
+    listed: bool = field(default=False, compare=False)  # in LinkHealth.events (link_down: once held long enough)
 
     @property
     def phase(self) -> str | None:
@@ -165,27 +170,12 @@ class LinkHealth:
         mg, mw = self._max_arrays(ch.index)
         with np.errstate(invalid="ignore"):
             traffic = np.fmax(cols[COL["pcie_tx_Bps"]], cols[COL["pcie_rx_Bps"]])
-            down = (traffic > LOAD_Bps) & ((gen < mg) | (width < mw))
-        for pos in np.flatnonzero(down).tolist():
-            gi = int(ch.index[pos])
-            ti = int(ch.tick_of[pos])
-            t = ch.t[ti]
-            ev = self._down.get(gi)
-            if ev is not None and t - ev.end > DOWN_MERGE_S:
-                ev.open = False
-                ev = None
-            g, w = int(gen[pos]), int(width[pos])
-            if ev is None:
-                m = self._max.get(gi, (None, None))
-                ev = self._down[gi] = HealthEvent(gi, "link_down", start=t, end=t, gen=g, width=w, max_gen=m[0],
-                                                  max_width=m[1])  # fmt: skip
-                self.events.append(ev)
-            ev.end = t
-            ev.gen, ev.width = min(ev.gen or g, g), min(ev.width or w, w)
-            ev.peak_Bps = max(ev.peak_Bps, float(traffic[pos]))
-            if ch.phase[ti] is not None:
-                p = str(ch.phase[ti])
-                ev.phases[p] = ev.phases.get(p, 0.0) + 1
+            load = traffic > LOAD_Bps
+            down = load & ((gen < mg) | (width < mw))
+            full = load & ~down & (gen >= mg) & (width >= mw)  # under load at its maximum: an event ends
+        for gi in dict.fromkeys([*ch.index[down].tolist(), *self._down]):
+            mine = ch.index == gi
+            self._link_gpu(ch, int(gi), np.flatnonzero(down & mine), np.flatnonzero(full & mine), gen, width, traffic)
         last = ch.t[-1]
         for ev in self._down.values():
             if last - ev.end > DOWN_MERGE_S:
@@ -194,6 +184,40 @@ class LinkHealth:
             if c.event is not None and last - c.event.end > MERGE_S:
                 c.event.open = False
                 c.event = None
+
+    def _link_gpu(
+        self, ch: Chunk, gi: int, downs: np.ndarray, fulls: np.ndarray, gen: np.ndarray, width: np.ndarray,
+        traffic: np.ndarray,
+    ) -> None:  # fmt: skip
+        """One GPU's ticks under load below its maximum link state (``downs``), ended by any at it (``fulls``)."""
+        prev = -1
+        for pos in downs.tolist():
+            t = ch.t[int(ch.tick_of[pos])]
+            ev = self._down.get(gi)
+            ended = int(np.searchsorted(fulls, pos)) > int(np.searchsorted(fulls, prev, "right"))  # one between
+            if ev is not None and (ended or t - ev.end > DOWN_MERGE_S):
+                ev.open = False
+                del self._down[gi]
+                ev = None
+            prev = pos
+            g, w = int(gen[pos]), int(width[pos])
+            if ev is None:
+                m = self._max.get(gi, (None, None))
+                ev = self._down[gi] = HealthEvent(gi, "link_down", start=t, end=t, gen=g, width=w, max_gen=m[0],
+                                                  max_width=m[1])  # fmt: skip
+            ev.end = t
+            if not ev.listed and ev.end - ev.start >= DOWN_MIN_S:
+                ev.listed = True
+                self.events.append(ev)  # held long enough: not a stale link read at the start of a burst
+            ev.gen, ev.width = min(ev.gen or g, g), min(ev.width or w, w)
+            ev.peak_Bps = max(ev.peak_Bps, float(traffic[pos]))
+            ph = ch.phase[int(ch.tick_of[pos])]
+            if ph is not None:
+                ev.phases[str(ph)] = ev.phases.get(str(ph), 0.0) + 1
+        ev = self._down.get(gi)
+        if ev is not None and fulls.size and int(fulls[-1]) > prev:
+            ev.open = False
+            del self._down[gi]
 
     def _max_arrays(self, index: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Each GPU-sample's maximum link generation and width (NaN where the header does not say)."""
