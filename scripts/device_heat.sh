@@ -2,11 +2,14 @@
 # On a GPU machine: a ~4-minute sustained bf16 matmul load recorded by the real `pcie-tui record --headless`
 # (scripts/heat_session.py), then `report` (text and --json). Run from a copy of the package that travels in
 # an ignored folder (PKG, default .h1pkg: pcie_tui/ and scripts/), with pcie-tui's wheels in .whl/dev.
-# Results under $OUT: h100-heat.jsonl.gz, h100-heat.truth.json, h100-heat-heat.json, report.txt, report.json.
+# Results under $OUT (NAME: h100-heat or h200-heat by the GPU): NAME.jsonl.gz, NAME.truth.json, NAME-heat.json,
+# report.txt, report.json.
 set -u
 OUT=${OUT:-device_out}
 PKG=${PKG:-.h1pkg}
-NAME=${NAME:-h100-heat}
+GPU=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
+case "$GPU" in *H200*) DEF=h200-heat ;; *H100*) DEF=h100-heat ;; *) DEF=gpu-heat ;; esac
+NAME=${NAME:-$DEF}
 mkdir -p "$OUT"
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/dev/*.whl || exit 1
 export PYTHONPATH="$PWD/$PKG:/tmp/site" PYTHONUNBUFFERED=1
