@@ -282,3 +282,21 @@ def test_a_stale_link_read_as_a_burst_starts_is_not_downtraining():
         samples.append(Sample(1000.0 + rel, (g,), None, {"label": "work"}))
     events = analyzed(samples, engine=False).link_health.report()["events"]
     assert [(e["kind"], e["gen"], round(e["start"] - 1000, 1)) for e in events] == [("link_down", 1, 7.0)]
+
+
+def test_the_exporter_carries_temperature_clocks_reasons_and_replays():
+    from pcie_tui.export.prometheus import ExportState, PrometheusCollector
+
+    st = ExportState()
+    st.start(header(), "replay", "generated")
+    samples = session()
+    for s in samples[:601]:
+        st.feed(s)
+    fams = {f.name: f for f in PrometheusCollector(st).collect()}
+    reasons = {x.labels["reason"]: x.value for x in fams["pcie_clock_event_reason"].samples}
+    assert reasons["power cap"] == 1.0 and reasons["SW thermal"] == 0.0 and len(reasons) == len(clocks.REASONS)
+    assert [x.value for x in fams["pcie_gpu_temperature_celsius"].samples] == [80.0]
+    assert {x.labels["clock"]: x.value for x in fams["pcie_gpu_clock_mhz"].samples} == {"sm": 1300.0, "mem": 2619.0}
+    assert [x.value for x in fams["pcie_power_limit_watts"].samples] == [700.0]
+    assert "pcie_fan_speed_ratio" not in fams  # no fan reading: no sample, never 0
+    assert [x.value for x in fams["pcie_link_replays"].samples] == [0.0]  # tick 600 read the counter
