@@ -323,7 +323,11 @@ class FakeNvml:
         return int(self._heat("nvmlDeviceGetFanSpeed", h, "fan_pct"))
 
     def nvmlDeviceGetPcieReplayCounter(self, h: _Handle) -> int:
-        v = int(self._heat("nvmlDeviceGetPcieReplayCounter", h, "replays"))
+        if self.heat is None and self.replay_fault is not None:  # the injected count alone
+            self._enter("nvmlDeviceGetPcieReplayCounter", h)
+            v = 0
+        else:
+            v = int(self._heat("nvmlDeviceGetPcieReplayCounter", h, "replays"))
         if self.replay_fault is not None:
             start, per_s = self.replay_fault
             v += int(max(0.0, self.now(h.index) - start) * per_s)
