@@ -300,3 +300,27 @@ def test_the_exporter_carries_temperature_clocks_reasons_and_replays():
     assert [x.value for x in fams["pcie_power_limit_watts"].samples] == [700.0]
     assert "pcie_fan_speed_ratio" not in fams  # no fan reading: no sample, never 0
     assert [x.value for x in fams["pcie_link_replays"].samples] == [0.0]  # tick 600 read the counter
+
+
+def test_two_gpus_one_throttled_the_session_counts_it_once():
+    link = LinkInfo(gen=5, width=16, max_gen=5, max_width=16, capacity_Bps=63e9)
+    gpus = tuple(
+        GpuInfo(i, f"GPU-{i}", "H100", f"0000:0{i}:00.0", link, 80 << 30, sm_clock_max_MHz=MAX_MHZ) for i in (0, 1)
+    )
+    hdr = SessionHeader("x", "gen", "0", gpus, interval_s=DT)
+    samples = []
+    for i in range(200):
+        thr = 50 <= i < 150
+        g0 = GpuSample(0, sm_util=0.9, sm_clock_MHz=MAX_MHZ, clock_events=0)
+        g1 = GpuSample(1, sm_util=0.9, sm_clock_MHz=1400.0 if thr else MAX_MHZ, clock_events=0x20 if thr else 0)
+        samples.append(Sample(1000.0 + i * DT, (g0, g1), None, {"label": "train"}))
+    for chunk in (1, 64):
+        an = SessionAnalyzer(hdr)
+        an.feed_all(samples, chunk)
+        heat = an.heat.report()
+        assert [(s["gpu"], s["ticks"], s["reason"]) for s in heat["stretches"]] == [(1, 100, "SW thermal")]
+        assert heat["gpus"]["0"]["throttled_ticks"] == 0
+        p = heat["phases"]["train"]
+        assert p["share"] == pytest.approx(0.5, abs=0.01)
+        assert p["sm_clock_MHz"] == {"throttled": 1400.0, "unthrottled": MAX_MHZ}  # per GPU-tick, as throttled or not
+        assert p["lost_basis"].startswith("SM clock")
