@@ -80,8 +80,9 @@ class NvmlCollector:
     the link state changes on power-state transitions, not per tick.
     ``health_refresh_s``: how often the link's error counters are read (the PCIe replay
     counter, and AER counts from sysfs under ``sysfs_root``); ticks between leave them out.
-    Temperature, clocks, clock-event reasons, power limit and fan are read every tick
-    (each call costs microseconds: bench/results.md).
+    Temperature, clocks, clock-event reasons, power limit and fan are read every tick: NVML answers
+    them from the driver's state, with no sampling window to wait out (unlike
+    ``nvmlDeviceGetPcieThroughput``); scripts/heat_session.py times each call on a GPU.
     """
 
     def __init__(
