@@ -13,6 +13,7 @@ from typing import Any
 
 from pcie_tui.analyze.attribution import phase_findings
 from pcie_tui.analyze.engine_bytes import PhaseCounts
+from pcie_tui.analyze.heat import cut_share
 from pcie_tui.analyze.result import Answer, Finding, Headline
 from pcie_tui.analyze.session import SessionAnalyzer
 from pcie_tui.core import units
@@ -72,6 +73,21 @@ def evidence_text(f: Finding, short: bool = False) -> str:
     if f.bound == "unknown":
         return f"{f.unknown_why or 'counters not reported'}: what held it back cannot be told"
     return f"link {rate}, SM {_pct(f.sm_util)}"
+
+
+def clocks_cut_text(f: Finding) -> str:
+    """What a memory- or compute-bound finding owes to clocks that were cut ('' where they were not)."""
+    c = f.clocks_cut
+    if c is None or f.bound not in ("memory", "compute"):
+        return ""
+    why = "+".join(c["reasons"][:2]) or "clocks under their maximum"
+    mhz = c.get("sm_clock_MHz")
+    top = c.get("sm_clock_max_MHz")
+    clock = f", SM {mhz:,.0f}" + (f" of {top:,.0f} MHz" if top else " MHz") if mhz is not None else ""
+    return (
+        f"; clocks cut {_pct(c['share'])} of the phase ({why}{clock}): {f.bound}-bound on a throttled GPU "
+        "that long, not the workload alone"
+    )
 
 
 def _short_evidence(f: Finding) -> str:
@@ -145,7 +161,8 @@ def answer(
             if copies is not None and copies.stretches and f.phase == "housekeeping":
                 ff = dataclasses.replace(ff, between_copies=copies.to_json())
             f.advice = tuple(advise(fx, ff))
-            f.evidence = evidence_text(f)
+            f.clocks_cut = cut_share(getattr(analyzer, "heat", None), f.gpu, str(f.phase))
+            f.evidence = evidence_text(f) + clocks_cut_text(f)
     top = pick(findings, phase)
     head = headline(top, len(findings) > 1, final) if top is not None else unlabelled_headline(findings)
     return Answer(head, findings, _facts_json(fx))

@@ -35,6 +35,15 @@ KEYS = (
     "link_width",
     "power_W",
     "mem_used_bytes",
+    # Heat and link health (absent in older recordings: NaN), read by analyze/heat.py and link_health.py.
+    "temp_C",
+    "sm_clock_MHz",
+    "clock_events",
+    "power_limit_W",
+    "pcie_replays",
+    "aer_correctable",
+    "aer_nonfatal",
+    "aer_fatal",
 )
 COL = {k: i for i, k in enumerate(KEYS)}
 CHUNK_TICKS = 8192  # a report's chunk: long enough that numpy's per-call cost vanishes

@@ -51,6 +51,8 @@ class Finding:
     advice: tuple[Advice, ...] = ()
     stat: str = STAT
     evidence: str = ""  # the numbers behind it in words, with the ceiling and its source (answer.evidence_text)
+    # Share of the phase this GPU ran with its clocks cut (analyze/heat.py cut_share), None where not.
+    clocks_cut: dict[str, Any] | None = None
 
     @property
     def share(self) -> float:
@@ -82,6 +84,7 @@ class Finding:
             "transfer_staged": self.transfer_staged,
             "unknown_why": self.unknown_why,
             "too_short": self.too_short,
+            "clocks_cut": self.clocks_cut,
         }
         if self.whatif_pinned is not None:
             out["whatif_pinned"] = self.whatif_pinned

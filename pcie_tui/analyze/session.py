@@ -21,6 +21,8 @@ from pcie_tui.analyze.between_requests import BetweenRequests
 from pcie_tui.analyze.columns import CHUNK_TICKS, COL, Chunk, from_rows, from_samples
 from pcie_tui.analyze.columns import sample_phase as sample_phase  # re-exported (tests import it from here)
 from pcie_tui.analyze.engine_bytes import EngineBytes
+from pcie_tui.analyze.heat import Heat
+from pcie_tui.analyze.link_health import LinkHealth
 from pcie_tui.analyze.quantiles import quantile  # noqa: F401  (re-exported: one quantile)
 from pcie_tui.analyze.request_waits import RequestWaits
 from pcie_tui.analyze.series import (
@@ -73,6 +75,8 @@ class SessionAnalyzer:
         self.engine_bytes = EngineBytes()
         self.request_waits = RequestWaits()
         self.between_requests = BetweenRequests()  # the engine's own copies while requests wait
+        self.heat = Heat(header)  # throttled stretches and what they cost in tokens
+        self.link_health = LinkHealth(header)  # replay/AER counters that rise, a link trained down under load
 
     @property
     def version(self) -> int:
@@ -116,6 +120,8 @@ class SessionAnalyzer:
         self.engine_bytes.feed_chunk(ch)
         self.request_waits.feed_chunk(ch)
         self.between_requests.feed_chunk(ch)
+        self.heat.feed_chunk(ch)
+        self.link_health.feed_chunk(ch)
         idx = ch.index
         if not idx.size:
             return []
@@ -191,6 +197,13 @@ class SessionAnalyzer:
         self._version += 1
         for tr in self.trackers.values():
             tr.close_all(self.t_last)
+        self.link_health.finish()
+        self.heat.finish()
+
+    def health_events(self) -> list[Any]:
+        """Throttled stretches and link-health events so far, by start (each has ``gpu``, ``kind``, ``start``,
+        ``end``, ``open``, ``phase`` and ``detail()``)."""
+        return sorted([*self.heat.events, *self.link_health.events], key=lambda e: e.start)
 
     def verdict(self, index: int) -> str:
         tr = self.trackers.get(index)

@@ -33,7 +33,7 @@ LINK_WIDTHS = frozenset({1, 2, 4, 8, 12, 16, 32})
 # Where a figure can be shown in a GPU panel. Only "figures" is drawn from the table alone
 # (``label value``, joined by " · "); the others are rows with their own layout in tui/widgets.py.
 PANELS = ("title", "link", "memory", "figures")
-KINDS = ("rate", "fraction", "bytes", "watts", "state", "count")
+KINDS = ("rate", "fraction", "bytes", "watts", "state", "count", "celsius", "clock", "mask")
 BACKENDS = ("gpm", "nvml")  # GpuInfo.metrics_source values a Source can name
 GPM_WINDOW = "one tick ({tick}) between two GPM samples"
 
@@ -91,6 +91,7 @@ class Metric:
 _RATE = "pcie_link_rate_bytes_per_second"
 _RATE_HELP = "link traffic, bytes/s per direction (tx = leaving the GPU)"
 _DRIVER_PERIOD = "driver sample period (1/6 s to 1 s)"
+_HEALTH = "every second (link health; ticks between reads leave it out)"
 
 
 def _rate(name: str, bus: str, d: str, label: str, page: int, sources: tuple[Source, ...]) -> Metric:
@@ -182,6 +183,57 @@ _BUILTIN: tuple[Metric, ...] = (
         "link_width", "lanes", "state", 1.0, 32.0, integer=True, allowed=LINK_WIDTHS, always=False,
         show=Show("PCIe", "link", "title"), page=60,  # on the page with link_gen
         prom=Prom("pcie_link_width", "PCIe lanes the link is trained at now"),
+    ),
+    # Heat and clocks (issue 25): read every tick where the GPU reports them, written only when known.
+    Metric(
+        "temp_C", "degrees Celsius", "celsius", 0.0, 200.0, always=False,
+        sources=(Source("temperature", "nvmlDeviceGetTemperature(NVML_TEMPERATURE_GPU)", "degrees C", "instant"),),
+        page=81, prom=Prom("pcie_gpu_temperature_celsius", "GPU die temperature"),
+    ),
+    Metric(
+        "sm_clock_MHz", "MHz", "clock", 0.0, 10_000.0, always=False,
+        sources=(Source("SM / memory clock", "nvmlDeviceGetClockInfo(NVML_CLOCK_SM / NVML_CLOCK_MEM); max: "
+                        "nvmlDeviceGetMaxClockInfo(NVML_CLOCK_SM)", "MHz", "instant"),),
+        page=82, prom=Prom("pcie_gpu_clock_mhz", "current clock, MHz", (("clock", "sm"),)),
+    ),
+    Metric(
+        "mem_clock_MHz", "MHz", "clock", 0.0, 40_000.0, always=False, page=82,  # on the page with sm_clock_MHz
+        prom=Prom("pcie_gpu_clock_mhz", "current clock, MHz", (("clock", "mem"),)),
+    ),
+    Metric(
+        "clock_events", "NVML clock-event reasons bitmask", "mask", 0.0, float(1 << 32), integer=True, always=False,
+        sources=(Source("clock events", "nvmlDeviceGetCurrentClocksEventReasons (older drivers: "
+                        "nvmlDeviceGetCurrentClocksThrottleReasons)", "bitmask, decoded by name (power cap, SW/HW "
+                        "thermal, HW slowdown, power brake, sync boost, idle, app/display clocks)",
+                        "instant"),),
+        page=83,
+    ),
+    Metric(
+        "power_limit_W", "W", "watts", 0.0, 10_000.0, always=False,
+        sources=(Source("power limit", "nvmlDeviceGetEnforcedPowerLimit", "mW -> W", "instant"),),
+        page=84, prom=Prom("pcie_power_limit_watts", "enforced board power limit"),
+    ),
+    Metric(
+        "fan_util", "fraction of maximum fan speed", "fraction", 0.0, UTIL_JITTER, clamp=1.0, always=False,
+        sources=(Source("fan", "nvmlDeviceGetFanSpeed (absent on passively cooled GPUs)", "% -> fraction",
+                        "instant"),),
+        page=85, prom=Prom("pcie_fan_speed_ratio", "fan speed, fraction of its maximum (where the GPU has a fan)"),
+    ),
+    Metric(
+        "pcie_replays", "count since boot", "count", 0.0, float(1 << 50), integer=True, always=False,
+        sources=(Source("PCIe replays", "nvmlDeviceGetPcieReplayCounter (link-level retransmissions)", "count",
+                        _HEALTH),),
+        page=86, prom=Prom("pcie_link_replays", "PCIe replay counter since boot (NVML)"),
+    ),
+    *(
+        Metric(
+            f"aer_{kind}", "count since boot", "count", 0.0, float(1 << 50), integer=True, always=False,
+            sources=(Source("AER errors", "sysfs /sys/bus/pci/devices/<bdf>/aer_dev_correctable, _nonfatal, _fatal "
+                            "(TOTAL_ERR_*; absent where not readable)", "count", _HEALTH),) if kind == "correctable" else (),
+            page=87, prom=Prom("pcie_aer_errors", "PCIe AER errors reported by the GPU since boot (sysfs)",
+                               (("severity", kind),)),
+        )
+        for kind in ("correctable", "nonfatal", "fatal")
     ),
 )  # fmt: skip
 

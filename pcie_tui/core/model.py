@@ -93,9 +93,11 @@ class GpuInfo:
     nvlink_count: int | None = None
     # Where the per-tick metrics come from: "gpm" or "nvml" (duty-cycle proxies).
     metrics_source: str | None = None
+    # Highest SM clock the GPU runs at (nvmlDeviceGetMaxClockInfo), MHz; None where unknown (older recordings).
+    sm_clock_max_MHz: float | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        out = {
             "index": self.index,
             "uuid": self.uuid,
             "name": self.name,
@@ -106,6 +108,9 @@ class GpuInfo:
             "nvlink_count": self.nvlink_count,
             "metrics_source": self.metrics_source,
         }
+        if self.sm_clock_max_MHz is not None:
+            out["sm_clock_max_MHz"] = self.sm_clock_max_MHz
+        return out
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> GpuInfo:
@@ -119,6 +124,7 @@ class GpuInfo:
             nvlink_capacity_Bps=d.get("nvlink_capacity_Bps"),
             nvlink_count=d.get("nvlink_count"),
             metrics_source=d.get("metrics_source"),
+            sm_clock_max_MHz=d.get("sm_clock_max_MHz"),
         )
 
 
@@ -146,6 +152,19 @@ class GpuSample:
     # Current link state this tick (idle links train down).
     link_gen: int | None = None
     link_width: int | None = None
+    # Heat and clocks (written only when the GPU reports them).
+    temp_C: float | None = None
+    sm_clock_MHz: float | None = None
+    mem_clock_MHz: float | None = None
+    # NVML clock-event (throttle) reasons, a bitmask: pcie_tui.core.clocks decodes it.
+    clock_events: int | None = None
+    power_limit_W: float | None = None
+    fan_util: float | None = None
+    # Link health, cumulative counts since boot, read about once a second (absent in the ticks between).
+    pcie_replays: int | None = None
+    aer_correctable: int | None = None
+    aer_nonfatal: int | None = None
+    aer_fatal: int | None = None
     extra: dict[str, Any] = field(default_factory=dict, hash=False)  # stays hashable, as before
 
     def get(self, name: str) -> Any:

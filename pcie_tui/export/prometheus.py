@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from pcie_tui.core import metrics
+from pcie_tui.core import clocks, metrics
 from pcie_tui.core.model import Sample, SessionHeader
 from pcie_tui.core.vocab import TICK_BOUNDS, VERDICTS
 from pcie_tui.engines import registry
@@ -196,6 +196,8 @@ HELP = {
     "pcie_between_requests_bytes_per_stretch": "PCIe bytes (NVML) per housekeeping stretch by direction (d2h: GPU->host, h2d: host->GPU)",
     "pcie_between_requests_copy_bytes_per_second": "median PCIe rate of the ticks that carried a copy in those stretches, by direction",
     "pcie_engine_request_itl_mean_seconds": "mean inter-token gap of each request, one observation per request",
+    "pcie_clock_event_reason": "NVML clock-event reason set now (1) or not (0); all but idle, app clocks and display "
+    "clocks cut a busy GPU's clocks",
 }
 
 
@@ -276,6 +278,9 @@ def _gpu_metrics(add: Add, header: SessionHeader, s: Sample, st: ExportState) ->
         if verdict is not None:
             for name in VERDICT_NAMES:
                 add("pcie_verdict", {**gpu, "verdict": name}, 1 if name == verdict else 0)
+        if g.clock_events is not None:  # each clock-event reason NVML names, 1 while it is set
+            for bit, (name, _) in clocks.REASONS.items():
+                add("pcie_clock_event_reason", {**gpu, "reason": name}, 1 if g.clock_events & bit else 0)
         bound = st.analysis.bound_now(g.index) if st.analysis is not None else None
         if bound is not None:
             for name in BOUND_NAMES:

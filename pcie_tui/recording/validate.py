@@ -23,7 +23,7 @@ from __future__ import annotations
 import math
 import operator
 from dataclasses import replace
-from itertools import chain
+from itertools import chain, repeat
 from operator import itemgetter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -200,6 +200,7 @@ def clean_header_dict(h: dict[str, Any], tally: Tally) -> None:
         _fix_number(g, "memory_total_bytes", tally, 0, float(1 << 50), True, where)
         _fix_number(g, "nvlink_capacity_Bps", tally, 0, MAX_LINK_Bps * 18, False, where)
         _fix_number(g, "nvlink_count", tally, 0, 64, True, where)
+        _fix_number(g, "sm_clock_max_MHz", tally, 1.0, 10_000.0, False, where)
         link = g.get("link")
         if link is not None and not isinstance(link, dict):
             tally.add(f"header {where}link is not an object", 1, note="link facts unavailable")
@@ -273,17 +274,21 @@ def gpu_columns_ok(flat: list[dict[str, Any]]) -> bool:
     if not flat:
         return True
     keys, all_keys = _columns_spec()
-    try:
-        rows = list(map(all_keys, flat))
-    except KeyError:
-        rows = [tuple(g.get(k) for k in keys) for g in flat]
-    if set(map(type, chain.from_iterable(rows))) - _NUM_TYPES:
-        return False
     import numpy as np  # here, not at import: the live recorder validates scalars only
 
+    try:
+        rows: Any = list(map(all_keys, flat))
+        by_column = False
+    except KeyError:  # rows written only when known (link state, heat, link health) are absent: a column per key
+        rows = [list(map(dict.get, flat, repeat(k))) for k in keys]
+        by_column = True
+    if set(map(type, chain.from_iterable(rows))) - _NUM_TYPES:
+        return False
     lo, hi, int_cols, allowed = _bounds()
     a = np.array(rows, dtype=np.float64)
-    if a.ndim == 1:  # one column: itemgetter of one key gives scalars, not tuples
+    if by_column:
+        a = a.T
+    elif a.ndim == 1:  # one column: itemgetter of one key gives scalars, not tuples
         a = a[:, None]
     if a.shape != (len(flat), len(keys)):
         return False

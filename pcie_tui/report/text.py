@@ -16,6 +16,7 @@ from pcie_tui.analyze.analysis import Analysis
 from pcie_tui.analyze.answer import engine_only_headline, finding_lines
 from pcie_tui.analyze.attribution import gpu_ceilings
 from pcie_tui.analyze.engine_session import EngineSessionFold
+from pcie_tui.analyze.health_lines import heat_lines, link_health_lines
 from pcie_tui.analyze.linkmodel_report import LinkModelReport
 from pcie_tui.analyze.session import SessionAnalyzer
 from pcie_tui.analyze.verdict import DEFAULT_THRESHOLDS, Thresholds
@@ -136,6 +137,8 @@ class ReportFeed:
         out["attribution"] = {"findings": {str(g): fs for g, fs in findings.items()}, "engine_facts": ans.facts}
         out["whatif"] = whatif_report(rec.header, an, findings)
         out["linkmodel"] = self.link.result()
+        out["heat"] = an.heat.report()  # throttled stretches and token timing inside vs outside them
+        out["link_health"] = an.link_health.report()  # replay/AER counters that rose, downtraining under load
         return out, an
 
 
@@ -160,6 +163,7 @@ def render_text(report: dict[str, Any], rec: Recording, console: Console) -> Non
     time, use and events, the engine, the link budget model, the what-if table and warnings."""
     _render_head(report, console)
     _render_attribution(report, console)
+    _render_health(report, console)
     for g in report["gpus"]:
         _render_gpu(report, g, rec.header.gpu(g["index"]), console)
     _render_tail(report, console)
@@ -378,6 +382,19 @@ def _render_attribution(report: dict[str, Any], console: Console) -> None:
     console.print("\n[bold]What held each phase back[/]")
     for line in lines:
         _wrapped(console, line)
+
+
+def _render_health(report: dict[str, Any], console: Console) -> None:
+    """Heat and clocks (throttled stretches, token timing inside vs outside), then link health."""
+    if report.get("heat") is not None:
+        console.print("\n[bold]Heat and clocks[/]")
+        for line in heat_lines(report["heat"], report.get("start")):
+            _wrapped(console, line)
+    lh = report.get("link_health") or {}
+    if lh.get("read") or lh.get("events"):
+        console.print("\n[bold]Link health[/]")
+        for line in link_health_lines(lh, report.get("start")):
+            _wrapped(console, line)
 
 
 def _wrapped(console: Console, text: str) -> None:

@@ -23,6 +23,7 @@ from typing import Any
 from pcie_tui.core.errors import NoGpuError, UserError
 from pcie_tui.core.model import GpuInfo, GpuSample, LinkInfo, pcie_capacity_Bps
 from pcie_tui.recording.validate import Tally, clean_gpu_sample
+from pcie_tui.sources.aer import SYSFS_DEVICES, read_aer
 from pcie_tui.sources.gpm import GpmReading, GpmSampler, gpm_supported
 
 MiB = 1 << 20
@@ -79,6 +80,8 @@ class _Device:
     # This tick: whether any call answered, and the last error that means the GPU or NVML went away.
     answered: bool = False
     fatal: str | None = None
+    bus_id: str = ""
+    health_t: float = float("-inf")
 
 
 class NvmlCollector:
@@ -87,6 +90,11 @@ class NvmlCollector:
     ``clock`` is the monotonic clock used for GPM windows (injectable for tests).
     ``link_refresh_s``: how often each GPU's current PCIe gen/width is re-read;
     the link state changes on power-state transitions, not per tick.
+    ``health_refresh_s``: how often the link's error counters are read (the PCIe replay
+    counter, and AER counts from sysfs under ``sysfs_root``); ticks between leave them out.
+    Temperature, clocks, clock-event reasons, power limit and fan are read every tick: NVML answers
+    them from the driver's state, with no sampling window to wait out (unlike
+    ``nvmlDeviceGetPcieThroughput``); scripts/heat_session.py times each call on a GPU.
     """
 
     def __init__(
@@ -97,10 +105,14 @@ class NvmlCollector:
         gpm: bool = True,
         clock: Callable[[], float] = time.monotonic,
         link_refresh_s: float = 1.0,
+        health_refresh_s: float = 1.0,
+        sysfs_root: str = SYSFS_DEVICES,
     ) -> None:
         self.nvml = nv = load_nvml(nvml)
         self.clock = clock
         self.link_refresh_s = link_refresh_s
+        self.health_refresh_s = health_refresh_s
+        self.sysfs_root = sysfs_root
         self._pool: ThreadPoolExecutor | None = None
         self._closed = False
         self.tally = Tally("NVML")  # readings the validation rules turned into "unavailable"
@@ -122,7 +134,9 @@ class NvmlCollector:
             for i in wanted:
                 h = nv.nvmlDeviceGetHandleByIndex(i)
                 sampler = GpmSampler(nv, h) if gpm and gpm_supported(nv, h) else None
-                self.devices.append(_Device(i, h, sampler, self._nvlink_count(h)))
+                pci = self._call(None, "nvmlDeviceGetPciInfo", h)
+                bus = _text(pci.busId) if pci is not None else ""
+                self.devices.append(_Device(i, h, sampler, self._nvlink_count(h), bus_id=bus))
         except nv.NVMLError as e:
             self._shutdown()
             raise NoGpuError(f"NVML failed while listing GPUs ({e}); {DEMO_HINT}") from None
@@ -207,6 +221,7 @@ class NvmlCollector:
                 capacity_Bps=pcie_capacity_Bps(gen, width),
             )
             pci = self._call(d, "nvmlDeviceGetPciInfo", h)
+            sm_max = self._call(d, "nvmlDeviceGetMaxClockInfo", h, self.nvml.NVML_CLOCK_SM)
             mem = self._call(d, "nvmlDeviceGetMemoryInfo", h)
             speed = self._nvlink_speed_Bps(h) if d.nvlink_count else None
             out.append(
@@ -220,6 +235,7 @@ class NvmlCollector:
                     nvlink_count=d.nvlink_count,
                     nvlink_capacity_Bps=d.nvlink_count * speed if d.nvlink_count and speed else None,
                     metrics_source="gpm" if d.gpm is not None else "nvml",
+                    sm_clock_max_MHz=float(sm_max) if sm_max else None,
                 )
             )
         return tuple(out)
@@ -298,7 +314,35 @@ class NvmlCollector:
             power_W=power_mW / 1000.0 if power_mW is not None else None,
             link_gen=d.link[0],
             link_width=d.link[1],
+            **self._heat(d),
+            **self._health(d, now),
         )
+
+    def _heat(self, d: _Device) -> dict[str, Any]:
+        """Temperature, clocks, clock-event reasons, power limit and fan; what the GPU does not report is None."""
+        h, nv = d.handle, self.nvml
+        reasons = self._call(d, "nvmlDeviceGetCurrentClocksEventReasons", h)
+        if reasons is None and "nvmlDeviceGetCurrentClocksEventReasons" in d.unsupported:
+            reasons = self._call(d, "nvmlDeviceGetCurrentClocksThrottleReasons", h)  # drivers before 535
+        limit_mW = self._call(d, "nvmlDeviceGetEnforcedPowerLimit", h)
+        fan_pct = self._call(d, "nvmlDeviceGetFanSpeed", h)
+        return {
+            "temp_C": _float(self._call(d, "nvmlDeviceGetTemperature", h, nv.NVML_TEMPERATURE_GPU)),
+            "sm_clock_MHz": _float(self._call(d, "nvmlDeviceGetClockInfo", h, nv.NVML_CLOCK_SM)),
+            "mem_clock_MHz": _float(self._call(d, "nvmlDeviceGetClockInfo", h, nv.NVML_CLOCK_MEM)),
+            "clock_events": int(reasons) if reasons is not None else None,
+            "power_limit_W": limit_mW / 1000.0 if limit_mW else None,
+            "fan_util": fan_pct / 100.0 if fan_pct is not None else None,
+        }
+
+    def _health(self, d: _Device, now: float) -> dict[str, Any]:
+        """The link's error counters, once per ``health_refresh_s`` (an empty dict in the ticks between)."""
+        if now - d.health_t < self.health_refresh_s:
+            return {}
+        d.health_t = now
+        replays = self._call(d, "nvmlDeviceGetPcieReplayCounter", d.handle)
+        aer = read_aer(d.bus_id, self.sysfs_root) if d.bus_id else {}
+        return {"pcie_replays": int(replays) if replays is not None else None} | {f"aer_{k}": v for k, v in aer.items()}
 
     # ---- processes -------------------------------------------------------
 
@@ -331,6 +375,10 @@ class NvmlCollector:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _float(v: Any) -> float | None:
+    return float(v) if v is not None else None
 
 
 def _mib(v: float | None) -> float | None:

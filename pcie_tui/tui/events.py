@@ -22,6 +22,9 @@ REDRAW_EVERY_S = 1.0
 
 
 def _event_cells(e: EventView) -> tuple[str, ...]:
+    if e.detail is not None:
+        end = "open" if e.end_s is None else fmt.offset(e.end_s)
+        return (fmt.offset(e.start_s), end, str(e.gpu), e.resource, "-", e.detail, "-", e.phase or fmt.NA)
     if e.resource == "link":
         res = f"link ({BUS_WORDS.get(e.bus or '', '?')})"
         peak = f"{fmt.rate(e.peak_Bps)} {fmt.pct(e.peak_util)}"
@@ -101,7 +104,9 @@ class EventsPane(Vertical):
     def show(self, events: Sequence[EventView], total: int, exact: bool = False) -> None:
         """``exact``: no frame may follow soon (paused, ended): the rows are redrawn now in any case."""
         opened = sum(1 for e in events if e.end_s is None)
-        title = f"saturation events: {total} ({opened} open)" if total else "saturation events: none yet"
+        # Throttled stretches and link-health events share the box: then it is not saturation alone.
+        word = "events" if any(e.detail is not None for e in events) else "saturation events"
+        title = f"{word}: {total} ({opened} open)" if total else "saturation events: none yet"
         if len(events) > EVENTS_MAX_ROWS:
             title += " · newest first, scroll for older"
         set_border_title(self, title)

@@ -29,6 +29,18 @@ class EventView:
     direction: str | None
     peak_Bps: float | None
     phase: str | None
+    # Heat and link-health events (resource: what cut the clocks, "PCIe replays", "AER ...", "PCIe downtrained"):
+    # what to show in the peak column ("SM 1,290 MHz", "1,203 at 40.1/s", "Gen3 x8"); None for a saturation event.
+    detail: str | None = None
+
+    @classmethod
+    def of_health(cls, ev: Any, t0: float) -> EventView:
+        """A throttled stretch or a link-health event (:meth:`SessionAnalyzer.health_events`)."""
+        return cls(
+            key=f"{ev.gpu}/{ev.kind}/{ev.start!r}", gpu=ev.gpu, resource=ev.reason(), start_s=ev.start - t0,
+            end_s=None if ev.open else ev.end - t0, peak_util=0.0, mean_util=0.0, proxy=False, bus=None,
+            direction=None, peak_Bps=None, phase=ev.phase, detail=ev.detail(),
+        )  # fmt: skip
 
     @classmethod
     def of(cls, ev: Event, t0: float) -> EventView:

@@ -7,7 +7,7 @@ from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
 from textual.widgets import Static
 
-from pcie_tui.core import metrics
+from pcie_tui.core import clocks, metrics
 from pcie_tui.core.model import GpuInfo, GpuSample
 from pcie_tui.tui import fmt
 from pcie_tui.tui.state import Frame, GpuView
@@ -200,4 +200,21 @@ def figures_line(s: GpuSample | None, info: GpuInfo | None) -> str:
         if show.of is not None:
             text += f" of {f(getattr(info, show.of, None) if info is not None else None)}"
         parts.append(text)
+    heat = heat_field(s)
+    if heat:
+        parts.append(heat)
     return " · ".join(parts)
+
+
+def heat_field(s: GpuSample | None) -> str:
+    """SM clock, what cuts it and the temperature, compact ("1,410 MHz power cap 71°C"); '' where the GPU gave
+    none. The clock and its reason come first: on a narrow screen the line's end is cut."""
+    if s is None or (s.temp_C is None and s.sm_clock_MHz is None):
+        return ""
+    out = [f"{s.sm_clock_MHz:,.0f} MHz"] if s.sm_clock_MHz is not None else []
+    cut = clocks.label(s.clock_events)
+    if cut:
+        out.append(cut)
+    if s.temp_C is not None:
+        out.append(f"{s.temp_C:.0f}°C")
+    return " ".join(out)

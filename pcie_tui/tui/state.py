@@ -324,6 +324,10 @@ class ViewModel:
         indices = sorted(set(self.hist) | {g.index for g in self.header.gpus})
         for idx in indices:
             gpus.append(self._gpu_view(idx, ev_views))
+        health = an.health_events()  # throttled stretches and link-health events share the events box
+        if health and t0 is not None:
+            more = tuple(EventView.of_health(e, t0) for e in health[-MAX_EVENTS_SHOWN:])
+            ev_views = tuple(sorted(ev_views + more, key=lambda v: v.start_s))[-MAX_EVENTS_SHOWN:]
         engine = self.last.engine if self.last is not None else None
         stats = None
         if self.engine_stats is not None and engine is not None:
@@ -340,7 +344,7 @@ class ViewModel:
             phase=self.phase,
             gpus=tuple(gpus),
             events=ev_views,
-            events_total=len(an.events),
+            events_total=len(an.events) + len(health),
             engine=engine,
             engine_stats=stats,
             engine_stats_available=True,

@@ -38,9 +38,31 @@ from typing import Any
 
 import pynvml as _real
 
-from .data import CAPTURE, PROBE, Capture, ManualClock, _raise_if_err, from_probe, load_capture, probe_path
+from .data import (
+    CAPTURE,
+    PROBE,
+    Capture,
+    HeatCapture,
+    ManualClock,
+    _raise_if_err,
+    from_probe,
+    load_capture,
+    load_heat,
+    probe_path,
+)
 
-__all__ = ["CAPTURE", "PROBE", "Capture", "FakeNvml", "ManualClock", "from_probe", "load_capture", "probe_path"]
+__all__ = [
+    "CAPTURE",
+    "PROBE",
+    "Capture",
+    "FakeNvml",
+    "HeatCapture",
+    "ManualClock",
+    "from_probe",
+    "load_capture",
+    "load_heat",
+    "probe_path",
+]
 
 
 class _Handle:
@@ -66,6 +88,8 @@ class FakeNvml:
         offsets_s: list[float] | None = None,
         init_error: int | None = None,
         gpm_supported: bool | None = None,
+        heat: HeatCapture | None = None,
+        replay_fault: tuple[float, float] | None = None,
     ) -> None:
         self.capture = capture or load_capture()
         self.n_gpus = n_gpus
@@ -84,6 +108,12 @@ class FakeNvml:
         self._stamps: dict[int, tuple[int, float]] = {}
         self.windows: list[float] = []  # every GPM window asked for, seconds
         self.void_answers = 0  # GPM answers replayed with NaN DRAM_BW_UTIL
+        # Heat and clocks: a capture from a real GPU under sustained load (none: those calls answer
+        # NotSupported, as for a capture that did not read them); its power and, where it has them, its
+        # utilisation replace the main capture's, so the load and its heat come from one GPU. ``replay_fault`` = (from s, replays per s):
+        # fault injection, a link that starts replaying packets (the count is chosen, not captured).
+        self.heat = heat
+        self.replay_fault = replay_fault
 
     def __getattr__(self, name: str) -> Any:
         # Constants, structs, error classes: the real module's. NVML functions the
@@ -233,7 +263,8 @@ class FakeNvml:
 
     def nvmlDeviceGetUtilizationRates(self, h: _Handle) -> Any:
         self._enter("nvmlDeviceGetUtilizationRates", h)
-        u = _raise_if_err(self._tick(h)["util"])
+        heat = self.heat.tick_at(self.now(h.index)) if self.heat is not None else {}
+        u = _raise_if_err(heat["util"] if "util" in heat else self._tick(h)["util"])
         return _real.c_nvmlUtilization_t(gpu=u[0], memory=u[1])
 
     def nvmlDeviceGetMemoryInfo(self, h: _Handle, version: Any = None) -> Any:
@@ -243,6 +274,8 @@ class FakeNvml:
 
     def nvmlDeviceGetPowerUsage(self, h: _Handle) -> int:
         self._enter("nvmlDeviceGetPowerUsage", h)
+        if self.heat is not None:  # power against its limit: both from the heat capture
+            return int(_raise_if_err(self.heat.tick_at(self.now(h.index))["power_mw"]))
         return int(_raise_if_err(self._tick(h)["power_mw"]))
 
     def nvmlDeviceGetPcieThroughput(self, h: _Handle, counter: int) -> int:
@@ -258,6 +291,47 @@ class FakeNvml:
         finally:
             with self._lock:
                 self.inflight -= 1
+
+    # ---- heat, clocks, link health ----------------------------------------
+
+    def _heat(self, name: str, h: _Handle, key: str) -> Any:
+        self._enter(name, h)
+        if self.heat is None:
+            raise _real.NVMLError(_real.NVML_ERROR_NOT_SUPPORTED)
+        return _raise_if_err(self.heat.tick_at(self.now(h.index)).get(key, "ret 3"))
+
+    def nvmlDeviceGetTemperature(self, h: _Handle, sensor: int) -> int:
+        return int(self._heat("nvmlDeviceGetTemperature", h, "temp_C"))
+
+    def nvmlDeviceGetClockInfo(self, h: _Handle, clock: int) -> int:
+        return int(self._heat("nvmlDeviceGetClockInfo", h, "sm_MHz" if clock == _real.NVML_CLOCK_SM else "mem_MHz"))
+
+    def nvmlDeviceGetMaxClockInfo(self, h: _Handle, clock: int) -> int:
+        self._enter("nvmlDeviceGetMaxClockInfo", h)
+        if self.heat is None:
+            raise _real.NVMLError(_real.NVML_ERROR_NOT_SUPPORTED)
+        key = "sm_max_MHz" if clock == _real.NVML_CLOCK_SM else "mem_max_MHz"
+        return int(_raise_if_err(self.heat.static.get(key, "ret 3")))
+
+    def nvmlDeviceGetCurrentClocksEventReasons(self, h: _Handle) -> int:
+        return int(self._heat("nvmlDeviceGetCurrentClocksEventReasons", h, "reasons"))
+
+    def nvmlDeviceGetEnforcedPowerLimit(self, h: _Handle) -> int:
+        return int(self._heat("nvmlDeviceGetEnforcedPowerLimit", h, "limit_mw"))
+
+    def nvmlDeviceGetFanSpeed(self, h: _Handle) -> int:
+        return int(self._heat("nvmlDeviceGetFanSpeed", h, "fan_pct"))
+
+    def nvmlDeviceGetPcieReplayCounter(self, h: _Handle) -> int:
+        if self.heat is None and self.replay_fault is not None:  # the injected count alone
+            self._enter("nvmlDeviceGetPcieReplayCounter", h)
+            v = 0
+        else:
+            v = int(self._heat("nvmlDeviceGetPcieReplayCounter", h, "replays"))
+        if self.replay_fault is not None:
+            start, per_s = self.replay_fault
+            v += int(max(0.0, self.now(h.index) - start) * per_s)
+        return v
 
     # ---- GPM -------------------------------------------------------------
 

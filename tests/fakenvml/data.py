@@ -160,3 +160,75 @@ def _errstr(v: Any) -> Any:
     if isinstance(v, str) and v.startswith("ERR") and v.endswith(")"):
         return f"ret {int(v[v.rindex('(') + 1 : -1])}"
     return v
+
+
+HEAT_DIR = ROOT / "tests" / "fixtures"
+
+
+class HeatCapture:
+    """Clock, temperature, clock-event, power-limit, fan and replay answers of a real GPU under sustained load.
+
+    ``ticks``: [{t (s from the first), temp_C, sm_MHz, mem_MHz, reasons, power_mw, limit_mw, fan_pct, replays}],
+    each value in NVML's own unit, an error as "ret N"; ``static``: {sm_max_MHz, mem_max_MHz}. Replayed on its
+    own timeline (looping), beside the main capture's traffic.
+    """
+
+    def __init__(self, static: dict[str, Any], ticks: list[dict[str, Any]], meta: dict[str, Any]) -> None:
+        self.static, self.ticks, self.meta = static, ticks, meta
+        self.times = [float(t["t"]) for t in ticks]
+        gaps = sorted(b - a for a, b in zip(self.times, self.times[1:], strict=False)) or [0.1]
+        self.period = self.times[-1] + gaps[len(gaps) // 2]
+
+    def tick_at(self, t: float) -> dict[str, Any]:
+        return self.ticks[max(0, bisect.bisect_right(self.times, t % self.period) - 1)]
+
+
+def load_heat(path: str | Path) -> HeatCapture:
+    d = json.loads(Path(path).read_text())
+    return HeatCapture(d["static"], d["ticks"], d.get("meta", {}))
+
+
+# NVML error strings as pynvml words them -> their return codes (a capture that kept only the text).
+_NVML_ERRORS = {"Not Supported": 3, "No permission": 4, "Invalid Argument": 2, "Function Not Found": 13,
+                "GPU is lost": 15, "Unknown Error": 999, "Timeout": 10, "Insufficient Size": 7}  # fmt: skip
+
+
+def _answer(v: Any) -> Any:
+    """A captured answer in the heat capture's form: the value, or "ret N" for an error."""
+    if isinstance(v, dict) and "error" in v:
+        text = str(v["error"])
+        return f"ret {next((c for w, c in _NVML_ERRORS.items() if w.lower() in text.lower()), 999)}"
+    return v
+
+
+def heat_from_raw_capture(path: str | Path) -> dict[str, Any]:
+    """The heat capture (``load_heat``'s JSON) from scripts/device_session3_nvml.py's JSON lines: header, one
+    sample a tick, footer. Values stay NVML's own answers; errors become "ret N"."""
+    import gzip
+
+    opener = gzip.open if str(path).endswith(".gz") else open
+    with opener(path, "rt") as f:
+        rows = [json.loads(line) for line in f if line.strip()]
+    head = next(r for r in rows if r.get("kind") == "header")
+    foot = next((r for r in rows if r.get("kind") == "footer"), {})
+    samples = [r for r in rows if "kind" not in r]
+    t0 = samples[0]["t"]
+    ticks = [
+        {
+            "t": round(s["t"] - t0, 4), "phase": s.get("phase"), "temp_C": _answer(s["temp_c"]),
+            "sm_MHz": _answer(s["sm_mhz"]), "mem_MHz": _answer(s["mem_mhz"]), "reasons": _answer(s["reasons"]),
+            "power_mw": _answer(s["power_mw"]), "limit_mw": _answer(s["enforced_limit_mw"]),
+            "fan_pct": _answer(s["fan_pct"]), "replays": _answer(s["replay"]),
+            "util": [s["util_gpu"], s["util_mem"]] if isinstance(s.get("util_gpu"), int) else "ret 999",
+        }
+        for s in samples
+    ]  # fmt: skip
+    mx = head.get("max_clocks_mhz", {})
+    meta = {
+        "what": "raw NVML answers at ~10 Hz (scripts/device_session3_nvml.py), converted by fakenvml.heat_from_raw_capture",
+        "gpu": head.get("name"), "driver": head.get("driver"), "uuid": head.get("uuid"),
+        "power_limit_mw": head.get("power_limit_mw"), "temperature_thresholds_c": head.get("temperature_thresholds_c"),
+        "load": foot.get("load_stdout"), "created_unix": head.get("t"),
+    }  # fmt: skip
+    return {"meta": meta, "static": {"sm_max_MHz": _answer(mx.get("sm")), "mem_max_MHz": _answer(mx.get("mem"))},
+            "ticks": ticks}  # fmt: skip
