@@ -323,3 +323,32 @@ def test_a_reattach_keeps_the_log_the_user_named(monkeypatch):
     assert poller._maybe_reattach(1.0, events)
     assert got["log_path"] == "/var/log/llama.log"
     assert events and events[0]["event"] == "engine_reattach"
+
+
+def test_a_process_replaced_faster_than_the_scrapes_notice_is_said_once(monkeypatch):
+    """The engine's process died and a new one took its port before a scrape failed: the URL still answers,
+    but the process attached to is gone: one engine_down (pid_alive false); reattaching is tested on a real
+    llama-server in tests/test_session_faults.py."""
+    from pcie_tui.engines import poller as poller_mod
+    from pcie_tui.engines.poller import EnginePoller
+
+    class Client:
+        kind, url, pid = "llamacpp", "http://127.0.0.1:8080", 111
+
+        def read(self):
+            return EngineSample(kind="llamacpp", up=True, phase="idle")
+
+        def describe(self):
+            return {"pid": self.pid}
+
+    alive = {111: True}
+    monkeypatch.setattr(poller_mod, "pid_alive", lambda pid: alive.get(pid, False))
+    p = EnginePoller(Client(), interval_s=0.1, rediscover=False)
+    p.poll_once()  # attached while it answers
+    alive[111] = False  # killed; a new process answers on the same port at once
+    events = p.drain_events()
+    for _ in range(3):
+        p.poll_once()
+        events += p.drain_events()
+    downs = [e for e in events if e["event"] == "engine_down"]
+    assert len(downs) == 1 and downs[0]["pid_alive"] is False and "another answers" in downs[0]["reason"]

@@ -62,6 +62,16 @@ def _record(out: Path, *, fail_after: float = 1e9, code: str = "", n_gpus: int =
     )  # fmt: skip
 
 
+def _wait_for_engine_up(out: Path, timeout_s: float = 40.0) -> None:
+    """Until the recording holds a tick whose engine answered."""
+    end = time.monotonic() + timeout_s
+    while time.monotonic() < end:
+        if out.exists() and '"up":true' in out.read_text().replace(" ", ""):
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"no tick with the engine up in {timeout_s} s")
+
+
 def _lines(out: Path) -> list[dict]:
     return [json.loads(x) for x in out.read_text().splitlines() if x.strip()]
 
@@ -156,13 +166,14 @@ def test_a_llama_server_killed_and_started_again_mid_recording(tmp_path: Path) -
     write_llama_gguf(model, n_embd=256, n_ff=768, n_layer=4, n_head=8)
     srv = LlamaServer(model, tmp_path / "a.log").start()
     out = tmp_path / "engine.jsonl"
-    args = ["record", "--headless", "--pid", str(srv.pid), "--interval", "0.1", "--duration", "14", "--out", str(out)]
+    args = ["record", "--headless", "--pid", str(srv.pid), "--interval", "0.1", "--duration", "20", "--out", str(out)]
     rec_proc = subprocess.Popen(
         [sys.executable, "-c", RUNNER, "1e9", "", "1", "0", "0", *args], cwd=REPO, stderr=subprocess.PIPE, text=True
     )
     again = None
     try:
-        time.sleep(4.0)
+        _wait_for_engine_up(out)  # the recorder watched it answer before it is killed (a loaded machine is slow)
+        time.sleep(1.0)
         old_pid = srv.pid
         srv.kill()
         again = LlamaServer(model, tmp_path / "b.log", port=srv.port).start()

@@ -186,6 +186,8 @@ class EnginePoller:
             with self._lock:
                 self._latest = (t, s, good[2], alive, good[3])
             return s
+        if s.up and alive is False and pid is not None:
+            alive = self._replaced(t, pid, events)
         if s.up:
             cphase = self._came_up(s, t, t_data, pid, events)
         else:
@@ -239,6 +241,19 @@ class EnginePoller:
         cphase = self._phases.update(s)
         self._last_good = (t, s, cphase, t_data)
         return cphase
+
+    def _replaced(self, t: float, pid: int, events: list[dict[str, Any]]) -> bool | None:
+        """The process attached to is gone, yet its URL answers: another took its port (a restart faster than
+        the scrapes noticed). It went down (an event, once), and the new one is attached where it is found."""
+        if self._up is not False and getattr(self, "_gone_pid", None) != pid:
+            self._gone_pid = pid  # said once for this process, however many answers come before the reattach
+            if self._up is True:
+                why = "its process exited; another answers on its port"
+                events.append({"event": "engine_down", "t": t, "reason": why, "pid": pid, "pid_alive": False})
+            self._up, self._down_since, self._down_reason = False, t, "its process exited"
+        if self.rediscover and self._maybe_reattach(t, events):
+            return pid_alive(getattr(self.client, "pid", None))
+        return False
 
     def _went_down(
         self, s: EngineSample, t: float, pid: int | None, alive: bool | None, events: list[dict[str, Any]]
