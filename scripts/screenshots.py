@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Any
 
 from pcie_tui.recording.reader import read_recording
 from pcie_tui.recording.replay import ReplaySource
@@ -44,9 +45,9 @@ ANSWER = (REPO / "pcie_tui/data/h200-pageable.jsonl.gz", "prefill", "answer-page
 HOUSEKEEPING = (REPO / "pcie_tui/data/h200-prompt-cache.jsonl.gz", "housekeeping", "prompt-cache-170x45.svg", (170, 45))
 
 
-async def shoot(recording: Path, phase: str, out: Path, size: tuple[int, int]) -> int:
-    rec = read_recording(recording)
-    pos = saturated_moment(rec, "link", phase, peak=True)
+async def _paused_at(rec: Any, pos: int, out: Path, size: tuple[int, int], check: Any = None) -> int:
+    """The replay of ``rec`` paused at tick ``pos``, its screen at ``size`` saved to ``out`` once that tick's
+    frame is drawn (``check(app)`` first, where given)."""
     src = ReplaySource(rec)
     src.seek_to_index(pos)
     src.set_paused(True)
@@ -54,26 +55,29 @@ async def shoot(recording: Path, phase: str, out: Path, size: tuple[int, int]) -
     async with app.run_test(size=size) as pilot:
         await wait_until(pilot, lambda: frame_at(app, pos), 20)
         await pilot.pause()
+        if check is not None:
+            check(app)
+        app.save_screenshot(out.name, str(out.parent))
+    return pos
+
+
+async def shoot(recording: Path, phase: str, out: Path, size: tuple[int, int]) -> int:
+    rec = read_recording(recording)
+    pos = saturated_moment(rec, "link", phase, peak=True)
+
+    def saturated(app: Any) -> None:
         badge = str(app.query_one("#gpu-0").badge.render())
         if "LINK SATURATED" not in badge:
             raise SystemExit(f"no LINK SATURATED badge at tick {pos} of {recording}: {badge!r}")
-        app.save_screenshot(out.name, str(out.parent))
-    return pos
+
+    return await _paused_at(rec, pos, out, size, saturated)
 
 
 async def shoot_scaled(recording: Path, phase: str, out: Path, size: tuple[int, int], n_gpus: int) -> int:
     """The moment :func:`shoot` takes, on ``recording`` scaled to ``n_gpus`` GPUs."""
     rec = read_recording(recording)
     pos = saturated_moment(rec, "link", phase, peak=True)
-    src = ReplaySource(scaled_gpus(rec, n_gpus))
-    src.seek_to_index(pos)
-    src.set_paused(True)
-    app = make_app(src)
-    async with app.run_test(size=size) as pilot:
-        await wait_until(pilot, lambda: frame_at(app, pos), 20)
-        await pilot.pause()
-        app.save_screenshot(out.name, str(out.parent))
-    return pos
+    return await _paused_at(scaled_gpus(rec, n_gpus), pos, out, size)
 
 
 async def shoot_mid_phase(recording: Path, phase: str, out: Path, size: tuple[int, int], last: bool = False) -> int:
@@ -85,16 +89,7 @@ async def shoot_mid_phase(recording: Path, phase: str, out: Path, size: tuple[in
     if last:
         start = max(k for k in range(len(idx)) if k == 0 or idx[k] != idx[k - 1] + 1)
         idx = idx[start:]
-    pos = idx[len(idx) // 2] + 1
-    src = ReplaySource(rec)
-    src.seek_to_index(pos)
-    src.set_paused(True)
-    app = make_app(src)
-    async with app.run_test(size=size) as pilot:
-        await wait_until(pilot, lambda: frame_at(app, pos), 20)
-        await pilot.pause()
-        app.save_screenshot(out.name, str(out.parent))
-    return pos
+    return await _paused_at(rec, idx[len(idx) // 2] + 1, out, size)
 
 
 def main(argv: list[str]) -> int:

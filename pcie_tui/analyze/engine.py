@@ -176,13 +176,14 @@ def read_age_s(e: EngineSample) -> float:
     return float(v) if isinstance(v, int | float) and not isinstance(v, bool) and 0 <= v < 3600 else 0.0
 
 
-def _num(v: Any) -> float | None:
+def number(v: Any) -> float | None:
+    """A reading as a float; None for anything not a number (a bool is not one)."""
     return float(v) if isinstance(v, int | float) and not isinstance(v, bool) else None
 
 
 def _extra_total(e: EngineSample, keys: Sequence[str]) -> float | None:
     """The sum of the engine's cumulative counters ``keys`` in ``extra`` (None: it has none of them)."""
-    vals = [v for k in keys if (v := _num(e.extra.get(k))) is not None]
+    vals = [v for k in keys if (v := number(e.extra.get(k))) is not None]
     return sum(vals) if vals else None
 
 
@@ -193,8 +194,8 @@ def http_overhead_s(engines: Sequence[EngineSample]) -> float | None:
     end-to-end latency (arrival to finish), both over the same readings. None where either is missing
     or their request counts disagree by more than one request and 10 % (requests in flight at an end)."""
     up = [e for e in engines if e.up]
-    secs = counter_total(_num(e.extra.get("http_seconds_total")) for e in up)
-    n = counter_total(_num(e.extra.get("http_requests_total")) for e in up)
+    secs = counter_total(number(e.extra.get("http_seconds_total")) for e in up)
+    n = counter_total(number(e.extra.get("http_requests_total")) for e in up)
     return http_overhead_from(secs, n, hist_window(up, "e2e_s"))
 
 
@@ -274,8 +275,8 @@ class EngineStats:
         """Share of the prompt tokens looked up in the engine's prefix cache over the window that were
         found there (``prefix_cache_hits_total`` / ``prefix_cache_queries_total`` increases), None: none."""
         up = [e.extra for _, e in self._ticks if e.up]
-        hits = counter_total(_num(x.get("prefix_cache_hits_total")) for x in up)
-        queries = counter_total(_num(x.get("prefix_cache_queries_total")) for x in up)
+        hits = counter_total(number(x.get("prefix_cache_hits_total")) for x in up)
+        queries = counter_total(number(x.get("prefix_cache_queries_total")) for x in up)
         return min(max(hits / queries, 0.0), 1.0) if hits is not None and queries else None
 
     def snapshot(self) -> dict[str, Any]:
@@ -327,7 +328,7 @@ class EngineStats:
         out["kv_cache_util"] = kv if isinstance(kv, int | float) else None
         out["prefix_cache_hit_rate"] = self._hit_rate()
         out["kv_offload_Bps"] = self._rate("extra.kv_offload_h2d_bytes_total+kv_offload_d2h_bytes_total")
-        out["quantile_method"] = _method(per_req_eng)
+        out["quantile_method"] = quantile_method(per_req_eng)
         out["rate_source"] = ", ".join(sources) or None
         out["requests_timed"] = len(reqs) if per_req_eng else None
         return out
@@ -345,6 +346,6 @@ class EngineStats:
             with_http(out, engines)
 
 
-def _method(eng: Engine | None) -> str:
+def quantile_method(eng: Engine | None) -> str:
     """How the latency quantiles were computed: the engine's own words, else histogram buckets."""
     return (eng.quantile_method if eng is not None else None) or QUANTILE_METHOD

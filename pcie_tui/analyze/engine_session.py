@@ -33,6 +33,8 @@ from pcie_tui.analyze.engine import (
     hist_delta,
     hist_quantiles,
     http_overhead_from,
+    number,
+    quantile_method,
     with_http_overhead,
 )
 from pcie_tui.analyze.engine_requests import per_request_summary
@@ -43,10 +45,6 @@ from pcie_tui.engines.stats import REQUEST_IDENTITY
 
 _HISTS = (*LATENCIES, "e2e_s")
 _NAN = math.nan
-
-
-def _num(v: Any) -> float | None:
-    return float(v) if isinstance(v, int | float) and not isinstance(v, bool) else None
 
 
 class _CounterFold:
@@ -145,8 +143,8 @@ class EngineSessionFold:
         c["gen"].add(compress(gen, up))
         c["finished"].add([v if isinstance(v := e.get("requests_finished_total"), int | float) else None for e in ups])
         if any("http_seconds_total" in e or "http_requests_total" in e for e in ups):
-            c["http_s"].add([_num(e.get("http_seconds_total")) for e in ups])
-            c["http_n"].add([_num(e.get("http_requests_total")) for e in ups])
+            c["http_s"].add([number(e.get("http_seconds_total")) for e in ups])
+            c["http_n"].add([number(e.get("http_requests_total")) for e in ups])
         for hists in [h for e in ups if (h := e.get("hist")) is not None]:
             if isinstance(hists, dict):
                 for name, fold in self._hists.items():
@@ -279,7 +277,7 @@ class EngineSessionFold:
             # server-side time to first token): the same exact order statistics as ``ttft_s`` above.
             pr["ttft_s"] = out.get("ttft_s")
         n_client = sum(1 for r in per_request if isinstance(r.get("client_ttft_s"), int | float))
-        out["quantile_method"] = (per_req_eng.quantile_method or QUANTILE_METHOD) if per_request else None
+        out["quantile_method"] = quantile_method(per_req_eng) if per_request else None
         out["basis"] = per_req_eng.timing_basis(len(per_request), n_client) or out["basis"]
 
 

@@ -216,10 +216,10 @@ class LinkModelReport:
         self.fold = MeasuredFold(header)
 
     def result(self) -> dict[str, Any]:
-        if self._done is not None or self.fold is None:
-            return self._done or {}
+        if self._done is not None:
+            return self._done
         src, stream, pred = self.src, self.stream, self.pred
-        assert src.layout is not None  # noqa: S101 - set whenever there is a fold
+        assert src.layout is not None and self.fold is not None  # noqa: S101 - no answer yet: there is a fold
         compare_with_measured(pred, src.layout, self.header, self.fold.result())
         pred["available"] = True
         used = stream.used if stream is not None else ()

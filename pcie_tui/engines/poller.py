@@ -88,6 +88,7 @@ class EnginePoller:
         self._ever_up = False  # any engine answered since we attached
         self._restarted = False
         self._last_reattach_try = 0.0
+        self._gone_pid: int | None = None  # the attached process seen gone while its port answered
         self._hist_sent: Any = None  # the histograms last handed out (omitted from ticks while unchanged)
         self._pending_requests: list[dict[str, Any]] = []  # finished requests not yet put in a tick
         self.scrapes = 0
@@ -245,7 +246,7 @@ class EnginePoller:
     def _replaced(self, t: float, pid: int, events: list[dict[str, Any]]) -> bool | None:
         """The process attached to is gone, yet its URL answers: another took its port (a restart faster than
         the scrapes noticed). It went down (an event, once), and the new one is attached where it is found."""
-        if self._up is not False and getattr(self, "_gone_pid", None) != pid:
+        if self._up is not False and self._gone_pid != pid:
             self._gone_pid = pid  # said once for this process, however many answers come before the reattach
             if self._up is True:
                 why = "its process exited; another answers on its port"

@@ -39,61 +39,50 @@ READ_BYTES = 1 << 20  # read at a time (compressed bytes for gzip)
 BLOCK_BYTES = 2 << 20  # about this much text is parsed and checked at a time (some 8,000 ticks of 1 GPU)
 
 
-def _open_file(path: Path) -> BinaryIO:
+def _cannot_read(path: Path, e: OSError) -> UserError:
+    if isinstance(e, FileNotFoundError):
+        return UserError(f"no such recording: {path}")
+    if isinstance(e, IsADirectoryError):
+        return UserError(f"{path} is a directory, not a recording")
+    return UserError(f"cannot read {path}: {e.strerror}")
+
+
+def _read(f: BinaryIO, path: Path, n: int, progress: list[int]) -> bytes:
+    """Up to ``n`` bytes; ``progress[0]`` counts the bytes of the file read so far."""
     try:
-        return path.open("rb")
-    except FileNotFoundError:
-        raise UserError(f"no such recording: {path}") from None
-    except IsADirectoryError:
-        raise UserError(f"{path} is a directory, not a recording") from None
+        b = f.read(n)
     except OSError as e:
-        raise UserError(f"cannot read {path}: {e.strerror}") from None
+        raise _cannot_read(path, e) from None
+    progress[0] += len(b)
+    return b
 
 
-class _Counted:
-    """A file that counts the bytes read from it into ``progress[0]``."""
-
-    def __init__(self, f: BinaryIO, progress: list[int]) -> None:
-        self.f, self.progress = f, progress
-
-    def read(self, n: int) -> bytes:
-        b = self.f.read(n)
-        self.progress[0] += len(b)
-        return b
-
-
-def _read(f: Any, path: Path, n: int) -> bytes:
-    try:
-        return f.read(n)
-    except IsADirectoryError:
-        raise UserError(f"{path} is a directory, not a recording") from None
-    except OSError as e:
-        raise UserError(f"cannot read {path}: {e.strerror}") from None
-
-
-def _blocks(path: Path, warnings: list[str], progress: list[int] | None = None) -> Iterator[bytes]:
+def _blocks(path: Path, warnings: list[str], progress: list[int]) -> Iterator[bytes]:
     """The file's bytes, decompressed if gzip, a block at a time; a damaged or cut gzip stream ends
     the blocks with a warning (in ``warnings``) after everything before it. ``progress[0]`` follows
     the bytes of the file read so far (compressed, for gzip)."""
-    with _open_file(path) as raw:
-        f: Any = _Counted(raw, progress) if progress is not None else raw
-        data = _read(f, path, READ_BYTES)
+    try:
+        f = path.open("rb")
+    except OSError as e:
+        raise _cannot_read(path, e) from None
+    with f:
+        data = _read(f, path, READ_BYTES, progress)
         if data[:2] != b"\x1f\x8b":
             while data:
                 yield data
-                data = _read(f, path, READ_BYTES)
+                data = _read(f, path, READ_BYTES, progress)
             return
-        yield from _gunzip(f, path, data, warnings)
+        yield from _gunzip(f, path, data, warnings, progress)
 
 
-def _gunzip(f: Any, path: Path, data: bytes, warnings: list[str]) -> Iterator[bytes]:
+def _gunzip(f: BinaryIO, path: Path, data: bytes, warnings: list[str], progress: list[int]) -> Iterator[bytes]:
     # Member by member; a killed writer leaves a stream without its end marker, and everything
     # flushed before the kill is still readable.
     d = zlib.decompressobj(wbits=31)
     fed, produced, last = False, 0, b""
     while True:
         if not data:
-            data = _read(f, path, READ_BYTES)
+            data = _read(f, path, READ_BYTES, progress)
             if not data:
                 out = d.flush() if fed else b""  # output zlib still holds for input it has taken
                 if out:

@@ -41,7 +41,8 @@ GAP_MIN_S = 1.0
 
 @dataclass
 class Checked:
-    ticks: list[dict[str, Any]]
+    """Where a recording breaks, and what reading it had to allow for (:meth:`TickChecker.finish`)."""
+
     segments: list[dict[str, Any]] = field(default_factory=list)
     gaps: list[dict[str, Any]] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
@@ -90,7 +91,7 @@ def _fast_ok(header: SessionHeader, ticks: list[dict[str, Any]], validate: bool)
 
 
 def _engines_ok(engines: list[dict[str, Any]]) -> bool:
-    """Every engine dict's numbers numbers in range, its words words, ``up`` a bool (column by column,
+    """Every engine dict's numbers in range, its words strings, ``up`` a bool (column by column,
     each read at C speed)."""
     none = type(None)
     for k in ENGINE_NUMBERS:
@@ -111,22 +112,6 @@ _NUMBER_TYPES = frozenset({float, int, type(None)})
 _WORD_TYPES = frozenset({str, type(None)})
 
 
-def check_ticks(
-    header: SessionHeader,
-    ticks: list[dict[str, Any]],
-    line_numbers: Callable[[], list[int]],
-    heads: list[int],
-    head_lines: list[int],
-    tally: Tally,
-    *,
-    validate: bool = True,
-) -> Checked:
-    """A whole recording's ticks checked at once (:class:`TickChecker` fed one chunk)."""
-    checker = TickChecker(header, tally, validate=validate)
-    kept = checker.feed(ticks, line_numbers, list(zip(heads, head_lines, strict=True)))
-    return checker.finish(kept)
-
-
 class TickChecker:
     """The checks of a recording's ticks, fed chunk by chunk in file order (a long recording is never
     held whole): what a chunk keeps comes back at once; segments, gaps and warnings at :meth:`finish`.
@@ -142,12 +127,11 @@ class TickChecker:
         self.validate = validate
         self.known = {g.index for g in header.gpus}
         self.latest = float("-inf")
-        self.kept = 0
         self.all_fast = True  # no chunk needed a tick-by-tick check, no second header
         self.segments: list[dict[str, Any]] = [{"line": 1, "start": None, "end": None, "ticks": 0, "set_aside": 0}]
         self.gaps: list[dict[str, Any]] = []
         self._limit: float | None = None
-        self.latest_kept_t = float("-inf")
+        self.latest_kept_t = float("-inf")  # the previous chunk's last kept tick (the slow path moves latest first)
         self._seg_pending = False  # a later header's segment has no kept tick yet
 
     def feed(
@@ -237,7 +221,7 @@ class TickChecker:
             return
         if self._limit is None:
             self._limit = gap_threshold_s(self.header.interval_s, t)
-        prev = self.latest_kept_t if self.kept else None
+        prev = self.latest_kept_t if self.latest_kept_t > float("-inf") else None
         full = np.concatenate(([prev], t)) if prev is not None else t
         off = 1 if prev is not None else 0  # position in full of the chunk's first tick
         dt = np.diff(full)
@@ -256,13 +240,12 @@ class TickChecker:
                         "reason": f"new segment (header at line {seg_first[nxt]})" if nxt in seg_first else "no ticks",
                     }
                 )
-        self.kept += int(t.size)
         self.latest_kept_t = float(t[-1])
         self.latest = max(self.latest, self.latest_kept_t)
 
-    def finish(self, ticks: list[dict[str, Any]] | None = None) -> Checked:
-        """Segments, gaps and the warnings of the whole recording (``ticks``: what a one-chunk call kept)."""
-        out = Checked(ticks if ticks is not None else [])
+    def finish(self) -> Checked:
+        """Segments, gaps and the warnings of the whole recording."""
+        out = Checked()
         segments = self.segments
         if self.all_fast:
             seg = segments[0]

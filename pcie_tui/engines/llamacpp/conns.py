@@ -107,10 +107,9 @@ class IdleArrivals:
 
     def reset(self) -> None:
         """Something is outstanding now: the next idle stretch starts from a fresh reading."""
-        if self.pending or self.conns._seen is not None:
-            self.conns.reset()
-            self.pending = frozenset()
-            self._next = float("-inf")
+        self.conns.reset()
+        self.pending = frozenset()
+        self._next = float("-inf")
 
     def poll(self, now: float) -> None:
         """One reading, unless the last was less than ``every_s`` ago (``now``: a monotonic clock)."""
