@@ -116,3 +116,14 @@ def test_pynvml_is_imported_in_one_place():
         and n.module == "pynvml"
     )
     assert seen == ["pcie_tui/sources/nvml.py"], seen
+
+
+def test_mypy_covers_the_data_layer_the_outputs_and_the_tui():
+    """``make lint`` runs mypy on pyproject's [tool.mypy] files: the TUI is among them (it was not, and
+    widgets._shape passed Textual a styles object where a rules mapping is typed)."""
+    import tomllib
+
+    files = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["mypy"]["files"]
+    for pkg in ("core", "analyze", "recording", "sources", "engines", "export", "tui"):
+        assert f"pcie_tui/{pkg}" in files, pkg
+    assert "$(VENV)/bin/mypy" in (REPO / "Makefile").read_text()

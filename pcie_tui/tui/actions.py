@@ -9,10 +9,18 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pcie_tui.tui.frame import Frame
 from pcie_tui.tui.screens import AnswerScreen, SourcesScreen
+
+if TYPE_CHECKING:  # what the mixin is mixed into: the app's screens, notify and message queue
+    from textual.app import App
+    from textual.worker import Worker
+
+    AppBase = App[None]
+else:
+    AppBase = object
 
 SEEK_STEP_S = 5.0
 REPLAY_ACTIONS = {"seek", "seek_home", "seek_end", "speed"}
@@ -43,7 +51,7 @@ def tick_near(samples: Any, t: float) -> int:
     return lo
 
 
-class KeyActions:
+class KeyActions(AppBase):
     """The key actions (a mixin: the attributes below are the app's, set in its __init__ and compose)."""
 
     source: Any
@@ -61,6 +69,11 @@ class KeyActions:
     _gpu_rows: Any
     _events_w: Any
     _compact: bool
+    # The app's methods (PcieTuiApp's and SourceWorker's) these actions call.
+    _render: Callable[[Frame], None]
+    _render_position: Callable[[], None]
+    _show_recording_state: Callable[[], None]
+    _resync: Callable[[], Worker[None]]
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action in REPLAY_ACTIONS and self.live:

@@ -53,12 +53,16 @@ def _shape(widget: Static) -> tuple[int, int] | None:
         return None
     visual = widget.visual  # built by update(): measured here, not built twice
     w = widget.styles.width
-    if w is not None and w.is_auto:  # its width follows the text: the rows at that width
-        cells = visual.get_optimal_width(widget.styles, widget.size.width)
-        return cells, visual.get_height(widget.styles, max(1, cells))
-    if not widget.size.width:
+    auto = w is not None and w.is_auto
+    if not auto and not widget.size.width:
         return None
-    return -1, visual.get_height(widget.styles, widget.size.width)
+    # The rules the visual is laid out by (text wrap, overflow, line padding): those set on the widget;
+    # an unset one reads as its default, the same as the styles object itself gives.
+    rules = widget.styles.get_rules()
+    if auto:  # its width follows the text: the rows at that width
+        cells = visual.get_optimal_width(rules, widget.size.width)
+        return cells, visual.get_height(rules, max(1, cells))
+    return -1, visual.get_height(rules, widget.size.width)
 
 
 def set_border_title(widget: Widget, title: str) -> None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from textual import work
 from textual.message import Message
@@ -20,6 +20,13 @@ from textual.worker import get_current_worker
 
 from pcie_tui.tui.frame import Frame
 from pcie_tui.tui.state import ViewModel
+
+if TYPE_CHECKING:  # what the mixin is mixed into: the app, whose message queue the frames go to
+    from textual.app import App
+
+    AppBase = App[None]
+else:
+    AppBase = object
 
 # Frames to the UI at most this often (2 Hz, the rate of nvitop and btop; every tick still reaches the
 # history and the verdicts, peaks between frames are kept, and a key press gets its frame at once).
@@ -55,7 +62,7 @@ class RecordingFailed(Message):
         self.error = error
 
 
-class SourceWorker:
+class SourceWorker(AppBase):
     """The reader-thread half of the app (a mixin: the attributes below are the app's, set in its __init__)."""
 
     source: Any
