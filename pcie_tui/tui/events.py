@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.widgets import DataTable
+from textual.widgets.data_table import ColumnKey
 
 from pcie_tui.tui import fmt
 from pcie_tui.tui.frame import EventView
@@ -49,9 +50,10 @@ def _event_cells(e: EventView) -> tuple[str, ...]:
     )
 
 
-# (key, label, width): wide enough for "+99.99 s", "memory (proxy)", "99.9 GB/s 100 %", plus one
-# space between columns (the table has no cell padding, so all of it fits in 80 columns);
-# a longer cell widens its column (update_width) rather than being cut.
+# (key, label, width): wide enough for "+99.99 s" (and "+123.4 s", "+1:02:03": fmt.offset, 8 characters
+# for a session under 10 hours), "memory (proxy)", "99.9 GB/s 100 %", plus one space between columns (the
+# table has no cell padding, so all of it fits in 80 columns). The time columns widen to a longer time
+# (TIME_COLUMNS); a fixed width is never widened by its cells, so any other longer cell would be cut.
 EVENT_COLUMNS = (
     ("start", "start", 9),
     ("end", "end", 9),
@@ -62,6 +64,14 @@ EVENT_COLUMNS = (
     ("mean", "mean", 6),
     ("phase", "phase", None),
 )
+TIME_COLUMNS = (("start", 0), ("end", 1))  # (key, cell index): as wide as their longest time and a space
+
+
+def _time_widths(cells: Iterable[tuple[str, ...]]) -> dict[str, int]:
+    """Each time column's width for these rows: its EVENT_COLUMNS width, or its longest cell and a space."""
+    base = {key: width or 0 for key, _, width in EVENT_COLUMNS}
+    rows = list(cells)
+    return {key: max([base[key], *(len(c[i]) + 1 for c in rows)]) for key, i in TIME_COLUMNS}
 
 
 class EventsPane(Vertical):
@@ -117,6 +127,10 @@ class EventsPane(Vertical):
         self._redrawn_at = time.monotonic()
         cells = {e.key: _event_cells(e) for e in events}
         t = self.table
+        for key, width in _time_widths(cells.values()).items():
+            column = t.columns[ColumnKey(key)]
+            if column.width != width:  # applied by the rows' redraw below (a new row or a changed cell)
+                column.width = width
         if order != self._order:
             t.clear()
             for key in order:

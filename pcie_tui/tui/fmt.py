@@ -21,8 +21,17 @@ def watts(w: float | None) -> str:
 
 
 def offset(s: float | None) -> str:
-    """Session time since the first tick, e.g. ``+12.35 s``."""
-    return NA if s is None else f"+{s:.2f} s"
+    """Session time since the first tick: ``+12.35 s`` below 100 s, ``+123.4 s`` below 1,000 s, then hours,
+    minutes and seconds, ``+0:16:40``, ``+1:02:03``: at most 8 characters for a session under 10 hours."""
+    if s is None:
+        return NA
+    if round(s, 2) < 100:
+        return f"+{s:.2f} s"
+    if round(s, 1) < 1000:
+        return f"+{s:.1f} s"
+    minutes, sec = divmod(round(s), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"+{hours}:{minutes:02d}:{sec:02d}"
 
 
 def count(v: float | None, unit: str) -> str:
