@@ -198,7 +198,8 @@ def test_sources_screen_lists_engine_figures_cleanly(llama):
             assert all(not (ln[:2] + ln[-2:]).strip() for ln in lines)
             # wrapped lines keep their indent: after the first heading, a line's first 18 columns
             # hold a figure's name, a heading, or nothing (a wrapped line of the detail column)
-            names = [r.figure for r in figure_sources(llama.header, llama.header.gpus[0])]
+            f = app.frame  # the figures the page lists: those the recording has, and one row for the others
+            names = [r.figure for r in figure_sources(llama.header, llama.header.gpus[0], f.figures[0], True)]
             names += [r.figure for r in engine_sources("llamacpp", {"quantile_method": "x", "rate_source": "y"}, 10)]
             started = False
             for line in seen.splitlines():

@@ -154,7 +154,12 @@ class KeyActions(AppBase):
             self.pop_screen()
         else:
             f = self.frame
-            self.push_screen(SourcesScreen(self.source.header, f.engine if f else None, f.engine_stats if f else None))
+            if f is None:  # no tick read yet: no figure has a reading
+                self.push_screen(SourcesScreen(self.source.header, figures={}))
+            else:
+                self.push_screen(
+                    SourcesScreen(self.source.header, f.engine, f.engine_stats, f.figures, f.figures_whole)
+                )
 
     def action_answer(self) -> None:
         """The findings of the one analysis (what `report` prints under "What held each phase back")."""

@@ -6,6 +6,7 @@ thread only reads them. No Textual here.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -136,3 +137,7 @@ class Frame:
     # the source runs (answer_final False), the report's own once it ended.
     findings: tuple[str, ...] = ()
     answer_final: bool = False
+    # Per GPU index, the metrics-table rows (recording keys) the session has a reading of: the ? page lists
+    # the others as not in it. A replay's cover its whole recording once figures_whole; None: not known.
+    figures: Mapping[int, frozenset[str]] | None = None
+    figures_whole: bool = False

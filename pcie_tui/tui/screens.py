@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from rich.console import Group
@@ -26,13 +27,22 @@ def _rows_table(rows: list[FigureSource]) -> Table:
     grid.add_column(ratio=1, overflow="fold")
     for row in rows:
         detail = Text(row.source)
-        detail.append(f"\nunits: {row.units} · window: {row.window}", style="dim")
+        if row.units or row.window:
+            detail.append(f"\nunits: {row.units} · window: {row.window}", style="dim")
         grid.add_row(Text(row.figure), detail)
     return grid
 
 
-def sources_renderable(header: SessionHeader, engine: Any = None, engine_stats: dict[str, Any] | None = None) -> Group:
-    """Per GPU, each figure: its source, then units and window, indented under it; then the engine's."""
+def sources_renderable(
+    header: SessionHeader,
+    engine: Any = None,
+    engine_stats: dict[str, Any] | None = None,
+    figures: Mapping[int, frozenset[str]] | None = None,
+    figures_whole: bool = False,
+) -> Group:
+    """Per GPU, each figure: its source, then units and window, indented under it; then the engine's.
+    ``figures``: per GPU, the rows the session has a reading of (Frame.figures); the others are named as
+    not in it. None: every figure's source is listed."""
     parts: list[Any] = [
         Text("Where each number comes from", style="bold"),
         Text(
@@ -50,7 +60,8 @@ def sources_renderable(header: SessionHeader, engine: Any = None, engine_stats: 
                 style="bold underline",
             )
         )
-        parts.append(_rows_table(figure_sources(header, info)))
+        seen = None if figures is None else figures.get(info.index, frozenset())
+        parts.append(_rows_table(figure_sources(header, info, seen, figures_whole)))
     kind = engine_kind(engine, header)
     if engine is not None or kind:
         window = (engine_stats or {}).get("window_s")
@@ -69,15 +80,25 @@ class SourcesScreen(ModalScreen[None]):
         Binding("i", "dismiss", "back", show=False),
     ]
 
-    def __init__(self, header: SessionHeader, engine: Any = None, engine_stats: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        header: SessionHeader,
+        engine: Any = None,
+        engine_stats: dict[str, Any] | None = None,
+        figures: Mapping[int, frozenset[str]] | None = None,
+        figures_whole: bool = False,
+    ) -> None:
         super().__init__(id="sources-screen")
         self.header = header
         self.engine = engine
         self.engine_stats = engine_stats
+        self.figures = figures
+        self.figures_whole = figures_whole
 
     def compose(self) -> ComposeResult:
+        text = sources_renderable(self.header, self.engine, self.engine_stats, self.figures, self.figures_whole)
         with VerticalScroll(id="sources-body"):
-            yield Static(sources_renderable(self.header, self.engine, self.engine_stats), id="sources-text")
+            yield Static(text, id="sources-text")
 
 
 def answer_renderable(frame: Any) -> Group:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,6 +28,7 @@ def _interval(header: SessionHeader) -> str:
 # The ``?`` page's position of its derived rows among the metrics table's (``Metric.page``).
 BACKEND_UNKNOWN_PAGE = 45
 LINK_SHARE_PAGE = 50
+NOT_SEEN_PAGE = 1000  # the row naming the figures the session has no reading of: after the table's rows
 
 
 # Where the headline comes from (the ? page).
@@ -39,43 +41,18 @@ HEADLINE_SOURCE = (
 )
 
 
-def figure_sources(header: SessionHeader, info: GpuInfo) -> list[FigureSource]:
-    """One row per figure shown in this GPU's panel: the metrics table's sources, then derived figures."""
-    src = (info.metrics_source or "").lower()
-    tick = _interval(header)
-    placed: list[tuple[int, FigureSource]] = []
-    for m in metrics.table():
-        for r in m.sources:
-            if (r.backend is not None and r.backend != src) or (r.nvlink_only and not info.nvlink_capacity_Bps):
-                continue
-            placed.append((m.page, FigureSource(r.figure, r.what, r.units, r.window.format(tick=tick))))
-    if src not in metrics.BACKENDS:
-        placed.append(
-            (
-                BACKEND_UNKNOWN_PAGE,
-                FigureSource(
-                    "PCIe, DRAM, SM",
-                    f"not stated by this source (metrics_source={info.metrics_source!r})",
-                    "as labelled on screen",
-                    tick,
-                ),
-            )
-        )
-    c = pinned_ceiling(info)
-    ceiling = c.Bps
-    if c.source == "calibrated":
-        ceil_src = (
-            "measured by `pcie-tui calibrate`: the GPU's own PCIe counter read during timed pinned copies, "
-            "the larger direction (the timed payload only where no counter answered), so it includes the "
-            "protocol overhead the readings carry, ~5-9 % above the payload rate"
-        )
-    else:
-        ceil_src = (
-            f"{c.detail} (theoretical: {fmt.link(info.link.gen, info.link.width)} x per-lane rate after line "
-            "coding); a reading above it makes the highest reading the ceiling (observed)"
-        )
-    share = FigureSource("% of link", f"reading / ceiling {fmt.gbps(ceiling)}; ceiling {ceil_src}", "%", "per tick")
-    placed.append((LINK_SHARE_PAGE, share))
+def figure_sources(
+    header: SessionHeader, info: GpuInfo, seen: Collection[str] | None = None, whole: bool = False
+) -> list[FigureSource]:
+    """One row per figure shown in this GPU's panel: the metrics table's sources, then derived figures.
+
+    ``seen``: the metrics-table rows this GPU has a reading of in the session (None: not known, every row
+    listed); a figure with none is not given a source but named in one row that says so: not in this
+    recording (``whole``: the session is a recording, looked at to its end), else no reading so far.
+    """
+    placed, missing = _table_rows(header, info, seen)
+    if missing:
+        placed.append((NOT_SEEN_PAGE, _not_seen_row(missing, whole)))
     rows = [r for _, r in sorted(placed, key=lambda x: x[0])]  # stable: table order within a position
     rows += [
         FigureSource(
@@ -94,6 +71,77 @@ def figure_sources(header: SessionHeader, info: GpuInfo) -> list[FigureSource]:
         ),
     ]
     return rows
+
+
+def _has_reading(m: metrics.Metric, seen: Collection[str], info: GpuInfo) -> bool:
+    """Whether the session has the figure a row of ``m`` describes: a reading of ``m``, or of a row at its
+    page position with no source of its own (mem_clock_MHz beside sm_clock_MHz, the AER severities); the
+    link's generation and width also come from the header (the panel's title shows them from there)."""
+    if m.name in seen:
+        return True
+    if m.name == "link_gen" and (info.link.gen is not None or info.link.width is not None):
+        return True
+    return any(o.page == m.page and not o.sources and o.name in seen for o in metrics.table())
+
+
+def _table_rows(
+    header: SessionHeader, info: GpuInfo, seen: Collection[str] | None
+) -> tuple[list[tuple[int, FigureSource]], list[str]]:
+    """The metrics table's rows for this GPU at their page positions, and the figures without a reading."""
+    src = (info.metrics_source or "").lower()
+    tick = _interval(header)
+    placed: list[tuple[int, FigureSource]] = []
+    missing: list[str] = []
+    for m in metrics.table():
+        given = [
+            r
+            for r in m.sources
+            if (r.backend is None or r.backend == src) and not (r.nvlink_only and not info.nvlink_capacity_Bps)
+        ]
+        if seen is not None and given and not _has_reading(m, seen, info):
+            missing += [r.figure for r in given if r.figure not in missing]
+            continue
+        placed += [(m.page, FigureSource(r.figure, r.what, r.units, r.window.format(tick=tick))) for r in given]
+    if src not in metrics.BACKENDS:
+        why = f"not stated by this source (metrics_source={info.metrics_source!r})"
+        placed.append((BACKEND_UNKNOWN_PAGE, FigureSource("PCIe, DRAM, SM", why, "as labelled on screen", tick)))
+    placed.append((LINK_SHARE_PAGE, _link_share(info)))
+    return placed, missing
+
+
+def _not_seen_row(missing: list[str], whole: bool) -> FigureSource:
+    names = ", ".join(missing)
+    if whole:
+        return FigureSource(
+            "not recorded",
+            f"{names}: not in this recording (no tick has a reading of them), so nothing on screen comes from them",
+            "",
+            "",
+        )
+    return FigureSource(
+        "no reading yet",
+        f"{names}: no reading of them in this session so far, so nothing on screen comes from them "
+        "(this page names their source once one arrives)",
+        "",
+        "",
+    )
+
+
+def _link_share(info: GpuInfo) -> FigureSource:
+    """The derived "% of link" row: reading / the pinned ceiling, and where that ceiling comes from."""
+    c = pinned_ceiling(info)
+    if c.source == "calibrated":
+        ceil_src = (
+            "measured by `pcie-tui calibrate`: the GPU's own PCIe counter read during timed pinned copies, "
+            "the larger direction (the timed payload only where no counter answered), so it includes the "
+            "protocol overhead the readings carry, ~5-9 % above the payload rate"
+        )
+    else:
+        ceil_src = (
+            f"{c.detail} (theoretical: {fmt.link(info.link.gen, info.link.width)} x per-lane rate after line "
+            "coding); a reading above it makes the highest reading the ceiling (observed)"
+        )
+    return FigureSource("% of link", f"reading / ceiling {fmt.gbps(c.Bps)}; ceiling {ceil_src}", "%", "per tick")
 
 
 def _ceilings_text(info: GpuInfo) -> str:

@@ -23,6 +23,7 @@ from pcie_tui.core.model import GpuSample, Sample, SessionHeader
 from pcie_tui.engines import registry
 from pcie_tui.tui.frame import EventView, Frame, GpuView, ReplayView
 from pcie_tui.tui.headline import headline_text
+from pcie_tui.tui.seen import FiguresSeen
 
 # Ticks of history kept per GPU for the sparklines (30 s at 10 Hz).
 HISTORY_TICKS = 300
@@ -100,6 +101,9 @@ class ViewModel:
         self.history_ticks = history_ticks
         self.seq = 0
         self.generation = 0  # the replay generation this state belongs to
+        # The figures the session has a reading of (the ? page): live the ticks fed, a replay its whole
+        # recording (replay_view scans it), so a seek leaves them be.
+        self.figures = FiguresSeen()
         self.reset()
 
     def reset(self) -> None:
@@ -136,6 +140,7 @@ class ViewModel:
         self._analyse(s)
         self.n += 1
         self.last = s
+        self.figures.note(s)
         if self.engine_stats is not None and s.engine is not None:
             self.engine_stats.feed(s)
         self._tok_rate = self._tokens_per_s(s.t, s.engine)
@@ -271,6 +276,7 @@ class ViewModel:
             self._source_events += len(new)
             self.note_events(new)
         loading = src.loading_text() if hasattr(src, "loading_text") else None
+        self.figures.scan(samples, read_whole=loading is None)
         i = min(max(self.n - 1, 0), len(samples) - 1)
         return ReplayView(
             position=self.n,
@@ -360,6 +366,8 @@ class ViewModel:
             findings=self.findings_lines(),
             answer_final=self.analysis.ended,
             placement=self._placement(),
+            figures=self.figures.snapshot(),
+            figures_whole=self.figures.whole,
         )
 
     def note_events(self, events: Sequence[dict[str, Any]]) -> None:
