@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from textual.widgets import Static
 
+from pcie_tui.recording import demos
 from pcie_tui.recording.reader import Recording, read_recording
 from pcie_tui.recording.replay import ReplaySource
 from pcie_tui.recording.writer import RecordingWriter
@@ -17,7 +18,7 @@ from pcie_tui.tui.headless import frame_at, run, saturated_moment, wait_until
 from pcie_tui.tui.headline import headline_text
 from pcie_tui.tui.screens import SourcesScreen
 from pcie_tui.tui.state import ViewModel
-from pcie_tui.tui.widgets import HeadlineBar
+from pcie_tui.tui.widgets import HeadlineBar, headline_rows_max
 
 PROBE = Path(__file__).parent / "fixtures" / "h200-probe.jsonl"
 
@@ -267,7 +268,9 @@ def test_many_events_are_capped_and_scroll(rec):
     thrice = Recording(rec.path, rec.header, ticks)
     r = regions(thrice, len(ticks) - 1, (100, 40))
     assert r["events"] > EVENTS_MAX_ROWS
-    assert r["#events"].height == EVENTS_MAX_ROWS + 1 + 2
+    # At least the capped rows, its header and borders; rows the charts above leave over (their heights
+    # are whole rows) go to the box too, and hold more of the events, never a blank row.
+    assert EVENTS_MAX_ROWS + 1 + 2 <= r["#events"].height <= r["events"] + 1 + 2
     assert "scroll for older" in r["events_title"]
 
 
@@ -314,15 +317,28 @@ def test_headline_text_follows_the_verdict(rec):
     assert ": link-saturated" in seen["gap"]
 
 
-def test_headline_takes_the_rows_its_lines_need_four_at_most(llama):
-    """The fix line must stay on screen in a narrow terminal: the bar grows to fit (four rows at most)."""
+def test_headline_takes_the_rows_its_lines_need_a_quarter_of_the_screen_at_most(llama):
+    """The fix line must stay on screen in a narrow terminal: the bar grows to fit (four rows at most, or a
+    quarter of the screen's where that is more)."""
     pos = saturated_moment(llama, "link", "prefill", peak=True)
     head, fix = regions(llama, pos, (170, 45))["headline"].split("\n")
     wide = regions(llama, pos, (170, 45))["#headline"].height
     assert len(head) <= 168 and len(fix) <= 168 and wide == 2  # one row each
     narrow = regions(llama, pos, (100, 30))
-    assert narrow["#headline"].height == min(4, -(-len(head) // 98) + -(-len(fix) // 98))
-    assert regions(llama, pos, (40, 30))["#headline"].height == 4
+    assert narrow["#headline"].height == min(7, -(-len(head) // 98) + -(-len(fix) // 98))
+    assert regions(llama, pos, (40, 30))["#headline"].height == headline_rows_max(30) == 7
+    assert headline_rows_max(16) == 4
+
+
+def test_the_default_demo_shows_its_whole_fix_at_80x24():
+    """The pageable demo's headline in prefill takes six rows at 80 columns: all of them are shown (four cut
+    it off before what -lm none saves, while the events box below stood empty)."""
+    rec = read_recording(demos.resolve("h200-pageable"), warn=False)
+    pos = len(rec.samples) // 2  # in the prefill
+    r = regions(rec, pos, (80, 24))
+    assert r["headline"].startswith("prefill so far (") and r["headline"].endswith("prefill 12.2 s -> 1.7-2.1 s.")
+    assert r["headline_shown"].replace("\n", " ").split() == r["headline"].split()
+    assert r["#headline"].height == len(r["headline_shown"].split("\n")) == 6
 
 
 @pytest.mark.parametrize("width", [50, 80, 100, 130])

@@ -210,8 +210,16 @@ class HistoryLegend(Static):
         self._fit()
 
 
+def headline_rows_max(height: int) -> int:
+    """The rows the headline may take on a screen ``height`` rows tall: four, or a quarter of the screen
+    where that is more (an 80x24 screen's six hold the pageable demo's fix and what it saves, which four cut
+    off mid-sentence while the events box below stood empty)."""
+    return max(4, height // 4)
+
+
 class HeadlineBar(Static):
-    """What holds things back now and the fix (up to four rows on narrow screens); hidden with nothing to say.
+    """What holds things back now and the fix (up to :func:`headline_rows_max` rows on narrow screens); hidden
+    with nothing to say.
 
     The text comes ready-made in the frame (``Frame.headline``); only its height and
     visibility ever change the layout, and only when they flip.
@@ -235,14 +243,14 @@ class HeadlineBar(Static):
 
     def fit(self) -> None:
         """Its lines wrapped to this width (after a resize too), never between a number and its unit
-        (:func:`pcie_tui.core.units.wrap`), in as many rows as they take, four at most. A shorter text
+        (:func:`pcie_tui.core.units.wrap`), in as many rows as they take, :func:`headline_rows_max` at most. A shorter text
         keeps the taller bar for :data:`HEADLINE_HOLD_S` (two spare rows at most): phases that alternate
         every second would otherwise move every panel below up and down (a relayout each time)."""
-        width = self.app.size.width
+        width, height = self.app.size
         room = max(1, width - 2)  # the bar spans the screen; padding 0 1
         lines = [part for ln in (self.text or "").split("\n") for part in units.wrap(ln, room)]
         set_text(self, "\n".join(lines))
-        need = min(4, max(1, len(lines)))
+        need = min(headline_rows_max(height), max(1, len(lines)))
         now = time.monotonic()
         held, since, at_width = self._held
         if need >= held or at_width != width or now - since > HEADLINE_HOLD_S or held - need > 2:
