@@ -63,6 +63,7 @@ class Chunk:
     index: np.ndarray  # per GPU-sample: the GPU index
     cols: np.ndarray  # len(KEYS) x GPU-samples, floats, NaN where missing
     single: bool  # every tick has exactly one GPU-sample (tick_of is 0, 1, 2, ...)
+    up: list[Any] | None = None  # per tick: its engine's fields where it answered (engine_bytes.chunk_up_fields)
 
 
 def sample_phase(s: Sample) -> str | None:
@@ -119,11 +120,10 @@ def from_rows(rows: Sequence[dict[str, Any]], ticks: int = CHUNK_TICKS) -> Itera
     n = len(rows)
     t = list(map(float, map(itemgetter("t"), rows)))
     engine = list(map(dict.get, rows, repeat("engine")))
-    phase = [  # _own_phase, inlined
-        (e.get("phase") or None) if e.__class__ is dict else (lb if (lb := d.get("label")).__class__ is str else None)
-        for d, e in zip(rows, engine, strict=True)
-    ]
-    glists = [d.get("gpus") or () for d in rows]
+    phase = _row_phases(rows, engine)
+    glists = list(map(itemgetter("gpus"), rows))
+    if set(map(type, glists)) != {list}:
+        glists = [d.get("gpus") or () for d in rows]
     counts = np.fromiter(map(len, glists), dtype=np.int64, count=n)
     flat: list[dict[str, Any]] = list(chain.from_iterable(glists))
     index = np.array(list(map(itemgetter("index"), flat)), dtype=np.int64)
@@ -135,6 +135,16 @@ def from_rows(rows: Sequence[dict[str, Any]], ticks: int = CHUNK_TICKS) -> Itera
         c = counts[a:b]
         tick_of = np.repeat(np.arange(b - a), c)
         yield Chunk(t[a:b], phase[a:b], engine[a:b], tick_of, index[fa:fb], cols[:, fa:fb], bool((c == 1).all()))
+
+
+def _row_phases(rows: Sequence[dict[str, Any]], engine: list[Any]) -> list[Any]:
+    """:func:`_own_phase` of each raw tick (``engine``: each one's engine reading)."""
+    if set(map(type, engine)) == {dict}:  # an engine session: the engine's phase of every tick
+        return [p or None for p in map(dict.get, engine, repeat("phase"))]
+    return [
+        (e.get("phase") or None) if e.__class__ is dict else (lb if (lb := d.get("label")).__class__ is str else None)
+        for d, e in zip(rows, engine, strict=True)
+    ]
 
 
 def _columns(flat: list[dict[str, Any]]) -> np.ndarray:

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import repeat
+from operator import or_
 from typing import Any
 
 import numpy as np
@@ -77,6 +79,26 @@ def up_fields(engines: Sequence[Any]) -> list[dict[str, Any] | None]:
     ]
 
 
+def chunk_up_fields(ch: Chunk) -> list[dict[str, Any] | None]:
+    """:func:`up_fields` of a chunk's engine readings, worked out once for everything fed the chunk."""
+    if ch.up is None:
+        ch.up = up_fields(ch.engine)
+    return ch.up
+
+
+def _has_counters(xs: list[dict[str, Any] | None]) -> list[bool]:
+    """Whether each reading (None: the engine did not answer) exposes any of the counters: a sweep per counter."""
+    live = [x for x in xs if x is not None]
+    has = [False] * len(live)
+    for k in _KEYS:
+        if any(col := list(map(dict.__contains__, live, repeat(k)))):  # type: ignore[arg-type]
+            has = list(map(or_, has, col))
+    if len(live) == len(xs):
+        return has
+    it = iter(has)
+    return [x is not None and next(it) for x in xs]
+
+
 def _add(a: float | None, b: float) -> float:
     return (a or 0.0) + b
 
@@ -89,10 +111,10 @@ class EngineBytes:
         self._prev: tuple[float, dict[str, float | None]] | None = None  # last engine tick: time, counters
 
     def feed_chunk(self, ch: Chunk) -> None:
-        xs = up_fields(ch.engine)
+        xs = chunk_up_fields(ch)
         # Ticks whose engine exposes none of the counters (llama-server, most vLLM setups) only break an
         # interval; they need no PCIe sums and no per-counter work.
-        has = [x is not None and not _KEYS.isdisjoint(x) for x in xs]
+        has = _has_counters(xs)
         if not any(has):
             if any(x is not None for x in xs):
                 self._prev = (ch.t[max(i for i, x in enumerate(xs) if x is not None)], _NONE)

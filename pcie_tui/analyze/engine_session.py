@@ -18,7 +18,8 @@ from __future__ import annotations
 import math
 from array import array
 from collections.abc import Iterable, Mapping, Sequence
-from itertools import compress
+from itertools import compress, repeat
+from operator import itemgetter
 from typing import Any
 
 import numpy as np
@@ -28,7 +29,6 @@ from pcie_tui.analyze.engine import (
     LATENCIES,
     QUANTILE_METHOD,
     Hist,
-    counter_increase,
     hist_add,
     hist_delta,
     hist_quantiles,
@@ -47,6 +47,15 @@ _HISTS = (*LATENCIES, "e2e_s")
 _NAN = math.nan
 
 
+_get = dict.get
+_t = itemgetter("t")
+
+
+def _column(dicts: list[dict[str, Any]], key: str, default: Any = None) -> list[Any]:
+    """``d.get(key, default)`` of every dict, in one C-level sweep."""
+    return list(map(_get, dicts, repeat(key), repeat(default)))
+
+
 class _CounterFold:
     """:func:`~pcie_tui.analyze.engine.counter_total` of a series of reads, fed a block of reads at a time."""
 
@@ -57,14 +66,17 @@ class _CounterFold:
         self.total: float | None = None
 
     def add(self, values: Iterable[float | None]) -> None:
-        prev, total = self.prev, self.total
-        for v in values:
-            if v is None:
-                continue
-            if prev is not None:
-                total = (total or 0.0) + (counter_increase(prev, v) or 0.0)
-            prev = v
-        self.prev, self.total = prev, total
+        reads = [v for v in values if v is not None]
+        if not reads:
+            return
+        if self.prev is not None:
+            reads.insert(0, self.prev)
+        if len(reads) > 1:
+            a = np.array(reads, dtype=np.float64)
+            inc = np.where(a[1:] >= a[:-1], a[1:] - a[:-1], a[1:])  # counter_increase: a drop restarts from zero
+            # added first to last, as a running total adds (cumsum is sequential)
+            self.total = float(np.cumsum(np.concatenate(([self.total or 0.0], inc)))[-1])
+        self.prev = reads[-1]
 
 
 class _HistFold:
@@ -118,34 +130,55 @@ class EngineSessionFold:
     def feed_rows(self, rows: Sequence[Mapping[str, Any]]) -> None:
         """The engine of every raw tick dict that has one (as the recording holds it: extra keys at the top
         level), a block of ticks at a time: columns first, then each figure's fold over its column."""
-        raw = [d.get("engine") for d in rows]
-        ts = [float(d["t"]) for d, e in zip(rows, raw, strict=True) if type(e) is dict]
-        engs: list[dict[str, Any]] = [e for e in raw if type(e) is dict]
+        raw: list[Any] = [d.get("engine") for d in rows] if not isinstance(rows, list) else _column(rows, "engine")
+        kinds = set(map(type, raw))
+        if kinds == {dict}:  # every tick has an engine reading (the usual engine session)
+            ts = list(map(float, map(_t, rows)))
+            engs: list[dict[str, Any]] = raw
+        else:
+            ts = [float(d["t"]) for d, e in zip(rows, raw, strict=True) if type(e) is dict]
+            engs = [e for e in raw if type(e) is dict]
         if not engs:
             return
         if self.kind is None:
             self.kind = str(engs[0].get("kind", ""))
-        up = [bool(e.get("up", False)) for e in engs]
-        names = self._phase_names
+        up = _column(engs, "up", False)
+        if set(map(type, up)) != {bool}:
+            up = [bool(v) for v in up]
         self._t.extend(ts)
         self._up.extend(up)
-        self._phase.extend([names.setdefault(e.get("phase"), len(names)) for e in engs])
-        prompt = [e.get("prompt_tokens_total") for e in engs]
-        gen = [e.get("generation_tokens_total") for e in engs]
+        self._phase.extend(self._phase_codes(_column(engs, "phase")))
+        prompt, gen = _column(engs, "prompt_tokens_total"), _column(engs, "generation_tokens_total")
         self._prompt.extend([_NAN if v is None else v for v in prompt])
         self._gen.extend([_NAN if v is None else v for v in gen])
-        for e in engs:
-            if "requests" in e and isinstance(e["requests"], list):
-                self._add_requests(e["requests"])
+        for reqs in _column(engs, "requests"):
+            if isinstance(reqs, list):
+                self._add_requests(reqs)
         ups = engs if all(up) else list(compress(engs, up))
+        self._fold_up(ups, compress(prompt, up), compress(gen, up))
+
+    def _phase_codes(self, phases: list[Any]) -> list[int]:
+        """Each phase's code, codes given in order of first appearance."""
+        names = self._phase_names
+        for p in dict.fromkeys(phases):
+            names.setdefault(p, len(names))
+        return list(map(names.__getitem__, phases))
+
+    def _fold_up(self, ups: list[dict[str, Any]], prompt: Iterable[Any], gen: Iterable[Any]) -> None:
+        """The counters and histograms of the readings taken while the engine answered."""
         c = self._counters
-        c["prompt"].add(compress(prompt, up))
-        c["gen"].add(compress(gen, up))
-        c["finished"].add([v if isinstance(v := e.get("requests_finished_total"), int | float) else None for e in ups])
-        if any("http_seconds_total" in e or "http_requests_total" in e for e in ups):
+        c["prompt"].add(prompt)
+        c["gen"].add(gen)
+        finished = _column(ups, "requests_finished_total")
+        if set(map(type, finished)) - {int, float, type(None)}:
+            finished = [v if isinstance(v, int | float) else None for v in finished]
+        c["finished"].add(finished)
+        if any(map(dict.__contains__, ups, repeat("http_seconds_total"))) or any(
+            map(dict.__contains__, ups, repeat("http_requests_total"))
+        ):
             c["http_s"].add([number(e.get("http_seconds_total")) for e in ups])
             c["http_n"].add([number(e.get("http_requests_total")) for e in ups])
-        for hists in [h for e in ups if (h := e.get("hist")) is not None]:
+        for hists in _column(ups, "hist"):
             if isinstance(hists, dict):
                 for name, fold in self._hists.items():
                     fold.add(hists.get(name))

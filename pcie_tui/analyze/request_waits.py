@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pcie_tui.analyze.columns import Chunk
-from pcie_tui.analyze.engine_bytes import up_fields
+from pcie_tui.analyze.engine_bytes import chunk_up_fields
 from pcie_tui.engines.stats import REQUEST_IDENTITY, quantile
 
 CACHED = "prompt_tokens_cached_total"  # llama-server's /metrics: prompt tokens reused from a cache
@@ -41,7 +41,7 @@ class RequestWaits:
         self._cached_sum = 0.0
 
     def feed_chunk(self, ch: Chunk) -> None:
-        xs = [x for x in up_fields(ch.engine) if x is not None]
+        xs = [x for x in chunk_up_fields(ch) if x is not None]
         cached = [x[CACHED] for x in xs if CACHED in x]
         if cached:
             self._cached(cached if set(map(type, cached)) <= {float, int} else list(map(_num, cached)))

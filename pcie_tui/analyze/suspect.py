@@ -70,7 +70,11 @@ def _theoretical(info: GpuInfo | None, gen: np.ndarray, width: np.ndarray) -> np
     ok = ~(np.isnan(gen) | np.isnan(width))
     if not ok.any():
         return out
-    pairs = {(int(g), int(w)) for g, w in zip(gen[ok].tolist(), width[ok].tolist(), strict=True)}
+    g_ok, w_ok = gen[ok], width[ok]
+    if bool((g_ok == g_ok[0]).all() and (w_ok == w_ok[0]).all()):  # the usual case: one link shape
+        pairs = {(int(g_ok[0]), int(w_ok[0]))}
+    else:
+        pairs = {(int(g), int(w)) for g, w in zip(g_ok.tolist(), w_ok.tolist(), strict=True)}
     for g, w in pairs:  # usually one link shape for the whole chunk
         cap = pcie_capacity_Bps(g, w)
         if cap:

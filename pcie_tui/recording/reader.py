@@ -12,6 +12,7 @@ import zlib
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from itertools import repeat
 from operator import itemgetter
 from pathlib import Path
 from typing import Any, BinaryIO, overload
@@ -424,11 +425,13 @@ class RowStream:
         try:  # every line whole and plain JSON (the usual case): one sweep
             loads = _fast_loads
             objs = [loads(x) for x in lines if x]
-            nums = [first + i for i, x in enumerate(lines) if x]
+            nums = _line_numbers(lines, first, len(objs))
             if objs and self._bad is not None:
                 self._unreadable()
         except (ValueError, RecursionError):  # a cut or damaged line, or something only stdlib json reads
             objs, nums = self._parse_each(lines, first)
+        if _all_ticks(objs):
+            return objs, nums, []
         ticks = [o for o in objs if type(o) is dict and "gpus" in o and "t" in o]
         if len(ticks) == len(objs):
             return ticks, nums, []
@@ -585,3 +588,19 @@ def _loaded(rec: Recording, st: RowStream) -> None:
         rec.segments[:] = st.segments
     if rec.loading is not None:
         rec.loading.done = True
+
+
+def _line_numbers(lines: list[bytes], first: int, n: int) -> list[int]:
+    """The line number of each of the ``n`` non-empty lines, the first line being ``first``."""
+    if n == len(lines) or (n == len(lines) - 1 and not lines[-1]):
+        return list(range(first, first + n))
+    return [first + i for i, x in enumerate(lines) if x]
+
+
+def _all_ticks(objs: list[Any]) -> bool:
+    """Whether every object is a tick dict (one with "gpus" and "t"), in C-level sweeps."""
+    return (
+        set(map(type, objs)) == {dict}
+        and all(map(dict.__contains__, objs, repeat("gpus")))
+        and all(map(dict.__contains__, objs, repeat("t")))
+    )

@@ -64,7 +64,7 @@ def _fast_ok(header: SessionHeader, ticks: list[dict[str, Any]], validate: bool)
     t = np.array(ts, dtype=np.float64)
     if t.size and (float(np.abs(t).max()) > MAX_ABS_T or (t.size > 1 and not bool(np.all(t[1:] > t[:-1])))):
         return None
-    gl = [d["gpus"] for d in ticks]
+    gl = list(map(itemgetter("gpus"), ticks))
     if set(map(type, gl)) - {list}:
         return None
     flat = list(chain.from_iterable(gl))
@@ -84,7 +84,9 @@ def _fast_ok(header: SessionHeader, ticks: list[dict[str, Any]], validate: bool)
     if validate:
         if not gpu_columns_ok(flat):
             return None
-        engines = [e for d in ticks if type(e := d.get("engine")) is dict]
+        engines: list[Any] = list(map(dict.get, ticks, repeat("engine")))
+        if set(map(type, engines)) != {dict}:
+            engines = [e for e in engines if type(e) is dict]
         if engines and not _engines_ok(engines):
             return None
     return t

@@ -276,22 +276,10 @@ def gpu_columns_ok(flat: list[dict[str, Any]]) -> bool:
     keys, all_keys = _columns_spec()
     import numpy as np  # here, not at import: the live recorder validates scalars only
 
-    try:
-        rows: Any = list(map(all_keys, flat))
-        by_column = False
-    except KeyError:  # rows written only when known (link state, heat, link health) are absent: a column per key
-        rows = [list(map(dict.get, flat, repeat(k))) for k in keys]
-        by_column = True
-    if set(map(type, chain.from_iterable(rows))) - _NUM_TYPES:
+    a = _matrix(flat, keys, all_keys)
+    if a is None or a.shape != (len(flat), len(keys)):
         return False
     lo, hi, int_cols, allowed = _bounds()
-    a = np.array(rows, dtype=np.float64)
-    if by_column:
-        a = a.T
-    elif a.ndim == 1:  # one column: itemgetter of one key gives scalars, not tuples
-        a = a[:, None]
-    if a.shape != (len(flat), len(keys)):
-        return False
     with np.errstate(invalid="ignore"):
         bad = (a < lo) | (a > hi)
         if bool(bad.any()):
@@ -306,6 +294,45 @@ def gpu_columns_ok(flat: list[dict[str, Any]]) -> bool:
     global _last
     _last = (tuple(flat), a, keys)  # the dicts themselves: their ids cannot be reused while held
     return True
+
+
+def _matrix(flat: list[dict[str, Any]], keys: tuple[str, ...], all_keys: itemgetter[Any]) -> Any:
+    """Samples x ``keys`` as floats (None -> NaN), or None where a value is not a number."""
+    import numpy as np
+
+    try:
+        rows: Any = list(map(all_keys, flat))
+    except KeyError:  # rows written only when known (link state, heat, link health) are absent
+        return _matrix_of_present(flat, keys)
+    if set(map(type, chain.from_iterable(rows))) - _NUM_TYPES:
+        return None
+    a = np.array(rows, dtype=np.float64)
+    return a[:, None] if a.ndim == 1 else a  # one column: itemgetter of one key gives scalars, not tuples
+
+
+def _matrix_of_present(flat: list[dict[str, Any]], keys: tuple[str, ...]) -> Any:
+    """:func:`_matrix` where some fields are left out. The usual case: every dict holds the very same
+    keys (the first one's: its known fields and ``index``), so only those columns are read and the rest
+    are NaN; else a column per known key."""
+    import numpy as np
+
+    first = flat[0]
+    present = [k for k in keys if k in first]
+    same = bool(present) and len(first) == len(present) + ("index" in first) and set(map(len, flat)) == {len(first)}
+    try:
+        rows: Any = list(map(itemgetter(*present), flat)) if same else None
+    except KeyError:
+        rows = None
+    if rows is None:
+        cols = [list(map(dict.get, flat, repeat(k))) for k in keys]
+        if set(map(type, chain.from_iterable(cols))) - _NUM_TYPES:
+            return None
+        return np.array(cols, dtype=np.float64).T
+    if set(map(type, rows if len(present) == 1 else chain.from_iterable(rows))) - _NUM_TYPES:
+        return None
+    a = np.full((len(flat), len(keys)), np.nan)
+    a[:, [keys.index(k) for k in present]] = np.array(rows, dtype=np.float64).reshape(len(flat), len(present))
+    return a
 
 
 def cached_columns(flat: list[dict[str, Any]], keys: tuple[str, ...]) -> np.ndarray | None:
