@@ -31,7 +31,7 @@ def test_real_exposition_parses():
     assert c["requests_finished_total"] == _value("vllm:request_success_total")
     assert g["requests_running"] == _value("vllm:num_requests_running")
     assert g["kv_cache_util"] == _value("vllm:kv_cache_usage_perc")
-    assert set(h) == {"ttft_s", "itl_s", "prefill_s", "decode_s", "queue_s", "e2e_s"}
+    assert set(h) == {"ttft_s", "itl_s", "prefill_s", "decode_s", "queue_s", "e2e_s", "preemptions_n"}
     for key, hist in h.items():
         assert hist["le"] == sorted(hist["le"]) and float("inf") not in hist["le"], key
         assert hist["cum"] == sorted(hist["cum"]), key  # cumulative

@@ -186,8 +186,18 @@ def finding_facts(f: Finding, counts: PhaseCounts | None = None) -> FindingFacts
         vram_used_bytes=f.vram_used_bytes, vram_total_bytes=f.vram_total_bytes,
         transfer_Bps=f.transfer_Bps, transfer_staged=f.transfer_staged, whatif_pinned=f.whatif_pinned,
         prefix_cache_hit_rate=pc.hit_rate, engine_offload_Bps=pc.rate("engine_bytes"),
-        nvml_pcie_Bps=pc.rate("nvml_bytes"),
+        nvml_pcie_Bps=pc.rate("nvml_bytes"), preemptions=pc.preemptions, engine_copies=engine_copies(pc),
     )  # fmt: skip
+
+
+def engine_copies(pc: PhaseCounts) -> dict[str, dict[str, float | None]] | None:
+    """Per direction, the engine's own KV copy bytes, seconds and rate over a phase (None: it counted none)."""
+    if pc.h2d_bytes is None and pc.d2h_bytes is None:
+        return None
+    return {
+        d: {"bytes": getattr(pc, f"{d}_bytes"), "seconds": getattr(pc, f"{d}_s"), "Bps": pc.engine_rate(d)}
+        for d in ("h2d", "d2h")
+    }
 
 
 NOTHING = "Nothing was in flight: no phase of work to attribute."

@@ -24,8 +24,13 @@ from pcie_tui.core.model import EngineSample
 
 BYTES = ("kv_offload_h2d_bytes_total", "kv_offload_d2h_bytes_total")
 PREFIX = ("prefix_cache_hits_total", "prefix_cache_queries_total")
-_KEYS = frozenset((*BYTES, *PREFIX))
-_NONE: dict[str, float | None] = dict.fromkeys(_KEYS)
+# The seconds the engine's copies took each way (vLLM: ``vllm:kv_offload_load_time`` / ``_store_time``) and
+# the requests it preempted (``vllm:num_preemptions``): the engine's own rate and the count of its own work.
+SECONDS = ("kv_offload_h2d_seconds_total", "kv_offload_d2h_seconds_total")
+PREEMPT = "preemptions_total"
+_KEYS = frozenset((*BYTES, *PREFIX, *SECONDS, PREEMPT))
+_ORDER = (*BYTES, *PREFIX, *SECONDS, PREEMPT)
+_NONE: dict[str, float | None] = dict.fromkeys(_ORDER)
 # The engine's bytes exceed NVML's by more than this share (and MIN_EXCESS_B) before the report says so:
 # NVML's PCIe counters sample the bus, and the two clocks read a tick apart.
 EXCESS_SHARE = 0.10
@@ -43,6 +48,14 @@ class PhaseCounts:
     nvml_bytes: float | None = None  # NVML PCIe RX + TX over the same intervals, all GPUs
     prefix_hits: float | None = None
     prefix_queries: float | None = None
+    h2d_s: float | None = None  # seconds the engine says its host->device copies took
+    d2h_s: float | None = None
+    preemptions: float | None = None  # requests the engine preempted
+
+    def engine_rate(self, direction: str) -> float | None:
+        """The engine's own copy rate one way (``h2d``/``d2h``): its bytes over its copy seconds."""
+        b, secs = getattr(self, f"{direction}_bytes"), getattr(self, f"{direction}_s")
+        return b / secs if b is not None and secs else None
 
     @property
     def hit_rate(self) -> float | None:
@@ -103,6 +116,13 @@ def _add(a: float | None, b: float) -> float:
     return (a or 0.0) + b
 
 
+# PhaseCounts' sums, added up over phases by EngineBytes.total.
+SUMMED = (
+    "engine_bytes", "h2d_bytes", "d2h_bytes", "nvml_bytes", "prefix_hits", "prefix_queries", "h2d_s", "d2h_s",
+    "preemptions",
+)  # fmt: skip
+
+
 class EngineBytes:
     """Per-phase engine counters and NVML bytes, fed the analyzer's chunks in order."""
 
@@ -126,7 +146,7 @@ class EngineBytes:
             if not has[i]:
                 self._prev = (t, _NONE)
                 continue
-            cur = {k: _num(x, k) for k in (*BYTES, *PREFIX)}
+            cur = {k: _num(x, k) for k in _ORDER}
             if self._prev is not None:
                 self._interval(str(ch.phase[i] or "unknown"), t - self._prev[0], self._prev[1], cur, pcie[i])
             self._prev = (t, cur)
@@ -151,6 +171,11 @@ class EngineBytes:
         if inc[PREFIX[0]] is not None and inc[PREFIX[1]] is not None:
             pc.prefix_hits = _add(pc.prefix_hits, inc[PREFIX[0]] or 0.0)
             pc.prefix_queries = _add(pc.prefix_queries, inc[PREFIX[1]] or 0.0)
+        if (n := inc[PREEMPT]) is not None:
+            pc.preemptions = _add(pc.preemptions, n)
+        for key, attr in zip(SECONDS, ("h2d_s", "d2h_s"), strict=True):
+            if (secs := inc[key]) is not None:
+                setattr(pc, attr, _add(getattr(pc, attr), secs))
         h2d, d2h = inc[BYTES[0]], inc[BYTES[1]]
         if h2d is None and d2h is None:
             return
@@ -166,7 +191,7 @@ class EngineBytes:
         out = PhaseCounts()
         for pc in self.phases.values():
             out.span_s += pc.span_s
-            for k in ("engine_bytes", "h2d_bytes", "d2h_bytes", "nvml_bytes", "prefix_hits", "prefix_queries"):
+            for k in SUMMED:
                 v = getattr(pc, k)
                 if v is not None:
                     setattr(out, k, _add(getattr(out, k), v))
@@ -210,6 +235,11 @@ def summary(pc: PhaseCounts) -> dict[str, Any]:
         "prefix_cache_hits": pc.prefix_hits,
         "prefix_cache_queries": pc.prefix_queries,
         "prefix_cache_hit_rate": pc.hit_rate,
+        "h2d_bytes": pc.h2d_bytes,
+        "d2h_bytes": pc.d2h_bytes,
+        "h2d_engine_Bps": pc.engine_rate("h2d"),  # the engine's bytes over its own copy seconds
+        "d2h_engine_Bps": pc.engine_rate("d2h"),
+        "preemptions": pc.preemptions,
     }
 
 
@@ -219,7 +249,7 @@ def report(eb: EngineBytes | None, engine: str = "the engine") -> dict[str, Any]
     if eb is None or not eb.phases:
         return None
     total = eb.total()
-    if total.engine_bytes is None and total.prefix_queries is None:
+    if total.engine_bytes is None and total.prefix_queries is None and not total.preemptions:
         return None
     return {
         "session": summary(total),

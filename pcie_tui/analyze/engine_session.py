@@ -38,12 +38,13 @@ from pcie_tui.analyze.engine import (
     with_http_overhead,
 )
 from pcie_tui.analyze.engine_requests import per_request_summary
+from pcie_tui.analyze.ttft_parts import ttft_parts
 from pcie_tui.core.model import EngineSample, Sample
 from pcie_tui.engines import registry
 from pcie_tui.engines.base import Engine
 from pcie_tui.engines.stats import REQUEST_IDENTITY
 
-_HISTS = (*LATENCIES, "e2e_s")
+_HISTS = (*LATENCIES, "e2e_s", "preemptions_n")
 _NAN = math.nan
 
 
@@ -296,6 +297,8 @@ class EngineSessionFold:
                     f"; TTFT as the client waits: the engine's TTFT + {out['http_overhead_s'] * 1e3:.1f} ms mean per "
                     "request of API-server time outside it (HTTP duration - engine e2e latency)"
                 )
+            hists = {name: fold.total for name, fold in self._hists.items()}
+            out["ttft_parts"] = ttft_parts(eng, hists, out.get("http_overhead_s"))
         else:
             self._per_request(out, per_req_eng)
         return out

@@ -204,6 +204,11 @@ class FindingFacts:
     # What crossed the link in the housekeeping stretches between requests (the engine's own copies:
     # pcie_tui.analyze.between_requests.Copies.to_json), None where the phase had none.
     between_copies: dict[str, Any] | None = None
+    # The engine's own counters of its work over this phase, None where it exposes none: requests it
+    # preempted, and per direction ("h2d", "d2h") the bytes its KV offloading says it copied, the seconds it
+    # says the copies took and their rate (bytes over those seconds; None without the seconds).
+    preemptions: float | None = None
+    engine_copies: dict[str, dict[str, float | None]] | None = None
 
 
 @dataclass(frozen=True)
@@ -312,6 +317,13 @@ class Engine(ABC):
     quantile_method: ClassVar[str | None] = None
     # Whether the engine's TTFT counts the time a request waited in its queue (None: unknown or no TTFT).
     ttft_includes_queue: ClassVar[bool | None] = None
+    # The parts of a histogram engine's TTFT it times itself, in order (keys of ``extra["hist"]``, each a
+    # disjoint interval inside the TTFT's), and what the rest of its TTFT is, in the engine's terms: the
+    # report's TTFT decomposition (pcie_tui.analyze.ttft_parts). Empty: the engine's TTFT is not decomposed.
+    ttft_parts: ClassVar[tuple[str, ...]] = ()
+    ttft_rest: ClassVar[str | None] = None
+    # Parts of a request's wait the engine does not time, each with why (the report says them).
+    unmeasured_waits: ClassVar[tuple[str, ...]] = ()
     # True: :meth:`live_tokens`, where it answers, counts every token as it is processed (SGLang's
     # realtime counters), so its rate is shown over the request-end counters'; False: both are lower
     # bounds (llama-server's /slots misses short requests) and the larger is shown.

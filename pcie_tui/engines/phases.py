@@ -9,8 +9,12 @@ scrape interval: continuous batching), ``idle`` (answering, nothing moving),
 A tick with a request outstanding is never ``idle``: ``queue`` when requests wait and none is being
 processed; ``housekeeping`` when the engine does its own work between requests (``extra``
 ``busy_with``, from the engine's log: llama-server saving a slot's KV to its host prompt cache or
-loading one back before a request starts); a scrape the engine's loop could not answer (inside a
-batch) keeps what its log and last answer say it is doing (``busy_with``: prefill, decode, ...).
+loading one back before a request starts; or ``own_work``, from the engine's counters between two
+scrapes: vLLM preempting a request to recompute it later, or its KV offloading loading blocks a request
+waits on); a scrape the engine's loop could not answer (inside a batch) keeps what its log and last
+answer say it is doing (``busy_with``: prefill, decode, ...). Requests running on the first scrape
+(nothing to compare yet) are not idle either: ``prefill``, as with running requests whose counters did
+not move (below).
 
 A ``mixed`` tick is given to what the bus was doing: with bulk host->device traffic (the
 engine's GPUs receiving at least ``loading_rx_Bps``) it is ``prefill``, since a batch that
@@ -59,7 +63,7 @@ def counter_phase(prev: EngineSample | None, cur: EngineSample) -> str | None:
     if isinstance(sp, int) and isinstance(sd, int):
         return "mixed" if sp and sd else "prefill" if sp else "decode" if sd else "idle"
     if prev is None:
-        return None
+        return "prefill" if cur.requests_running else None
     live = live_phase(prev, cur)
     if live is not None:
         return live
@@ -163,6 +167,8 @@ def tick_phase(
         if not served and (alive is True or bulk_rx):
             return "loading"
         return "down"
+    if engine.extra.get("own_work") and (engine.requests_waiting or engine.requests_running):
+        return "housekeeping"  # the engine's own work held requests up in this scrape's interval
     phase = counter_phase_ or "idle"
     busy_with = engine.extra.get("busy_with")
     if phase == "idle" and busy_with in PHASES:

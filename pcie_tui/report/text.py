@@ -19,6 +19,7 @@ from pcie_tui.analyze.engine_session import EngineSessionFold
 from pcie_tui.analyze.health_lines import heat_lines, link_health_lines
 from pcie_tui.analyze.linkmodel_report import LinkModelReport
 from pcie_tui.analyze.session import SessionAnalyzer
+from pcie_tui.analyze.ttft_parts import parts_line
 from pcie_tui.analyze.verdict import DEFAULT_THRESHOLDS, Thresholds
 from pcie_tui.analyze.whatif import render_whatif, whatif_report
 from pcie_tui.core.model import GpuInfo, Sample, SessionHeader
@@ -432,6 +433,20 @@ def _q(d: dict[str, Any] | None, unit: str = "auto", scale: float = 1e3) -> str:
     return " / ".join("n/a" if v is None else f"{v * scale:.{places}f}" for v in vals) + f" {unit} (p50/p95/p99)"
 
 
+def _render_ttft_parts(tp: dict[str, Any] | None, console: Console) -> None:
+    """The engine's TTFT in parts (means that sum), its preemptions, and what it does not time, with why."""
+    if not tp:
+        return
+    _wrapped(console, "  " + parts_line(tp) + "; each part's p50/p95/p99 is on its line above")
+    if tp.get("counts_apart"):
+        _wrapped(console, f"  (means over different requests: {', '.join(tp['counts_apart'])} counted another number)")
+    per = tp.get("preemptions_per_request")
+    if per:
+        _wrapped(console, f"  preempted: {per:.2f} times per finished request ({tp.get('preemptions') or 0:g} in all)")
+    for why in tp.get("unmeasured") or ():
+        _wrapped(console, f"  not measured: {why}")
+
+
 def _render_engine(eng: dict[str, Any], console: Console) -> None:
     def q_rate(d: dict[str, Any] | None) -> str:
         if not d or d.get("p50") is None:
@@ -458,6 +473,7 @@ def _render_engine(eng: dict[str, Any], console: Console) -> None:
         if key == "setup_s" and not eng.get(key):
             continue  # only engines that time it (llama-server: its prompt cache's work before a request)
         _wrapped(console, f"  {label} {_q(eng.get(key))}")
+    _render_ttft_parts(eng.get("ttft_parts"), console)
     pr = eng.get("per_request") or {}
     if pr.get("n"):
         _wrapped(

@@ -44,7 +44,8 @@ def free_port() -> int:
 class VllmServer:
     """One vLLM API server process group; ``start`` waits until it answers."""
 
-    def __init__(self, model_dir: Path, port: int, log_path: Path) -> None:
+    def __init__(self, model_dir: Path, port: int, log_path: Path, extra: tuple[str, ...] = ()) -> None:
+        self.extra = extra  # more server flags (a test's own KV cache size, batch limits)
         self.model_dir = model_dir
         self.port = port
         self.log_path = log_path
@@ -65,7 +66,7 @@ class VllmServer:
             str(VLLM_PY), "-m", "vllm.entrypoints.openai.api_server",
             "--model", str(self.model_dir), "--served-model-name", SERVED_NAME,
             "--dtype", "float32", "--max-model-len", "512",
-            "--host", "127.0.0.1", "--port", str(self.port),
+            "--host", "127.0.0.1", "--port", str(self.port), *self.extra,
         ]  # fmt: skip
 
     def launch(self) -> None:

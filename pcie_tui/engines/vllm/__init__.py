@@ -51,6 +51,24 @@ class VllmEngine(Engine):
     layout_flags = LAYOUT_FLAGS
     # time_to_first_token_seconds runs from the request's arrival: queue time included.
     ttft_includes_queue = True
+    # vLLM 0.32 times each finished request from engine-core events (vllm/v1/metrics/stats.py,
+    # IterationStats.update_from_finished_request): queue = first SCHEDULED - QUEUED
+    # (vllm:request_queue_time_seconds), prefill = first token - first SCHEDULED
+    # (vllm:request_prefill_time_seconds, "any preemptions during prefill is included"), decode = last token -
+    # first token (vllm:request_decode_time_seconds, preemptions during decode included); its TTFT
+    # (vllm:time_to_first_token_seconds) runs from the API server's arrival stamp to the output processor
+    # taking the first token. What TTFT holds beyond queue + prefill is the API server <-> engine core hand-off.
+    ttft_parts = ("queue_s", "prefill_s")
+    ttft_rest = "API server <-> engine core hand-off (input processing, IPC, output processing)"
+    unmeasured_waits = (
+        "preemption per request: vLLM counts preemptions (vllm:num_preemptions, and per finished request "
+        "vllm:request_num_preemptions) but not their time; a preempted request's recompute is inside its "
+        "prefill or decode time, and vLLM keeps no per-request log to take it out",
+        "per-request sums: vLLM's latencies are histograms without request identity, so each part's "
+        "p50/p95/p99 is over all requests and the parts' quantiles do not add up to TTFT's; only their means do",
+        "the API server's HTTP time per request is a mean (http_request_duration_seconds less "
+        "vllm:e2e_request_latency_seconds), not a distribution",
+    )
 
     def classify(self, argv: Sequence[str], proc_name: str) -> Role | None:
         r = layout.classify(argv, proc_name)

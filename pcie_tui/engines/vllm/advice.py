@@ -88,6 +88,8 @@ QUIET_LINK = 0.10  # share of a phase's time bound by the link below which it co
 
 def advise(fx: EngineFacts, finding: FindingFacts) -> list[Advice]:
     bound = finding.bound
+    if finding.phase == "housekeeping":
+        return [_housekeeping_advice(fx, finding)]
     out: list[Advice] = []
     off = fx.fact("weight_offload")
     if bound in ("link", "transfer") and fx.host_weights and off is not None:
@@ -187,3 +189,69 @@ def _prefix_note(finding: FindingFacts) -> Advice | None:
         evidence=(f"prefix-cache hit rate {rate * 100:.0f}% ({said})",),
         short=f"{rate * 100:.0f}% of prompt tokens were prefix-cache hits",
     )
+
+
+_DIRS = (("d2h", "GPU->host", "store", "vllm:kv_offload_store_bytes / _store_time"),
+         ("h2d", "host->GPU", "load", "vllm:kv_offload_load_bytes / _load_time"))  # fmt: skip
+
+
+def _housekeeping_advice(fx: EngineFacts, finding: FindingFacts) -> Advice:
+    """Requests held up by vLLM's own work (the tick's ``own_work``, :mod:`.client`): preemption (the scheduler
+    ran out of KV blocks, took a running request's and queued it to be recomputed) and KV offload copies a
+    request waits on. Priced by the engine's counters: its preemptions, and per direction its bytes, copy
+    seconds and rate against the pinned ceiling, with NVML's PCIe bytes over the same ticks beside them."""
+    n = finding.preemptions
+    pre = f"{n:g} preemptions (/metrics vllm:num_preemptions over this phase)" if n else None
+    moved = _copy_words(finding)
+    what = "preemption and recompute" if n else "KV offload copies"
+    cause = (
+        f"vLLM's own work while requests waited: {what} ("
+        + ("the KV cache ran out of blocks: a running request's blocks were freed and it was queued to be "
+           "computed again" if n else "blocks copied between GPU and host memory that waiting requests need")
+        + (f"; {fx.kv_on_host}" if fx.kv_on_host else "") + ")"
+    )  # fmt: skip
+    fix = (
+        "give the KV cache more blocks (a higher --gpu-memory-utilization, a smaller --max-model-len) or admit "
+        "fewer requests at once (--max-num-seqs, --max-num-batched-tokens)"
+        + ("; with --kv-offloading-size set, preempted blocks come back from host memory instead of being "
+           "recomputed" if n and not fx.kv_on_host else "")
+    )  # fmt: skip
+    return Advice(
+        cause=cause,
+        fix=fix,
+        evidence=tuple(x for x in (pre, moved, _copy_link(finding), _vram(finding)) if x),
+        short=f"vLLM's own {what} while requests waited",
+    )
+
+
+def _copy_words(f: FindingFacts) -> str | None:
+    """The engine's KV copies over the phase per direction: bytes, its own rate and against the pinned ceiling."""
+    c = f.engine_copies
+    if not c:
+        return None
+    parts = []
+    for d, words, verb, said in _DIRS:
+        x = c.get(d) or {}
+        b = x.get("bytes")
+        if not b:
+            continue
+        r = x.get("Bps")
+        of = f", {r / f.pinned_ceiling_Bps:.0%} of the pinned ceiling" if r and f.pinned_ceiling_Bps else ""
+        at = f" at {fmt_rate(r)} (its own copy time){of}" if r else ""
+        parts.append(f"{verb} {words} {b / 1e6:.1f} MB{at} ({said})")
+    return "KV offload in this phase: " + "; ".join(parts) if parts else None
+
+
+def _copy_link(f: FindingFacts) -> str | None:
+    """NVML's PCIe bytes over the same ticks as the engine's (engine_bytes intervals), where both exist."""
+    if f.nvml_pcie_Bps is None or f.engine_offload_Bps is None:
+        return None
+    return (
+        f"NVML PCIe RX + TX {fmt_rate(f.nvml_pcie_Bps)} vs vLLM's {fmt_rate(f.engine_offload_Bps)} over the same ticks"
+    )
+
+
+def _vram(f: FindingFacts) -> str | None:
+    if f.vram_used_bytes is None or not f.vram_total_bytes:
+        return None
+    return f"VRAM {f.vram_used_bytes / 1e9:.1f} of {f.vram_total_bytes / 1e9:.1f} GB in use"

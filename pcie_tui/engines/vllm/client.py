@@ -37,12 +37,22 @@ COUNTERS = {
     # bytes loaded from the offload medium to the GPU (host->device) and stored from the GPU to it.
     "kv_offload_h2d_bytes_total": ("vllm:kv_offload_load_bytes_total",),
     "kv_offload_d2h_bytes_total": ("vllm:kv_offload_store_bytes_total",),
+    # ... and the seconds its copies took each way (``vllm:kv_offload_load_time`` / ``_store_time``: "Total
+    # load time from offload storage to GPU, in seconds"): the engine's own rate is bytes over these seconds.
+    "kv_offload_h2d_seconds_total": ("vllm:kv_offload_load_time_total",),
+    "kv_offload_d2h_seconds_total": ("vllm:kv_offload_store_time_total",),
 }
 # Counters read per label value (our name -> sample name, label, value): the deprecated KV offload
 # byte counter of the same connector, kept beside the flat ones above during vLLM's migration.
 LABELLED = {
     "kv_offload_h2d_bytes_total": ("vllm:kv_offload_total_bytes_total", "transfer_type", "CPU_to_GPU"),
     "kv_offload_d2h_bytes_total": ("vllm:kv_offload_total_bytes_total", "transfer_type", "GPU_to_CPU"),
+    "kv_offload_h2d_seconds_total": ("vllm:kv_offload_total_time_total", "transfer_type", "CPU_to_GPU"),
+    "kv_offload_d2h_seconds_total": ("vllm:kv_offload_total_time_total", "transfer_type", "GPU_to_CPU"),
+    # Waiting requests held back by the engine's own transfers or limits, not by capacity: vLLM >= 0.11's
+    # ``vllm:num_requests_waiting_by_reason{reason="deferred"}`` ("deferred by transient constraints (LoRA
+    # budget, KV transfer, blocked status)"; vllm/v1/metrics/loggers.py of 0.32). A gauge, read per scrape.
+    "requests_waiting_deferred": ("vllm:num_requests_waiting_by_reason", "reason", "deferred"),
 }
 # Counters copied into EngineSample.extra as they are (cumulative; the analysis takes differences).
 EXTRA_COUNTERS = (
@@ -54,9 +64,17 @@ EXTRA_COUNTERS = (
     "external_prefix_cache_hits_total",
     "kv_offload_h2d_bytes_total",
     "kv_offload_d2h_bytes_total",
+    "kv_offload_h2d_seconds_total",
+    "kv_offload_d2h_seconds_total",
     "http_seconds_total",
     "http_requests_total",
 )
+# The engine's own work between requests, by the counter that shows it (our name -> ``own_work`` word).
+OWN_WORK = {
+    "preemptions_total": "preemption",
+    "kv_offload_h2d_bytes_total": "kv_offload_load",
+    "kv_offload_d2h_bytes_total": "kv_offload_store",
+}
 # The API server's own timing of each generation request, HTTP in to the last byte out
 # (prometheus-fastapi-instrumentator's ``http_request_duration_seconds``, which vLLM exposes): its mean
 # less the mean of ``vllm:e2e_request_latency_seconds`` (arrival to finish) is the time a client waits that
@@ -68,6 +86,7 @@ GAUGES = {
     "requests_waiting": ("vllm:num_requests_waiting",),
     # A fraction 0..1 despite "perc" in the name (vLLM's help text: 1 means 100 percent).
     "kv_cache_util": ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc", "vllm:cpu_cache_usage_perc"),
+    "requests_waiting_deferred": (),  # LABELLED only
 }
 HISTOGRAMS = {
     "ttft_s": ("vllm:time_to_first_token_seconds",),
@@ -76,6 +95,9 @@ HISTOGRAMS = {
     "decode_s": ("vllm:request_decode_time_seconds",),
     "queue_s": ("vllm:request_queue_time_seconds",),
     "e2e_s": ("vllm:e2e_request_latency_seconds",),
+    # Times each finished request was preempted (its count and sum: preemptions per request); the buckets
+    # (1, 2, 3, 4, 5, 10, 20) hold never- and once-preempted requests together (vllm/v1/metrics/buckets.py).
+    "preemptions_n": ("vllm:request_num_preemptions",),
 }
 
 _VERSION_RES = (
@@ -251,6 +273,8 @@ class VllmClient:
         self._version: str | None = self.info.get("version")
         # The last scrape's KV offload byte counters and when it was read (for bytes/s between scrapes).
         self._prev_offload: tuple[float, float | None, float | None] | None = None
+        # The last scrape's counters of the engine's own work (:data:`OWN_WORK`), for what rose since.
+        self._prev_own: dict[str, float | None] = {}
 
     def _get_json(self, path: str) -> Any:
         status, body = http_get(self.url + path, self.timeout_s)
@@ -312,6 +336,25 @@ class VllmClient:
                 out[key] = (cur - old) / (now - prev[0])
         return out
 
+    def _own_work(self, c: dict[str, Any], g: dict[str, Any]) -> list[str]:
+        """What the engine did of its own work since the last scrape that holds requests up (``own_work``, in
+        vLLM's words; :func:`pcie_tui.engines.phases.tick_phase` makes a tick with requests outstanding and any
+        of it ``housekeeping``): ``preemption`` (``vllm:num_preemptions`` rose: the scheduler took a running
+        request's KV blocks for another and put it back in the queue to be recomputed, vllm/v1/core/sched/
+        scheduler.py ``_preempt_request``), ``kv_offload_load`` (the OffloadingConnector loaded blocks
+        host->GPU for a request that waits on them), ``kv_transfer_wait`` (requests waiting, deferred on a KV
+        transfer), and ``kv_offload_store`` (blocks stored GPU->host while requests wait for room; stores
+        beside a running batch with none waiting hold no one up). None on the first scrape or across a restart."""
+        cur = {k: c.get(k) for k in OWN_WORK}
+        prev, self._prev_own = self._prev_own, cur
+        rose = {k for k, v in cur.items() if v is not None and prev.get(k) is not None and v > (prev[k] or 0.0)}
+        out = [OWN_WORK[k] for k in OWN_WORK if k in rose]
+        if "kv_offload_store" in out and not g.get("requests_waiting"):
+            out.remove("kv_offload_store")
+        if g.get("requests_waiting_deferred"):
+            out.append("kv_transfer_wait")
+        return out
+
     def read(self) -> EngineSample:
         """One /metrics scrape -> EngineSample (phase left for the poller)."""
         try:
@@ -326,13 +369,16 @@ class VllmClient:
             return EngineSample(kind=self.kind, up=False, error=f"/metrics unreadable: {str(e)[:120]}")
         c, g = m["counters"], m["gauges"]
         extra: dict[str, Any] = {"hist": m["hist"]}
-        for k in ("kv_cache_util",):
+        for k in ("kv_cache_util", "requests_waiting_deferred"):
             if g.get(k) is not None:
                 extra[k] = g[k]
         for k in EXTRA_COUNTERS:
             if c.get(k) is not None:
                 extra[k] = c[k]
         extra.update(self._offload_rates(c))
+        own = self._own_work(c, g)
+        if own:
+            extra["own_work"] = own
         return EngineSample(
             kind=self.kind,
             up=True,
