@@ -76,6 +76,14 @@ def test_tick_phase_rules():
     busy = EngineSample(kind="llamacpp", up=True, extra={"busy_with": "housekeeping", "server_state": "busy"})
     assert tick_phase(busy, "idle", alive=True, served=True, rx_Bps=2e9) == "housekeeping"  # not loading
     assert tick_phase(busy, None, alive=True, served=True, rx_Bps=None) == "housekeeping"
+    # The loop did not answer while its log showed a slot in its setup (H100, b11434, 2026-12-07: the busy scrape
+    # counted the open request as running, so the counters said "prefill" with SM 0 % for 1.3 s a request).
+    setup = EngineSample(
+        kind="llamacpp", up=True, requests_running=1.0, extra={"busy_with": "housekeeping", "server_state": "busy"}
+    )
+    assert tick_phase(setup, "prefill", alive=True, served=True, rx_Bps=3e5) == "housekeeping"
+    started = EngineSample(kind="llamacpp", up=True, requests_running=1.0, extra={"busy_with": "prefill"})
+    assert tick_phase(started, "decode", alive=True, served=True, rx_Bps=3e5) == "decode"
     odd = EngineSample(kind="llamacpp", up=True, extra={"busy_with": "nonsense"})
     assert tick_phase(odd, "idle", alive=True, served=True, rx_Bps=None) == "idle"
     # Several requests, some in prefill, some decoding: the bus says which one the tick's work was.

@@ -171,7 +171,9 @@ def tick_phase(
         return "housekeeping"  # the engine's own work held requests up in this scrape's interval
     phase = counter_phase_ or "idle"
     busy_with = engine.extra.get("busy_with")
-    if phase == "idle" and busy_with in PHASES:
+    if busy_with in PHASES and (phase == "idle" or busy_with == "housekeeping"):
+        # The log's word for a loop that did not answer. Its counters could not be read, so the counter phase
+        # of such a scrape is at most "running, nothing moved" (prefill): the log knows a slot in its setup.
         return str(busy_with)
     if phase == "idle" and engine.requests_waiting:
         return "queue"
