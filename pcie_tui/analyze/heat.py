@@ -207,6 +207,8 @@ class Heat:
             g.add("mask", ch.cols[COL["clock_events"]][sel].astype(np.int64))
             for name, key in _GPU_COLS.items():
                 g.add(name, ch.cols[COL[key]][sel])
+            # working: SM use at BUSY_SM or more, or unknown while the reasons do not say idle (0x1)
+            g.add("busy", ~(ch.cols[COL["sm_util"]][sel] < BUSY_SM) & ((g.parts["mask"][-1] & 0x1) == 0))
             phases = [ch.phase[i] for i in ch.tick_of[sel].tolist()]
             g.phase += phases
             self._count(int(gi), phases, thr[sel], g.parts["mask"][-1], g.parts["clock"][-1])
@@ -413,7 +415,7 @@ class Heat:
                 continue
             c_in, c_out = clocks_by.get((phase, True)), clocks_by.get((phase, False))
             r_in, r_out = inside.rate(), outside.rate()
-            lost, basis = _lost(inside.time_s, r_in, r_out, c_in, c_out or self._max_clock())
+            lost, basis = _lost(inside.time_s, r_in, r_out, c_in, c_out, self._max_clock())
             out[phase] = {
                 "throttled_s": inside.time_s,
                 "time_s": total,
@@ -434,11 +436,12 @@ class Heat:
         vals: dict[tuple[str, bool], list[np.ndarray]] = {}
         for g in self.gpus.values():
             ph = np.array([str(p) for p in g.phase], dtype=object)
-            thr, clock = g.col("thr"), g.col("clock")
+            thr, clock, busy = g.col("thr"), g.col("clock"), g.col("busy")
             for p in dict.fromkeys(g.phase):
                 in_p = ph == str(p)
                 for side in (True, False):
-                    c = _finite(clock[in_p & (thr == side)])
+                    # the unthrottled side: busy ticks only (an idle GPU's clocks drop by design)
+                    c = _finite(clock[in_p & (thr == side) & busy])
                     if c.size:
                         vals.setdefault((UNLABELLED if p is None else str(p), side), []).append(c)
         return {k: float(np.median(np.concatenate(v))) for k, v in vals.items()}
@@ -487,13 +490,25 @@ def _itl(phase: str, inside: _Side, outside: _Side, per_request: dict[bool, floa
 
 
 def _lost(
-    thr_s: float, r_in: float | None, r_out: float | None, c_in: float | None, c_ref: float | None
+    thr_s: float,
+    r_in: float | None,
+    r_out: float | None,
+    c_in: float | None,
+    c_out: float | None,
+    c_max: float | None,
 ) -> tuple[float | None, str | None]:
-    """Seconds the throttled time would have been shorter at the unthrottled rate, and what says so."""
+    """Seconds the throttled time would have been shorter at the unthrottled rate, and what says so: tokens/s
+    inside vs outside; else the SM clock inside vs busy ticks outside; else vs the GPU's highest clock (no
+    busy tick ran unthrottled: what the work would gain if it scales with the clock, an upper bound)."""
     if r_in is not None and r_out:
         return max(0.0, thr_s * (1.0 - r_in / r_out)), "tokens/s inside vs outside"
-    if c_in is not None and c_ref:
-        return max(0.0, thr_s * (1.0 - c_in / c_ref)), "SM clock inside vs outside (no token counts)"
+    if c_in is not None and c_out:
+        return max(0.0, thr_s * (1.0 - c_in / c_out)), "SM clock inside vs busy ticks outside (no token counts)"
+    if c_in is not None and c_max:
+        return max(0.0, thr_s * (1.0 - c_in / c_max)), (
+            f"SM clock inside vs the GPU's highest, {c_max:,.0f} MHz: no busy tick ran unthrottled and no token "
+            "counts; at most this, if the work scales with the clock"
+        )
     return None, None
 
 
