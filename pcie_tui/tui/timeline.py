@@ -17,7 +17,7 @@ from textual.widgets import Static
 
 from pcie_tui.tui import fmt, spark
 from pcie_tui.tui.frame import Frame, GpuView
-from pcie_tui.tui.widgets import MetricRow, set_border_title, set_text
+from pcie_tui.tui.widgets import MetricRow, set_border_title, set_spark_rows, set_text, spark_share
 
 LABEL_CELLS = 24
 AXIS_STEP_S = (1, 2, 5, 10, 15, 30, 60)  # a tick mark every this many seconds: the smallest with room
@@ -77,11 +77,10 @@ class TimelinePanel(Vertical):
         yield self.axis
 
     def on_resize(self) -> None:
-        """Each chart takes an equal share of the panel's rows (the axis keeps one)."""
-        each = max(1, (self.content_size.height - 1) // len(self.rows))
-        for row in self.rows:
-            if row.spark.styles.height is None or row.spark.styles.height.value != each:
-                row.spark.styles.height = each
+        """The charts share the panel's rows (the axis keeps one), the first ones a row more where they do
+        not divide evenly: no blank row under the axis."""
+        for row, n in zip(self.rows, spark_share(self.content_size.height - 1, len(self.rows)), strict=True):
+            set_spark_rows(row.spark, n)
         if self._last is not None:
             self.show(self._last)
 
