@@ -328,7 +328,8 @@ def position_text(
     pos = r.current_t - r.start_t
     dur = r.end_t - r.start_t
     so_far = f" ({r.loading})" if r.loading else ""
-    head = f"{icon} {r.speed:g}x · {pos:6.2f} s / {dur:.2f} s{so_far} · "
+    # fmt.elapsed, the events' times unsigned: 15.10 s, 123.4 s, then 1:02:03 (not 39580.00 s)
+    head = f"{icon} {r.speed:g}x · {fmt.elapsed(pos):>8} / {fmt.elapsed(dur)}{so_far} · "
     tail = f" · tick {r.position}/{r.total}"
     bar_w = max(0, width - len(head) - len(tail))
     frac = 0.0 if dur <= 0 else min(1.0, pos / dur)
