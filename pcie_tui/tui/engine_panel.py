@@ -7,7 +7,6 @@ from typing import Any
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Vertical
-from textual.css.scalar import Scalar
 from textual.widgets import Static
 
 from pcie_tui.engines import registry
@@ -109,6 +108,7 @@ class EnginePanel(Vertical):
         self.running = MetricRow(classes="row-running")
         self.tokens = MetricRow(classes="row-tokens")
         self.legend = HistoryLegend()
+        self._most: int | None = None  # the max height set beside the GPUs (None: the stylesheet's)
 
     @property
     def charts(self) -> tuple[MetricRow, MetricRow]:
@@ -139,9 +139,9 @@ class EnginePanel(Vertical):
         rows = base if height is None else max(base, base + height - self.natural_rows(tall))
         for row, n in zip(shown, spark_share(rows, len(shown)), strict=True):
             set_spark_rows(row.spark, n)
-        most = height if height is not None else None
-        if self.styles.max_height != (None if most is None else Scalar.from_number(most)):
-            self.styles.max_height = most  # beside the GPUs: never taller than their panel
+        if height != self._most:  # compared with what was set (the stylesheet's 50vh reads back otherwise)
+            self._most = height
+            self.styles.max_height = height  # beside the GPUs: never taller than their panel
 
     def show(self, frame: Frame, wide: bool, stacked: bool = False, compact: bool = False) -> None:
         """``compact``: a short terminal (two lines, no history): the rows go to the saturation events."""
