@@ -154,10 +154,11 @@ def regions(rec: Recording, position: int, size: tuple[int, int]) -> dict:
         async with app.run_test(size=size) as pilot:
             await wait_until(pilot, lambda: frame_at(app, position))
             await pilot.pause()
+            await pilot.pause()  # the sparklines' height is fitted after a refresh
             for sel in ("#headline", "#panels", "#gpus", "#engine", "#events", "#position"):
                 out[sel] = app.query_one(sel).region
-            await pilot.pause()  # the sparklines' height is fitted after a refresh
             out["spark_rows"] = app.query_one("#gpu-0").tx.spark.size.height
+            out["chart_rows"] = [row.spark.size.height for row in app.query_one("#gpu-0").charts]
             out["gpu_panel"] = app.query_one("#gpu-0").region
             out["events"] = len(app.frame.events)
             out["events_title"] = app.query_one("#events").border_title
@@ -203,8 +204,8 @@ def test_narrow_terminal_stacks_the_panels(llama):
 
 @pytest.mark.parametrize("size", [(170, 45), (100, 40)], ids=["170x45", "100x40"])
 def test_events_box_fills_the_rows_left_and_keeps_its_rows(llama, size):
-    """The charts take the room a tall terminal has; the events box fills what they leave, never less than
-    its titled border, header and rows, and reaches the position bar (no blank band between)."""
+    """The charts take the room a tall terminal has; the events box keeps its titled border with no events,
+    grows to its header and rows when one comes, and reaches the position bar (no blank band between)."""
     before = regions(llama, 10, size)  # loading: no saturation yet
     assert before["events"] == 0 and before["#events"].height >= 2  # the titled border at least
     pos = saturated_moment(llama, "link", "prefill", peak=True)
@@ -217,24 +218,24 @@ def test_events_box_fills_the_rows_left_and_keeps_its_rows(llama, size):
 
 @pytest.mark.parametrize("size", [(80, 24), (100, 30), (120, 40), (170, 45), (200, 50)], ids=str)
 def test_sparklines_take_the_rows_a_tall_terminal_leaves(size):
-    """Below 40 rows one row per sparkline; above, as many as the room below the panels allows (up
-    to SPARK_ROWS_MAX), so a tall terminal shows taller histories, not blank rows; the panel stays whole
-    and the events box keeps its 4 rows below it (from 200x50, the shared time axis beside it keeps its 11)."""
-    from pcie_tui.tui.app import SPARK_ROWS_MAX, TIMELINE_AT, TIMELINE_ROWS_MIN
+    """The GPU charts take every row the other boxes leave (issue 22), shared row by row (the first ones a
+    row more where the rows do not divide evenly), so a tall terminal shows taller histories, not blank
+    rows; the events box with no events keeps only its titled border, right above the position bar; from
+    200x50 the shared time axis takes its TIMELINE_ROWS_MIN and more, and the charts stop at SPARK_ROWS_MAX."""
+    from pcie_tui.tui.app import SPARK_ROWS_MAX, TIMELINE_AT
 
     rec = read_recording(LLAMA.with_name("h200-pageable.jsonl.gz"), warn=False)
     r = regions(rec, 120, size)  # mid-prefill, headline of two or three rows, no events
-    rows = r["spark_rows"]
-    if size[1] < 40:
-        assert rows == 1
-        return
-    assert 2 <= rows <= SPARK_ROWS_MAX
-    assert r["#position"].y - r["#events"].bottom <= 2  # the events box reaches the position bar
-    keep = TIMELINE_ROWS_MIN if size[0] >= TIMELINE_AT[0] and size[1] >= TIMELINE_AT[1] else 4
-    left = r["#events"].height - keep  # rows the events box has beyond those it keeps
-    assert rows == SPARK_ROWS_MAX or left < 3, (rows, left)  # less than one more row per sparkline
-    assert r["gpu_panel"].bottom <= r["#events"].y and r["#engine"].bottom <= r["#events"].y
-    assert r["gpu_panel"].height == 2 + 3 + 3 * rows  # borders, badge/figures/legend, TX/RX/DRAM whole
+    rows = r["chart_rows"]  # TX, RX, DRAM
+    assert len(rows) == 3 and min(rows) >= 1 and max(rows) - min(rows) <= 1 and rows == sorted(rows, reverse=True)
+    assert r["events"] == 0 and r["#events"].height == 2 and r["#events"].bottom == r["#position"].y
+    assert r["gpu_panel"].height == 2 + 3 + sum(rows)  # borders, badge/figures/legend, TX/RX/DRAM whole
+    if size[0] >= TIMELINE_AT[0] and size[1] >= TIMELINE_AT[1]:
+        assert max(rows) <= SPARK_ROWS_MAX
+    else:  # nothing between the panels and the events box
+        assert max(r["gpu_panel"].bottom, r["#engine"].bottom) == r["#events"].y, r
+    if size[1] >= 40:
+        assert min(rows) >= 2
 
 
 def test_position_bar_stays_on_screen_when_the_panels_overflow():

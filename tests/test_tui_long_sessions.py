@@ -1,6 +1,6 @@
 """A session hours long: the events' start and end times (fmt.offset) stay whole in their columns, each with
 a space before the next column, at 80x24 and 200x50 (the column was sized for "+99.99 s": from +100 s a
-time ran into the GPU column)."""
+time ran into the GPU column); the shared time axis reads in minutes and hours, the position bar in h:mm:ss."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from pcie_tui.tui import fmt
 from pcie_tui.tui.app import make_app
 from pcie_tui.tui.events import EVENT_COLUMNS, EventsPane
 from pcie_tui.tui.headless import frame_at, run, screen_text, wait_until
+from pcie_tui.tui.timeline import TimelinePanel, axis
 
 DT = 10.0  # a tick every 10 s: eleven hours in 3,960 ticks
 CAPACITY = 63e9
@@ -94,3 +95,52 @@ def test_event_times_of_an_eleven_hour_session_stay_in_their_columns(size):
     visible = {re.search(r"\+(\d+:\d\d:\d\d|\d+\.\d+ s)", ln).group(0) for ln in shown}
     assert visible <= set(starts) | {c[1] for c in out["cells"]}
     assert "+10:50:00" in visible and "+10:00:10" in visible
+
+
+def test_eleven_hours_at_200x50_read_in_minutes_and_hours():
+    """The shared time axis of a session hours long labels minutes and hours ("-45 min", "-1:30 h"), never two
+    labels closer than two blank cells (they ran together: "-2580 s-2280 s"); the position bar and the
+    history legends give times past 1,000 s as h:mm:ss (fmt.elapsed, the events' times unsigned), not
+    "39580.00 s"."""
+    rec = long_session()
+    n = len(rec.samples) - 1
+    src = ReplaySource(rec)
+    src.seek_to_index(n)
+    src.set_paused(True)
+    app = make_app(src)
+    out: dict = {}
+
+    async def go() -> None:
+        async with app.run_test(size=(200, 50)) as pilot:
+            await wait_until(pilot, lambda: frame_at(app, n), 20)
+            await pilot.pause()
+            await pilot.pause()
+            out["axis"] = str(app.query_one(TimelinePanel).axis.render())
+            out["text"] = screen_text(app)
+
+    run(go())
+    labels = out["axis"].split()
+    joined = re.findall(r"-\d+(?::\d\d)? (?:s|min|h)|now", out["axis"])
+    assert " ".join(joined).split() == labels, out["axis"]  # nothing but whole labels on the axis
+    assert len(joined) >= 4 and joined[-1] == "now" and all(" min" in x or " h" in x for x in joined[:-1]), joined
+    spans = [m.span() for m in re.finditer(r"-\d+(?::\d\d)? (?:s|min|h)|now", out["axis"])]
+    assert all(nxt[0] - prev[1] >= 2 for prev, nxt in zip(spans, spans[1:], strict=False)), out["axis"]
+    position = next(ln for ln in out["text"].splitlines() if "tick " in ln and " / " in ln)
+    assert re.search(r"10:59:\d\d / 10:59:\d\d", position), position
+    assert "history 0:49:50" in out["text"] or "last 0:49:50" in out["text"], out["text"]
+    assert not re.search(r"\d{4,}\.\d+ s", out["text"]), out["text"]
+
+
+def test_axis_labels_keep_two_cells_apart_at_any_step():
+    """From 0.1 s ticks to 1 min ticks, at any width: whole labels, two blank cells at least between them."""
+    for width in (60, 120, 175):
+        for interval in (0.1, 1.0, 10.0, 60.0):
+            ax = str(axis(width, 300, 300, interval))
+            spans = [m.span() for m in re.finditer(r"-\d+(?::\d\d)? (?:s|min|h)|now", ax)]
+            assert len(spans) >= 2 and ax.rstrip().endswith("now"), ax
+            assert " ".join(ax[a:b] for a, b in spans).split() == ax.split(), ax  # whole labels only
+            assert all(nxt[0] - prev[1] >= 2 for prev, nxt in zip(spans, spans[1:], strict=False)), (
+                width,
+                interval,
+                ax,
+            )

@@ -457,8 +457,8 @@ def test_layout_uses_the_room_it_gets(rec):
     run(measure((160, 50)))
     narrow, wide = sizes[(80, 24)], sizes[(160, 50)]
     assert wide[0] > narrow[0] + 60  # sparklines get the width
-    assert wide[1] >= 2 and narrow[1] == 1  # and more rows when tall (test_tui_layout_keys_and_headline: how many)
-    assert wide[2] < 3 * wide[1]  # the room left goes to the charts first, the events box gets the rest
+    assert wide[1] > narrow[1] >= 1  # and more rows when tall (test_tui_layout_keys_and_headline: how many)
+    assert wide[2] < 3 * wide[1]  # the room left goes to the charts first, the events box gets its rows
 
 
 def test_several_gpus_each_get_a_panel_and_scroll(rec):

@@ -2,6 +2,9 @@
 200x50 and 240x67, each at three moments (a quarter, half and nine tenths of the recording), checked as a
 user reads the screen: no band of blank rows above 2 (the 160x45 screen had 19-22), the panels the size
 promises present, the headline's phase the GPU panel's, no bound named before the evidence threshold.
+Every bundled demo, at every size and moment: no empty band as :func:`headless.empty_bands` sees one, rows
+blank inside a box (an events box with no events held 4-19 of them), across the screen but for borders, or
+an area no box covers (13-27 rows under the engine box beside the taller GPU panel from 160x45).
 A demo scaled to 8 GPUs (and 16 at 80x24): one line per GPU, all 8 from 120x40 up, "+N more" where not all fit.
 From 200x50 up: link TX/RX, DRAM and tokens/s stacked on one time axis (the same ticks in the same cells)."""
 
@@ -15,7 +18,7 @@ from pcie_tui.recording import demos
 from pcie_tui.recording.reader import read_recording
 from pcie_tui.recording.replay import ReplaySource
 from pcie_tui.tui.app import make_app
-from pcie_tui.tui.headless import frame_at, run, scaled_gpus, screen_text, wait_until
+from pcie_tui.tui.headless import empty_bands, frame_at, run, scaled_gpus, screen_text, wait_until
 from pcie_tui.tui.timeline import TimelinePanel
 from pcie_tui.tui.widgets import HeadlineBar
 
@@ -42,6 +45,7 @@ def _look(rec, position: int, size: tuple[int, int]) -> dict:
             await pilot.pause()
             await pilot.pause()  # the sparklines are fitted after a refresh
             out["text"] = screen_text(app)
+            out["bands"] = empty_bands(app)
             out["headline"] = app.query_one(HeadlineBar).text
             out["frame"] = app.frame
             out["shown"] = {
@@ -70,6 +74,7 @@ def test_every_size_uses_its_rows(rec, size):
         text = got["text"]
         assert len(text.splitlines()) >= size[1] - 1
         assert _longest_blank_run(text) <= 2, f"{size} at {m:.0%}:\n{text}"
+        assert not got["bands"], f"{size} at {m:.0%}: {got['bands']}\n{text}"
         shown = got["shown"]
         assert shown["#headline"] and shown["#gpu-0"] and shown["#engine"] and shown["#position"], shown
         assert shown["#events"], f"{size}: no events box"  # at 80x24 too: the engine panel is two lines there
@@ -80,6 +85,71 @@ def test_every_size_uses_its_rows(rec, size):
             assert head.startswith(phase), (phase, head)
         if "measuring" in head.split("\n")[0]:
             assert not re.search(r"-bound|link-saturated", head.split("\n")[0]), head
+
+
+def _bands_at_every_size(rec, position: int) -> dict[tuple[int, int], tuple[list[str], str]]:
+    """One app at ``position``, resized through SIZES as a user drags the window: (bands, screen) per size."""
+    src = ReplaySource(rec)
+    src.seek_to_index(position)
+    src.set_paused(True)
+    app = make_app(src)
+    out: dict = {}
+
+    async def go() -> None:
+        async with app.run_test(size=SIZES[0]) as pilot:
+            await wait_until(pilot, lambda: frame_at(app, position), 20)
+            for size in SIZES:
+                await pilot.resize_terminal(*size)
+                await pilot.pause()
+                await pilot.pause()  # the charts are fitted after a refresh
+                out[size] = (empty_bands(app), screen_text(app))
+
+    run(go())
+    return out
+
+
+@pytest.mark.parametrize("name", list(demos.available()))
+def test_no_empty_band_in_any_demo_at_any_size(name):
+    """Every bundled demo (the pageable one's empty events box held 4-6 blank rows at every size; beside the
+    GPU panel the engine box left 13 rows empty from 160x45), at each size of the issue and three moments."""
+    rec = read_recording(demos.resolve(name), warn=False)
+    for m in MOMENTS:
+        for size, (bands, text) in _bands_at_every_size(rec, int(m * (len(rec.samples) - 1))).items():
+            assert not bands, f"{name} {size} at {m:.0%}: {bands}\n{text}"
+
+
+def test_empty_bands_sees_blank_rows_inside_a_box_and_beside_a_panel():
+    """The check itself, on the pageable demo at 160x45 laid out as before: an events box with no events
+    and 3 rows inside, an engine box 12 rows shorter than the GPU panel beside it. Both are named; the charts'
+    own headroom (a link at 1 % of its ceiling: rows blank above the bars) is not."""
+    from pcie_tui.tui.gpu_panel import GpuPanel
+
+    rec = read_recording(demos.resolve("h200-pageable"), warn=False)
+    pos = len(rec.samples) // 2
+    src = ReplaySource(rec)
+    src.seek_to_index(pos)
+    src.set_paused(True)
+    app = make_app(src)
+    out: dict = {}
+
+    async def go() -> None:
+        async with app.run_test(size=(160, 45)) as pilot:
+            await wait_until(pilot, lambda: frame_at(app, pos), 20)
+            await pilot.pause()
+            await pilot.pause()
+            out["now"] = empty_bands(app)
+            for row in app.query_one("#gpu-0", GpuPanel).charts:  # 3 rows to the events box below, which has none
+                row.spark.styles.height = row.spark.outer_size.height - 1
+            engine = app.query_one("#engine")
+            engine.styles.max_height = engine.outer_size.height - 12
+            await pilot.pause()
+            await pilot.pause()
+            out["before"] = empty_bands(app)
+
+    run(go())
+    assert out["now"] == []
+    assert any(b.startswith("#events: rows") for b in out["before"]), out["before"]
+    assert any(b.startswith("uncovered: columns 96-159") for b in out["before"]), out["before"]  # beside the GPU panel
 
 
 # ---- many GPUs: one line each where the panels do not fit ------------------------------------------

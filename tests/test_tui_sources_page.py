@@ -6,6 +6,7 @@ those of its whole recording (a reading late in it counts while paused early); l
 from __future__ import annotations
 
 import dataclasses
+import re
 from pathlib import Path
 
 import pytest
@@ -167,3 +168,40 @@ def test_figures_are_per_gpu_and_a_scan_is_bounded():
     for s in samples:
         live.note(s)
     assert live.snapshot() == seen.snapshot() and not live.whole
+
+
+# ---- the engine section: the same rule ------------------------------------------------------------------
+
+
+def _engine_part(text: str) -> str:
+    return text[text.index("Engine panel") :]
+
+
+def test_the_engine_section_lists_only_the_engine_figures_read_so_far():
+    """llama-server paused before its first request ended: no TTFT, ITL or queue yet, and the KV cache is
+    never collected from it; those rows are named as without a reading, not given a source. Once requests
+    ended (the end of the recording), TTFT and prefill come with their source; the KV cache still not."""
+    rec = read_recording(demos.resolve("h200-pinned"), warn=False)
+    early = flat(_engine_part(page_text(rec, 40)))
+    assert "running, waiting /slots entries" in early or "running, waiting running: /slots" in early, early
+    assert "in host memory llama-server's load log" in early, early
+    for figure, source in (("TTFT, prefill", "llama-server log, per finished request"), ("KV cache", "not collected")):
+        assert f"{figure} {source}" not in early, early
+    assert re.search(r"no reading yet [^:]*TTFT, prefill[^:]*: no reading of them in this session so far", early)
+    assert "KV cache" in early.split("no reading yet")[1]
+    late = flat(_engine_part(page_text(rec, len(rec.samples) - 1)))
+    assert "TTFT, prefill llama-server log, per finished request" in late, late
+    assert "KV cache not collected" not in late and "KV cache" in late.split("no reading yet")[1]
+
+
+def test_every_llama_and_vllm_engine_row_is_checked_for_readings():
+    from pcie_tui.engines import registry
+    from pcie_tui.tui.sources import ENGINE_FIGURE_KEYS, engine_sources
+
+    for kind in ("llamacpp", "vllm"):
+        eng = registry.get(kind)
+        assert eng is not None, kind
+        assert all(r[0] in ENGINE_FIGURE_KEYS for r in eng.sources("w")), kind
+        rows = engine_sources(kind, {}, 10.0, frozenset())
+        assert [r.figure for r in rows] == ["no reading yet"], rows
+        assert [r.figure for r in engine_sources(kind, {}, 10.0, None)] == [r[0] for r in eng.sources("the last 10 s")]

@@ -76,6 +76,31 @@ def duration(s: float | None) -> str:
     return NA if s is None else f"{s:.1f} s"
 
 
+def elapsed(s: float | None) -> str:
+    """Time into a session (or its length): ``12.35 s`` below 100 s, ``123.4 s`` below 1,000 s, then hours,
+    minutes and seconds, ``0:16:40``, ``1:02:03``: at most 7 characters under 10 hours."""
+    if s is None:
+        return NA
+    if round(s, 2) < 100:
+        return f"{s:.2f} s"
+    if round(s, 1) < 1000:
+        return f"{s:.1f} s"
+    minutes, sec = divmod(round(s), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}:{minutes:02d}:{sec:02d}"
+
+
+def ago(s: float) -> str:
+    """How long before now, for a time axis: ``-45 s`` under a minute, ``-43 min`` under an hour, then
+    ``-1:05 h`` (hours and minutes); the seconds of a longer time are dropped (an axis' steps are whole)."""
+    if round(s) < 60:
+        return f"-{s:g} s"
+    minutes = round(s / 60)
+    if minutes < 60:
+        return f"-{minutes} min"
+    return f"-{minutes // 60}:{minutes % 60:02d} h"
+
+
 def tokens_per_s(v: float | None) -> str:
     """A token rate: one decimal below 100 tok/s (11.7 tok/s), whole above (1572 tok/s)."""
     return NA if v is None else f"{v:.1f} tok/s" if v < 100 else f"{v:.0f} tok/s"
@@ -85,7 +110,7 @@ def tokens_per_s(v: float | None) -> str:
 
 UNITS = (
     "TB/s", "GB/s", "MB/s", "kB/s", "B/s", "tok/s", "TB", "GB", "MB", "kB", "B", "TiB", "GiB", "MiB", "KiB",
-    "%", "s", "ms", "us", "µs", "ns", "W", "GHz", "MHz", "tokens", "token", "ticks", "tick",
+    "%", "s", "ms", "us", "µs", "ns", "min", "h", "W", "GHz", "MHz", "tokens", "token", "ticks", "tick",
 )  # fmt: skip
 # A space between a number (digit last) and one of UNITS that ends there (not "3 steps", "5 Bytes").
 _PAIR = re.compile(

@@ -158,7 +158,9 @@ class KeyActions(AppBase):
                 self.push_screen(SourcesScreen(self.source.header, figures={}))
             else:
                 self.push_screen(
-                    SourcesScreen(self.source.header, f.engine, f.engine_stats, f.figures, f.figures_whole)
+                    SourcesScreen(
+                        self.source.header, f.engine, f.engine_stats, f.figures, f.figures_whole, f.engine_figures
+                    )
                 )
 
     def action_answer(self) -> None:

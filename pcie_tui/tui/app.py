@@ -31,14 +31,16 @@ from pcie_tui.tui.gpu_panel import GpuPanel
 from pcie_tui.tui.gpu_rows import GpuRows
 from pcie_tui.tui.state import HISTORY_TICKS, ViewModel
 from pcie_tui.tui.timeline import TimelinePanel
-from pcie_tui.tui.widgets import HeadlineBar, PositionBar, header_text, set_text
+from pcie_tui.tui.widgets import HeadlineBar, PositionBar, header_text, set_spark_rows, set_text, spark_share
 from pcie_tui.tui.worker import FrameReady, RecordingFailed, SourceFailed, SourceFault, SourceWorker
 
 WIDE_AT_COLUMNS = 120
 SIDE_BY_SIDE_AT_COLUMNS = 160  # GPU panels and the engine panel in two columns (with an engine)
 TALL_AT_ROWS = 40
 SHORT_BELOW_ROWS = 30  # a stacked engine panel shrinks to two lines, so the saturation events keep rows
-SPARK_ROWS_MAX = 12  # a tall terminal's room left below the panels goes to taller GPU sparklines, up to this
+# The GPU sparklines take the rows the other boxes leave; several GPUs' (and one GPU's above the shared timeline,
+# which takes the rest) up to this many rows each; on a tall terminal two at least.
+SPARK_ROWS_MAX = 12
 PANEL_ROWS_MIN = 8  # a GPU panel with one-row charts; GPUs whose panels do not fit #gpus get one line each
 TIMELINE_AT = (200, 50)  # columns, rows: link, DRAM and token timing on one time axis beside the events
 TIMELINE_ROWS_MIN = 11  # its borders, four charts of two rows and the axis
@@ -175,6 +177,7 @@ class PcieTuiApp(KeyActions, SourceWorker, App[None]):
             main.update_node_styles()
         for p in self._panels.values():
             p.wide = wide
+        self._events_w.set_fixed(timeline)  # under the timeline: its rows; else the room the charts leave
         self._set_compact(self._too_many_panels(height))
         if self.frame is not None:
             self._render(self.frame)  # schedules the sparklines' fit
@@ -197,35 +200,46 @@ class PcieTuiApp(KeyActions, SourceWorker, App[None]):
             p.display = not compact
 
     def _fit_sparks(self) -> None:
-        """GPU sparklines as tall as the room allows on a tall terminal (2 to SPARK_ROWS_MAX rows), so
-        the rows below the panels show history instead of staying blank; 1 row (the stylesheet) below
-        TALL_AT_ROWS. Computed from the heights of everything else, which do not depend on it, and set
-        only when it changes (a relayout)."""
-        panels = [p for p in self._panels.values() if p.is_mounted and p.display]
-        if not panels or self._stop.is_set():
+        """Every row of the screen to a panel (issue 22): the events box keeps the rows its events need
+        (:attr:`EventsPane.rows_needed`: its titled border alone with none), the shared timeline its
+        TIMELINE_ROWS_MIN, and one GPU's charts take all the rest, shared row by row (beside the GPUs, the
+        engine's charts grow to the GPU panel's height). Several GPUs scroll in #gpus (60 %); the charts up to
+        SPARK_ROWS_MAX rows where the timeline or the events box below takes the rows over. Computed from the
+        heights of everything else, which do not depend on it, and set only when it changes (a relayout)."""
+        if self._stop.is_set():
             return
+        panels = [p for p in self._panels.values() if p.is_mounted and p.display]
+        side = self._main.has_class("-side")
+        tall = self.size.height >= TALL_AT_ROWS
+        if not panels:
+            self._engine_w.fit(None, tall)
+            return
+        one = len(panels) == 1
+        rows = self._panel_rows(panels, one, side, tall)
+        sparks = [row for p in panels for row in p.charts]
+        most = None if one and not self._capped() else SPARK_ROWS_MAX
+        share = spark_share(rows, len(sparks), most, least=2 if tall else 1)  # several GPUs scroll, not shrink
+        for row, n in zip(sparks, share, strict=True):
+            set_spark_rows(row.spark, n)
+        self._gpus_w.styles.max_height = "100%" if one else "60vh"
+        gpu_h = sum(p.fixed_rows for p in panels) + sum(share)
+        self._engine_w.fit(gpu_h if side and one else None, tall)
+
+    def _capped(self) -> bool:
+        """One GPU's charts stop at SPARK_ROWS_MAX rows only where the timeline below takes the rows over."""
+        return self._main.has_class("-timeline")
+
+    def _panel_rows(self, panels: list[GpuPanel], one: bool, side: bool, tall: bool) -> int:
+        """The rows the GPU panels' charts may share on this screen."""
         height = self.size.height
-        rows: int | None = None
-        if height >= TALL_AT_ROWS:
-            sparks = sum(3 + bool(p.nvlink.display) for p in panels)
-            cur = max(1, panels[0].tx.spark.outer_size.height)
-            fixed = sum(p.outer_size.height for p in panels) - sparks * cur  # borders, badge, figures, legend
-            other = 1 + self._headline_w.outer_size.height + self.query_one("#bottom").outer_size.height
-            events = self._events_w.rows_needed if self._events_w.display else 0
-            if self._main.has_class("-timeline"):
-                events = max(events, TIMELINE_ROWS_MIN)
-            other += max(4, events)  # #lower keeps 4 rows at least; the events box fills what is left
-            if not self._main.has_class("-side"):
-                other += self._engine_w.outer_size.height if self._engine_w.display else 0
-            one = len(panels) == 1  # several GPUs scroll in #gpus (60vh); one takes the room it needs
-            room = (height - other if one else min(height - other, int(0.6 * height))) - fixed
-            rows = max(2, min(SPARK_ROWS_MAX, room // sparks))
-            self._gpus_w.styles.max_height = "100%" if one else "60vh"
-        for p in panels:
-            for row in (p.tx, p.rx, p.nvlink, p.mem):
-                st = row.spark.styles
-                if (st.height.value if st.height is not None else None) != rows:
-                    st.height = rows  # None: back to the stylesheet's height
+        other = 1 + self._headline_w.outer_size.height + self.query_one("#bottom").outer_size.height
+        other += self._events_w.rows_needed if self._events_w.display else 0
+        if self._main.has_class("-timeline"):
+            other += TIMELINE_ROWS_MIN
+        if not side and self._engine_w.display:
+            other += self._engine_w.natural_rows(tall)
+        room = height - other if one else min(height - other, self._gpus_room(height))
+        return room - sum(p.fixed_rows for p in panels)
 
     # ---- messages from the worker ---------------------------------------------
 

@@ -12,7 +12,7 @@ from textual.widgets import Static
 from pcie_tui.engines import registry
 from pcie_tui.tui import fmt
 from pcie_tui.tui.state import Frame
-from pcie_tui.tui.widgets import HistoryLegend, MetricRow, set_text
+from pcie_tui.tui.widgets import HistoryLegend, MetricRow, set_spark_rows, set_text, spark_share
 
 
 def _cache_counters(stats: dict[str, Any]) -> str:
@@ -98,42 +98,78 @@ def compact_lines(frame: Frame) -> Text:
 
 
 class EnginePanel(Vertical):
-    """The engine's state and token timing, and requests running over time shaded by phase."""
+    """The engine's state and token timing, and its history shaded by phase: requests running and tokens/s
+    (prompt and generated). Beside the GPU panels the two charts grow to the GPU panel's height (:meth:`fit`)."""
 
     def __init__(self, history_ticks: int) -> None:
         super().__init__(id="engine")
         self.history_ticks = history_ticks
         self.text = Static(Text("no engine attached", style="dim"), classes="engine-text")
         self.running = MetricRow(classes="row-running")
+        self.tokens = MetricRow(classes="row-tokens")
         self.legend = HistoryLegend()
+        self._most: int | None = None  # the max height set beside the GPUs (None: the stylesheet's)
+
+    @property
+    def charts(self) -> tuple[MetricRow, MetricRow]:
+        return (self.running, self.tokens)
 
     def compose(self) -> ComposeResult:
         yield self.text
-        yield self.running
+        yield from self.charts
         yield self.legend
 
     def on_mount(self) -> None:
         self.border_title = "engine"
-        self.running.display = False
-        self.legend.display = False
+        for w in (*self.charts, self.legend):
+            w.display = False
+
+    def natural_rows(self, tall: bool) -> int:
+        """The panel's rows with its charts one row each (two on a tall screen), as its text is laid out now."""
+        if not self.display:
+            return 0
+        charts = sum(1 for row in self.charts if row.display) * (2 if tall else 1)
+        return self.gutter.height + self.text.outer_size.height + charts + (1 if self.legend.display else 0)
+
+    def fit(self, height: int | None, tall: bool) -> None:
+        """The charts one row each (two on a tall screen); with ``height`` (the GPU panel's, beside it), as
+        tall as makes the panel that high, so no rows stand blank under it. Set only when it changes."""
+        shown = [row for row in self.charts if row.display]
+        base = len(shown) * (2 if tall else 1)
+        rows = base if height is None else max(base, base + height - self.natural_rows(tall))
+        for row, n in zip(shown, spark_share(rows, len(shown)), strict=True):
+            set_spark_rows(row.spark, n)
+        if height != self._most:  # compared with what was set (the stylesheet's 50vh reads back otherwise)
+            self._most = height
+            self.styles.max_height = height  # beside the GPUs: never taller than their panel
 
     def show(self, frame: Frame, wide: bool, stacked: bool = False, compact: bool = False) -> None:
         """``compact``: a short terminal (two lines, no history): the rows go to the saturation events."""
         text = compact_lines(frame) if compact else engine_lines(frame, wide, stacked)
         set_text(self.text, text, layout=True)  # line count may change
         attached = not compact and (any(v is not None for v in frame.engine_hist_running) or frame.engine is not None)
-        self.running.display = attached
-        self.legend.display = attached
+        for w in (*self.charts, self.legend):
+            if w.display != attached:
+                w.display = attached
         if not attached:
             return
         hist = frame.engine_hist_running
         top = max((v for v in hist if v is not None), default=None)
         now = frame.engine.requests_running if frame.engine is not None and frame.engine.up else None
-        set_text(self.running.label, f"{'running':<8}{fmt.count(now, 'req'):>10}  (bar top {fmt.count(top, 'req')})")
+        set_text(self.running.label, f"{'running':<8}{fmt.count(now, 'req'):>10} (top {fmt.count(top, 'req')})")
         self.running.spark.show(
             hist, frame.engine_hist_phase, frame.engine_hist_start, max(top or 0.0, 1.0), self.history_ticks
         )
+        self._show_tokens(frame)
         self.legend.show(frame.engine_hist_span_s, frame.engine_hist_phase)
+
+    def _show_tokens(self, frame: Frame) -> None:
+        """Prompt and generated tokens a second over the history (the shared timeline's figure)."""
+        hist = frame.engine_hist_tokens
+        top = max((v for v in hist if v is not None), default=None)
+        now = hist[-1] if hist else None
+        set_text(self.tokens.label, f"{'tokens':<8}{fmt.tokens_per_s(now):>10} (top {fmt.tokens_per_s(top)})")
+        self.tokens.spark.show(hist, frame.engine_hist_phase, frame.engine_hist_start, top or 1.0, self.history_ticks)
 
 
 def _latency_lines(stats: dict[str, Any], wide: bool, stacked: bool) -> list[str]:

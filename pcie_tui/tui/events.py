@@ -7,6 +7,7 @@ from collections.abc import Iterable, Sequence
 
 from textual.app import ComposeResult
 from textual.containers import Vertical
+from textual.css.scalar import Scalar
 from textual.widgets import DataTable
 from textual.widgets.data_table import ColumnKey
 
@@ -86,13 +87,25 @@ class EventsPane(Vertical):
         self._order: tuple[str, ...] = ()
         self._cells: dict[str, tuple[str, ...]] = {}
         self._rows = -1  # table rows the box is sized for
+        self.fixed = False  # as tall as its rows need (under the shared timeline), else it fills the room left
         self._redrawn_at = 0.0  # monotonic time the rows were last redrawn
 
     @property
     def rows_needed(self) -> int:
-        """Borders, the header and up to EVENTS_MAX_ROWS rows; only the borders with none. The box itself
-        fills the rows the panels leave (#lower); the app sizes the charts so that at least these remain."""
+        """Borders, the header and up to EVENTS_MAX_ROWS rows; only the titled border with none. The app
+        sizes the charts so that these remain, and no more: the box grows as events come (a relayout per
+        new row, up to EVENTS_MAX_ROWS); it takes more only where the charts stop at their most rows."""
         return 2 + (self._rows + 1 if self._rows > 0 else 0)
+
+    def set_fixed(self, fixed: bool) -> None:
+        """``fixed``: exactly :attr:`rows_needed` tall (the timeline above takes the rows left); else 1fr."""
+        self.fixed = fixed
+        self._apply_height()
+
+    def _apply_height(self) -> None:
+        want = Scalar.from_number(self.rows_needed) if self.fixed else Scalar.parse("1fr")
+        if self.styles.height != want:
+            self.styles.height = want
 
     def _fit(self, n: int) -> None:
         """Show the table once there is a row (set only when the count changes: a redraw never relayouts)."""
@@ -101,6 +114,7 @@ class EventsPane(Vertical):
             return
         self._rows = rows
         self.table.display = rows > 0
+        self._apply_height()
 
     def compose(self) -> ComposeResult:
         yield self.table

@@ -14,6 +14,8 @@ pct = units.pct
 gib = units.gib
 seconds = units.seconds
 tokens_per_s = units.tokens_per_s
+elapsed = units.elapsed  # the replay's position and length: 15.10 s, then 1:02:03 (the events' times, unsigned)
+ago = units.ago  # a time axis' labels: -45 s, -43 min, -1:05 h
 
 
 def watts(w: float | None) -> str:
@@ -21,17 +23,9 @@ def watts(w: float | None) -> str:
 
 
 def offset(s: float | None) -> str:
-    """Session time since the first tick: ``+12.35 s`` below 100 s, ``+123.4 s`` below 1,000 s, then hours,
-    minutes and seconds, ``+0:16:40``, ``+1:02:03``: at most 8 characters for a session under 10 hours."""
-    if s is None:
-        return NA
-    if round(s, 2) < 100:
-        return f"+{s:.2f} s"
-    if round(s, 1) < 1000:
-        return f"+{s:.1f} s"
-    minutes, sec = divmod(round(s), 60)
-    hours, minutes = divmod(minutes, 60)
-    return f"+{hours}:{minutes:02d}:{sec:02d}"
+    """Session time since the first tick (:func:`pcie_tui.core.units.elapsed` with a sign): ``+12.35 s``,
+    ``+123.4 s``, then ``+0:16:40``, ``+1:02:03``: at most 8 characters for a session under 10 hours."""
+    return NA if s is None else f"+{units.elapsed(s)}"
 
 
 def count(v: float | None, unit: str) -> str:

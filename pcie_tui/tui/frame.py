@@ -141,3 +141,6 @@ class Frame:
     # the others as not in it. A replay's cover its whole recording once figures_whole; None: not known.
     figures: Mapping[int, frozenset[str]] | None = None
     figures_whole: bool = False
+    # The engine panel's figures the session has had a reading of so far (tui.seen.EngineFiguresSeen); None:
+    # not known, every engine source listed.
+    engine_figures: frozenset[str] | None = None

@@ -119,6 +119,16 @@ class GpuPanel(Vertical):
         yield self.misc
         yield self.legend
 
+    @property
+    def charts(self) -> list[MetricRow]:
+        """The chart rows shown (NVLink only where the GPU has it)."""
+        return [row for row in (self.tx, self.rx, self.nvlink, self.mem) if row.display]
+
+    @property
+    def fixed_rows(self) -> int:
+        """The panel's rows besides its charts' (borders, badge, figures, legend), as laid out now."""
+        return self.outer_size.height - sum(row.outer_size.height for row in self.charts)
+
     def _title(self) -> None:
         # On the border line: Textual keeps the corners, a border cell and a space each side and the
         # ellipsis' cell free (a title of width - 7 shows whole): the short form where the full one does not fit.

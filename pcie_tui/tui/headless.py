@@ -11,7 +11,9 @@ from typing import Any
 
 from rich.console import Console
 from textual.app import App
+from textual.geometry import Region
 from textual.pilot import Pilot
+from textual.widget import Widget
 
 from pcie_tui.analyze.session import SessionAnalyzer
 from pcie_tui.recording.reader import Recording
@@ -100,3 +102,95 @@ def scaled_gpus(rec: Recording, n_gpus: int) -> Recording:
 
 def run(coro: Any) -> Any:
     return asyncio.run(coro)
+
+
+# Widgets that draw a chart: a row of them blank is the chart's own headroom (a link at 1 % of its ceiling), not
+# an empty band. A MetricRow is a chart with its label beside it.
+CHART_WIDGETS = ("Spark", "MetricRow")
+# Widgets that stand on their own rows with text (not boxes): their ragged right edge is no band either.
+TEXT_BARS = ("#header", "#headline", "#bottom")
+
+
+def empty_bands(app: App[Any], most: int = 2) -> list[str]:
+    """Bands of more than ``most`` rows that a user reads as empty on the monitor screen (issue 22):
+
+    - rows blank across a box's interior (inside its border and padding: an events box with no rows, an
+      engine text shorter than its box), chart areas counting as drawn;
+    - rows blank across the whole screen once the borders are taken away;
+    - an area at least 4 columns wide that no box, bar or chart covers (the room beside a shorter panel).
+
+    Each is described in one line (where, which rows); none: an empty list."""
+    width, height = app.size
+    grid = [list(line.ljust(width)[:width]) for line in screen_text(app).splitlines()[:height]]
+    grid += [[" "] * width for _ in range(height - len(grid))]
+    screen = app.screen
+    shown = [w for w in screen.walk_children(Widget) if w.display and w.visible and _on_screen(screen, w)]
+    for w in shown:
+        if type(w).__name__ in CHART_WIDGETS:
+            _fill(grid, _visible(screen, w), "#")
+    out: list[str] = []
+    boxes = [
+        w for w in shown if any(edge[0] not in ("", "none", "hidden") for edge in w.styles.border) or w.id == "headline"
+    ]
+    for w in boxes:
+        inner = w.content_region.intersection(_visible(screen, w))
+        rows = [all(grid[y][x] == " " for x in range(inner.x, inner.right)) for y in range(inner.y, inner.bottom)]
+        out += [f"{_name(w)}: rows {inner.y + a}-{inner.y + b} blank inside" for a, b in _runs(rows, most)]
+    frame = set("│┃║ ")  # the side borders of boxes; a box's top or bottom edge is drawn, not blank
+    rows = [all(c in frame for c in line) for line in grid]
+    out += [f"screen: rows {a}-{b} blank but for borders" for a, b in _runs(rows, most)]
+    covered = [[False] * width for _ in range(height)]
+    for w in [*boxes, *(w for w in shown if f"#{w.id}" in TEXT_BARS)]:
+        _fill(covered, _visible(screen, w), True)
+    out += _open_areas(grid, covered, most)
+    return out
+
+
+def _on_screen(screen: Any, widget: Any) -> bool:
+    try:
+        return bool(screen.find_widget(widget).visible_region.area)
+    except Exception:  # not in the compositor's map: not shown
+        return False
+
+
+def _visible(screen: Any, widget: Any) -> Region:
+    region: Region = screen.find_widget(widget).visible_region
+    return region
+
+
+def _fill(grid: list[list[Any]], region: Region, value: Any) -> None:
+    for y in range(max(0, region.y), min(len(grid), region.bottom)):
+        row = grid[y]
+        for x in range(max(0, region.x), min(len(row), region.right)):
+            row[x] = value
+
+
+def _runs(flags: list[bool], most: int) -> list[tuple[int, int]]:
+    """(first, last) index of each run of True longer than ``most``."""
+    out, start = [], None
+    for i, on in enumerate([*flags, False]):
+        if on and start is None:
+            start = i
+        elif not on and start is not None:
+            if i - start > most:
+                out.append((start, i - 1))
+            start = None
+    return out
+
+
+def _open_areas(grid: list[list[str]], covered: list[list[bool]], most: int, min_width: int = 4) -> list[str]:
+    """Blank areas no box or bar covers, more than ``most`` rows tall and ``min_width`` columns wide."""
+    height, width = len(grid), len(grid[0]) if grid else 0
+    up = [0] * width  # blank uncovered rows ending at this row, per column
+    out: list[str] = []
+    for y in range(height):
+        up = [up[x] + 1 if grid[y][x] == " " and not covered[y][x] else 0 for x in range(width)]
+        tall = [u > most for u in up]
+        for a, b in _runs(tall, min_width - 1):  # reported once, on the area's last row
+            if y + 1 == height or any(grid[y + 1][x] != " " or covered[y + 1][x] for x in range(a, b + 1)):
+                out.append(f"uncovered: columns {a}-{b} blank for {min(up[a : b + 1])} rows up to row {y}")
+    return out
+
+
+def _name(widget: Any) -> str:
+    return f"#{widget.id}" if widget.id else type(widget).__name__

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any
 
 from rich.console import Group
@@ -39,10 +39,12 @@ def sources_renderable(
     engine_stats: dict[str, Any] | None = None,
     figures: Mapping[int, frozenset[str]] | None = None,
     figures_whole: bool = False,
+    engine_figures: Collection[str] | None = None,
 ) -> Group:
     """Per GPU, each figure: its source, then units and window, indented under it; then the engine's.
     ``figures``: per GPU, the rows the session has a reading of (Frame.figures); the others are named as
-    not in it. None: every figure's source is listed."""
+    not in it. None: every figure's source is listed. ``engine_figures``: the same for the engine panel's
+    figures (Frame.engine_figures), read so far."""
     parts: list[Any] = [
         Text("Where each number comes from", style="bold"),
         Text(
@@ -66,7 +68,7 @@ def sources_renderable(
     if engine is not None or kind:
         window = (engine_stats or {}).get("window_s")
         parts.append(Text(f"\nEngine panel · {kind or 'engine'}", style="bold underline"))
-        parts.append(_rows_table(engine_sources(kind, engine_stats, window)))
+        parts.append(_rows_table(engine_sources(kind, engine_stats, window, engine_figures)))
     parts.append(Text("\nescape, ? or i: back · up/down: scroll", style="dim"))
     return Group(*parts)
 
@@ -87,8 +89,10 @@ class SourcesScreen(ModalScreen[None]):
         engine_stats: dict[str, Any] | None = None,
         figures: Mapping[int, frozenset[str]] | None = None,
         figures_whole: bool = False,
+        engine_figures: Collection[str] | None = None,
     ) -> None:
         super().__init__(id="sources-screen")
+        self.engine_figures = engine_figures
         self.header = header
         self.engine = engine
         self.engine_stats = engine_stats
@@ -96,7 +100,9 @@ class SourcesScreen(ModalScreen[None]):
         self.figures_whole = figures_whole
 
     def compose(self) -> ComposeResult:
-        text = sources_renderable(self.header, self.engine, self.engine_stats, self.figures, self.figures_whole)
+        text = sources_renderable(
+            self.header, self.engine, self.engine_stats, self.figures, self.figures_whole, self.engine_figures
+        )
         with VerticalScroll(id="sources-body"):
             yield Static(text, id="sources-text")
 

@@ -98,3 +98,38 @@ class FiguresSeen:
         if self._snapshot is None:
             self._snapshot = {i: frozenset(seen) for i, seen in self._seen.items()}
         return self._snapshot
+
+
+class EngineFiguresSeen:
+    """The engine panel's figures the session has had a reading of so far: the keys of the engine's statistics
+    (pcie_tui.analyze.engine: ``ttft_s``, ``kv_cache_util``, ...) with a value, ``requests_running`` and
+    ``requests_waiting`` from its ticks too, and ``placement`` once the engine's facts say what it keeps in
+    host memory. Noted from each frame's statistics and each tick fed (a replay's: the frames shown and the
+    ticks of the statistics window before them; a request that ends later in the recording is not counted
+    before it is shown, and a seek past one counts it only where the window still holds it)."""
+
+    def __init__(self) -> None:
+        self._seen: set[str] = set()
+        self._snapshot: frozenset[str] = frozenset()
+
+    def note(self, stats: Mapping[str, Any] | None, engine: Any, placement: str | None) -> None:
+        new = [k for k, v in (stats or {}).items() if k not in self._seen and _has_value(v)]
+        for k in ("requests_running", "requests_waiting"):
+            if k not in self._seen and getattr(engine, k, None) is not None:
+                new.append(k)
+        if placement and "placement" not in self._seen:
+            new.append("placement")
+        if new:
+            self._seen.update(new)
+            self._snapshot = frozenset(self._seen)
+
+    def snapshot(self) -> frozenset[str]:
+        """The figures seen; the same object until one more is."""
+        return self._snapshot
+
+
+def _has_value(v: Any) -> bool:
+    """A reading: not None, and a quantile set with a median (``{"p50": None, ...}`` is none)."""
+    if isinstance(v, Mapping):
+        return v.get("p50") is not None
+    return v is not None

@@ -162,19 +162,50 @@ def engine_kind(engine: Any, header: SessionHeader) -> str | None:
     return str(kind) if kind else None
 
 
-def engine_sources(kind: str | None, stats: dict[str, Any] | None, window_s: float | None) -> list[FigureSource]:
-    """One row per figure of the engine panel (the keys of pcie_tui.analyze.engine's snapshot)."""
+# The engine panel's figures each source row describes (the keys of pcie_tui.analyze.engine's statistics, the
+# ticks' request counts, "placement" for the engine's facts), by the row's figure label in each engine's
+# sources(): a row is listed only where the session has a reading of one of them. A label not here (a figure
+# this page cannot check) is listed as before.
+ENGINE_FIGURE_KEYS: dict[str, tuple[str, ...]] = {
+    "tokens prompt / generated": ("prompt_tokens_per_s", "generation_tokens_per_s"),
+    "prompt, generation tok/s": ("prompt_tokens_per_s", "generation_tokens_per_s"),
+    "TTFT, prefill": ("ttft_s", "prefill_s"),
+    "ITL, decode": ("itl_s", "decode_s"),
+    "TTFT, ITL": ("ttft_s", "itl_s"),
+    "TTFT, ITL, e2e, queue": ("ttft_s", "itl_s", "queue_s"),
+    "prefill, decode, queue": ("prefill_s", "decode_s", "queue_s"),
+    "queue": ("queue_s",),
+    "running, waiting": ("requests_running", "requests_waiting"),
+    "KV cache": ("kv_cache_util",),
+    "KV cache use": ("kv_cache_util",),
+    "prefix hits": ("prefix_cache_hit_rate",),
+    "KV offload": ("kv_offload_Bps",),
+    "in host memory": ("placement",),
+}
+
+
+def engine_sources(
+    kind: str | None, stats: dict[str, Any] | None, window_s: float | None, seen: Collection[str] | None = None
+) -> list[FigureSource]:
+    """One row per figure of the engine panel (the keys of pcie_tui.analyze.engine's snapshot).
+
+    ``seen``: the engine figures the session has had a reading of so far (:data:`ENGINE_FIGURE_KEYS`; None: not
+    known, every row listed); a row with none is not given a source but named in one row, no reading yet."""
     win = f"the last {window_s:g} s" if window_s else "the statistics window"
     stats = stats or {}
     method = stats.get("quantile_method")
     rate_source = stats.get("rate_source")
     kind = (kind or "").lower()
     rows: list[FigureSource] = []
+    missing: list[str] = []
     eng = registry.get(kind)
-    given = eng.sources(win) if eng is not None else []
-    if given:
-        rows += [FigureSource(*r) for r in given]
-    else:
+    for r in eng.sources(win) if eng is not None else []:
+        keys = ENGINE_FIGURE_KEYS.get(r[0])
+        if seen is not None and keys is not None and not any(k in seen for k in keys):
+            missing.append(r[0])
+        else:
+            rows.append(FigureSource(*r))
+    if eng is None or not (rows or missing):
         rows.append(
             FigureSource(
                 "engine figures",
@@ -187,4 +218,6 @@ def engine_sources(kind: str | None, stats: dict[str, Any] | None, window_s: flo
         rows.append(FigureSource("quantiles now", str(method), "s / ms (TTFT, ITL, prefill, decode, queue)", win))
     if rate_source:
         rows.append(FigureSource("token rates now", str(rate_source), "tokens/s", win))
+    if missing:
+        rows.append(_not_seen_row(missing, whole=False))
     return rows

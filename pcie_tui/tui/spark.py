@@ -18,6 +18,8 @@ from typing import Any
 from rich.style import Style
 from rich.text import Text
 
+from pcie_tui.core import units
+
 BARS = " ▁▂▃▄▅▆▇█"
 
 # Backgrounds for phases: dark enough that the bars stay readable on top.
@@ -205,10 +207,12 @@ def legend(phases: Sequence[str | None], gap: str = "  ") -> Text:
 def history_legend(span_s: float, phases: Sequence[str | None], room: int) -> Text:
     """The line under sparklines: how much history they show and the phase swatches; shorter words
     where the full line does not fit ``room`` cells (0: not laid out yet), so no phase is cut off."""
-    full = Text(f"history {span_s:.1f} s, newest right;", style="dim")
+    # 15.1 s; past 1,000 s as the session's times are (units.elapsed): 0:49:50 over a long session's 10 s ticks
+    span = units.duration(span_s) if round(span_s, 1) < 1000 else units.elapsed(span_s)
+    full = Text(f"history {span}, newest right;", style="dim")
     full.append_text(legend(phases))
     if not room or full.cell_len <= room:
         return full
-    short = Text(f"last {span_s:.1f} s:", style="dim")
+    short = Text(f"last {span}:", style="dim")
     short.append_text(legend(phases, gap=" "))
     return short

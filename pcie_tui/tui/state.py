@@ -23,7 +23,7 @@ from pcie_tui.core.model import GpuSample, Sample, SessionHeader
 from pcie_tui.engines import registry
 from pcie_tui.tui.frame import EventView, Frame, GpuView, ReplayView
 from pcie_tui.tui.headline import headline_text
-from pcie_tui.tui.seen import FiguresSeen
+from pcie_tui.tui.seen import EngineFiguresSeen, FiguresSeen
 
 # Ticks of history kept per GPU for the sparklines (30 s at 10 Hz).
 HISTORY_TICKS = 300
@@ -104,6 +104,7 @@ class ViewModel:
         # The figures the session has a reading of (the ? page): live the ticks fed, a replay its whole
         # recording (replay_view scans it), so a seek leaves them be.
         self.figures = FiguresSeen()
+        self.engine_figures = EngineFiguresSeen()  # the engine panel's, from the statistics of each frame
         self.reset()
 
     def reset(self) -> None:
@@ -143,6 +144,7 @@ class ViewModel:
         self.figures.note(s)
         if self.engine_stats is not None and s.engine is not None:
             self.engine_stats.feed(s)
+            self.engine_figures.note(None, s.engine, None)  # its request counts, at every tick fed
         self._tok_rate = self._tokens_per_s(s.t, s.engine)
         if history:
             self._remember(s)
@@ -342,6 +344,8 @@ class ViewModel:
             why = eng.timings_unavailable(self.engine_info or {}) if eng is not None else None
             if why is not None:  # not "from llama-server's log timings" when no log is read
                 stats["quantile_method"] = why
+        placement = self._placement()
+        self.engine_figures.note(stats, engine, placement)
         return Frame(
             seq=self.seq,
             ticks=self.n,
@@ -365,9 +369,10 @@ class ViewModel:
             headline=headline_text(self),
             findings=self.findings_lines(),
             answer_final=self.analysis.ended,
-            placement=self._placement(),
+            placement=placement,
             figures=self.figures.snapshot(),
             figures_whole=self.figures.whole,
+            engine_figures=self.engine_figures.snapshot(),
         )
 
     def note_events(self, events: Sequence[dict[str, Any]]) -> None:

@@ -17,10 +17,13 @@ from textual.widgets import Static
 
 from pcie_tui.tui import fmt, spark
 from pcie_tui.tui.frame import Frame, GpuView
-from pcie_tui.tui.widgets import MetricRow, set_border_title, set_text
+from pcie_tui.tui.widgets import MetricRow, set_border_title, set_spark_rows, set_text, spark_share
 
 LABEL_CELLS = 24
-AXIS_STEP_S = (1, 2, 5, 10, 15, 30, 60)  # a tick mark every this many seconds: the smallest with room
+# A tick mark every this many seconds: the smallest with room. Past a minute in whole minutes, past an hour in
+# quarter and whole hours, so a session hours long reads "-45 min", "-1:30 h" (fmt.ago), not "-2580 s".
+AXIS_STEP_S = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200, 86400)
+AXIS_GAP = 2  # blank cells at least between two labels
 
 
 def busiest(gpus: Sequence[GpuView]) -> GpuView | None:
@@ -37,20 +40,22 @@ def busiest(gpus: Sequence[GpuView]) -> GpuView | None:
 
 def axis(width: int, history_ticks: int, n_ticks: int, interval_s: float) -> Text:
     """The time axis under the charts (their cells: :func:`pcie_tui.tui.spark.runs`): "now" at the right
-    edge, then how long ago, every few seconds, each label ending at its moment's cell."""
+    edge, then how long ago, every few seconds (minutes, hours), each label ending at its moment's cell and
+    AXIS_GAP blank cells at least from its neighbours (a label that would come closer is left out)."""
     cell_s = spark.ticks_per_cell(min(n_ticks, history_ticks), width) * interval_s
-    step = next((s for s in AXIS_STEP_S if s / cell_s >= 10), AXIS_STEP_S[-1])
+    room = max(len(fmt.ago(s)) for s in AXIS_STEP_S) + AXIS_GAP  # cells a label and its gap take at most
+    step = next((s for s in AXIS_STEP_S if s / cell_s >= room), AXIS_STEP_S[-1])
     line = [" "] * width
 
     def put(x: int, label: str) -> None:
         start = x - len(label) + 1
-        if start >= 0 and all(c == " " for c in line[max(0, start - 2) : x + 1]):
+        if start >= 0 and all(c == " " for c in line[max(0, start - AXIS_GAP) : x + 1 + AXIS_GAP]):
             line[start : x + 1] = list(label)
 
     put(width - 1, "now")
     k = 1
     while (x := width - 1 - round(k * step / cell_s)) >= 0:
-        put(x, f"-{k * step:g} s")
+        put(x, fmt.ago(k * step))
         k += 1
     return Text("".join(line), style="dim")
 
@@ -77,11 +82,10 @@ class TimelinePanel(Vertical):
         yield self.axis
 
     def on_resize(self) -> None:
-        """Each chart takes an equal share of the panel's rows (the axis keeps one)."""
-        each = max(1, (self.content_size.height - 1) // len(self.rows))
-        for row in self.rows:
-            if row.spark.styles.height is None or row.spark.styles.height.value != each:
-                row.spark.styles.height = each
+        """The charts share the panel's rows (the axis keeps one), the first ones a row more where they do
+        not divide evenly: no blank row under the axis."""
+        for row, n in zip(self.rows, spark_share(self.content_size.height - 1, len(self.rows)), strict=True):
+            set_spark_rows(row.spark, n)
         if self._last is not None:
             self.show(self._last)
 

@@ -173,6 +173,23 @@ def _row_regions(rows: list[int], width: int) -> list[Region]:
     return out
 
 
+def spark_share(rows: int, charts: int, most: int | None = None, least: int = 1) -> list[int]:
+    """``rows`` shared by ``charts`` stacked charts: ``least`` each at least, ``most`` at most, and the rows an
+    even share leaves over one each to the first charts (so the charts fill the rows exactly, no blank row)."""
+    if charts <= 0:
+        return []
+    each, over = divmod(max(rows, least * charts), charts)
+    out = [each + (i < over) for i in range(charts)]
+    return [min(n, most) for n in out] if most is not None else out
+
+
+def set_spark_rows(spark: Widget, rows: int | None) -> None:
+    """A chart's height in rows (None: the stylesheet's), set only when it changes (a change relayouts)."""
+    h = spark.styles.height
+    if (h.value if h is not None else None) != rows:
+        spark.styles.height = rows
+
+
 class MetricRow(Horizontal):
     """A label with the current figure, and its sparkline."""
 
@@ -311,7 +328,8 @@ def position_text(
     pos = r.current_t - r.start_t
     dur = r.end_t - r.start_t
     so_far = f" ({r.loading})" if r.loading else ""
-    head = f"{icon} {r.speed:g}x · {pos:6.2f} s / {dur:.2f} s{so_far} · "
+    # fmt.elapsed, the events' times unsigned: 15.10 s, 123.4 s, then 1:02:03 (not 39580.00 s)
+    head = f"{icon} {r.speed:g}x · {fmt.elapsed(pos):>8} / {fmt.elapsed(dur)}{so_far} · "
     tail = f" · tick {r.position}/{r.total}"
     bar_w = max(0, width - len(head) - len(tail))
     frac = 0.0 if dur <= 0 else min(1.0, pos / dur)
