@@ -553,9 +553,10 @@ class OllamaEngine(Engine):
         note = "Ollama /api/ps; written from its source, not tested against a real server"
         return [
             ("model in VRAM", f"size_vram / size summed over loaded models ({note})", "%", "latest (every 1 s)"),
-            ("model memory not in VRAM", "size - size_vram from /api/ps: weights, KV cache and buffers", "GB",
-             "latest (every 1 s)"),
-            ("GPU layers", "'offloaded N/M layers to GPU' in ollama serve's log", "layers", "last model load"),
+            ("model memory not in VRAM", "size - size_vram from /api/ps: weights, KV cache and buffers (an upper "
+             "bound before v0.30.11: mmap'd weights counted twice)", "GB", "latest (every 1 s)"),
+            ("GPU layers", "'offloaded N/M layers to GPU' in ollama serve's log, else Ollama's plan "
+             "(layers.model, layers.offload)", "layers", "last model load"),
             ("running, per-request timing", "the llama-server runner's /slots and timing lines (v0.30+, port "
              "from its command line)", "requests, s", window),
             ("token counters, waiting", "not exposed by Ollama or its runner (no --metrics)", "n/a", "-"),
