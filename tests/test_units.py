@@ -112,3 +112,33 @@ def test_report_wrapper_never_parts_a_number_from_its_unit(texts):
             assert not _split_pairs(lines), (width, text, lines)
             assert " ".join(lines).split() == text.split()
             assert "\ue000" not in "".join(lines)
+
+
+def test_time_axis_marks_are_exact_and_never_repeat():
+    """units.ago never rounds (90 s read '-2 min' and 150 s too once), and an axis' labels are distinct and
+    ordered from the oldest to now, at any interval and width."""
+    import re
+
+    from pcie_tui.core.units import ago
+    from pcie_tui.tui.timeline import axis
+
+    assert [ago(s) for s in (45, 60, 90, 150, 3600, 3900, 3930)] == [
+        "-45 s", "-1 min", "-1:30 min", "-2:30 min", "-1:00 h", "-1:05 h", "-1:05:30 h",
+    ]  # fmt: skip
+
+    def secs(label: str) -> float:
+        if label == "now":
+            return 0.0
+        num, unit = label[1:].split(" ")
+        parts = [float(x) for x in num.split(":")]
+        if unit == "s":
+            return parts[0]
+        if unit == "min":
+            return parts[0] * 60 + (parts[1] if len(parts) > 1 else 0)
+        return parts[0] * 3600 + parts[1] * 60 + (parts[2] if len(parts) > 2 else 0)
+
+    for interval in (0.1, 0.5, 1.0, 2.0, 10.0, 60.0):
+        for width in (60, 100, 120, 175):
+            labels = re.findall(r"-[\d:.]+ (?:s|min|h)|now", axis(width, 300, 300, interval).plain)
+            ages = [secs(x) for x in labels]
+            assert len(set(labels)) == len(labels) and ages == sorted(ages, reverse=True), (interval, width, labels)

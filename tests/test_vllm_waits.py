@@ -89,7 +89,7 @@ _step = st.fixed_dictionaries(
 def test_idle_iff_nothing_outstanding(monkeypatch, steps):
     """Property: whatever the scrapes, a tick is idle only with no request running or waiting; with none
     outstanding, no counter moved and no deferred request, it is idle; requests outstanding while vLLM preempts
-    or loads offloaded KV (or waits on a KV transfer) are housekeeping."""
+    or loads offloaded KV and counts no token are housekeeping; a tick whose token counters moved is not."""
     scrapes, acc = [], {"prompt": 0, "gen": 0, "preempt": 0, "h2d": 0, "d2h": 0}
     for d in steps:  # the counters are cumulative: each step adds its delta
         acc = {k: acc[k] + d[k] for k in acc}
@@ -102,8 +102,11 @@ def test_idle_iff_nothing_outstanding(monkeypatch, steps):
         moved = i > 0 and any(d[k] for k in ("prompt", "gen", "preempt", "h2d", "d2h"))
         if not outstanding and not moved and not d["deferred"]:
             assert e.phase == "idle", (i, d, e.phase)
-        if i > 0 and outstanding and (d["preempt"] or (d["waiting"] and d["h2d"])):
+        tokens = d["prompt"] or d["gen"]
+        if i > 0 and outstanding and not tokens and (d["preempt"] or (d["waiting"] and d["h2d"])):
             assert e.phase == "housekeeping" and e.extra["own_work"], (i, d, e.phase)
+        if i > 0 and tokens:  # the batch made progress: its prefill or decode, whatever else the engine did
+            assert e.phase != "housekeeping" and "own_work" not in e.extra, (i, d, e.phase)
         if i > 0 and d["running"] and not d["waiting"] and not d["preempt"] and not d["h2d"] and not d["deferred"]:
             assert e.phase != "housekeeping", (i, d)  # stores beside a running batch hold no one up
 

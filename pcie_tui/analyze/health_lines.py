@@ -42,7 +42,12 @@ def heat_lines(heat: dict[str, Any] | None, t0: float | None) -> list[str]:
     for phase, p in heat["phases"].items():
         out.append(_phase_line(phase, p))
     if heat["lost_s"] or heat["phases"]:
-        out.append(f"  lost to throttling: {heat['lost_s']:.1f} s = {_pct(heat['lost_share'])} of the session")
+        upto = "up to " if heat.get("lost_is_upper_bound") else ""
+        unknown = heat.get("lost_unknown_phases") or []
+        tail = f"; not known for {', '.join(unknown)} (not counted)" if unknown else ""
+        out.append(
+            f"  lost to throttling: {upto}{heat['lost_s']:.1f} s = {upto}{_pct(heat['lost_share'])} of the session{tail}"
+        )
     stretches = sorted(heat["stretches"], key=lambda s: -s["duration_s"])[:MAX_STRETCHES]
     if stretches:
         more = len(heat["stretches"]) - len(stretches)

@@ -332,6 +332,11 @@ class Heat:
         stretches = [s for gi in sorted(self.gpus) for s in self._stretches(gi)]
         phases = self._phases()
         lost = sum(p["lost_s"] or 0.0 for p in phases.values())
+        # "upper": some phase's loss is the clock ratio against the GPU's highest clock (an upper bound);
+        # "partial": some phase that ran throttled has no loss figure at all (not counted in the sum)
+        bound = "upper" if any((p["lost_basis"] or "").startswith("SM clock inside vs the GPU's highest") for p in
+                               phases.values()) else None  # fmt: skip
+        unknown = [ph for ph, p in phases.items() if p["lost_s"] is None]
         span = (self._tick_t[-1] - self._tick_t[0]) if len(self._tick_t) > 1 else 0.0
         out = {
             "gpus": {str(gi): self._gpu_summary(gi) for gi in sorted(self.gpus)},
@@ -339,6 +344,8 @@ class Heat:
             "phases": phases,
             "lost_s": lost,
             "lost_share": lost / span if span > 0 else None,
+            "lost_is_upper_bound": bound == "upper",
+            "lost_unknown_phases": unknown,
             "rule": (
                 f"busy (SM >= {BUSY_SM:.0%} or unknown) with a clock-cutting reason "
                 f"({', '.join(clocks.REASONS[b][0] for b in clocks.REASONS if b & clocks.THROTTLE_BITS)}), or any "

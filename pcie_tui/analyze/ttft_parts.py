@@ -33,6 +33,9 @@ def _mean(h: Hist | None) -> float | None:
     return float(h["sum"]) / float(h["count"])
 
 
+REST_SLACK_S = 0.005  # histogram means of separately timed parts may exceed TTFT's by rounding, no more
+
+
 def ttft_parts(eng: Engine | None, hists: Mapping[str, Hist | None], http_s: float | None) -> dict[str, Any] | None:
     """``report --json``'s ``engine.ttft_parts`` over the session's histogram windows (``hists``: key -> the
     window's observations); None where the engine names no parts or no TTFT was observed."""
@@ -46,13 +49,20 @@ def ttft_parts(eng: Engine | None, hists: Mapping[str, Hist | None], http_s: flo
     parts = {k: _mean(hists.get(k)) for k in eng.ttft_parts}
     counts = {k: float(h["count"]) for k in eng.ttft_parts if (h := hists.get(k)) is not None and h.get("count")}
     timed = [v for v in parts.values() if v is not None]
+    apart = [k for k, c in counts.items() if abs(c - n) > max(1.0, COUNT_SLACK * n)]
     rest = ttft_mean - sum(timed) if len(timed) == len(parts) else None
+    unmeasured = list(eng.unmeasured_waits)
+    if rest is not None and (apart or rest < -REST_SLACK_S):
+        # means over different requests, or parts that do not fit inside TTFT: the difference is no hand-off time
+        unmeasured.append(
+            f"{eng.ttft_rest}: the parts' means "
+            + ("cover different requests" if apart else f"exceed TTFT's mean by {-rest * 1e3:.1f} ms")
+        )
+        rest = None
     client = ttft_mean + http_s if http_s is not None else None
     means: dict[str, float | None] = {"http_s": http_s, "rest_s": rest, **parts}
-    unmeasured = list(eng.unmeasured_waits)
     if http_s is None:
         unmeasured.append("the API server's HTTP time: not exposed or its request counts disagree with the engine's")
-    apart = [k for k, c in counts.items() if abs(c - n) > max(1.0, COUNT_SLACK * n)]
     pre = hists.get("preemptions_n")
     return {
         "requests": n,

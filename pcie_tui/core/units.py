@@ -91,14 +91,17 @@ def elapsed(s: float | None) -> str:
 
 
 def ago(s: float) -> str:
-    """How long before now, for a time axis: ``-45 s`` under a minute, ``-43 min`` under an hour, then
-    ``-1:05 h`` (hours and minutes); the seconds of a longer time are dropped (an axis' steps are whole)."""
-    if round(s) < 60:
+    """How long before now, for a time axis: ``-45 s`` under a minute, ``-43 min`` (``-1:30 min`` where the
+    seconds are not whole minutes) under an hour, then ``-1:05 h`` (``-1:05:30 h``): never rounded, so two
+    marks of an axis never read the same."""
+    secs = round(s)
+    if secs < 60:
         return f"-{s:g} s"
-    minutes = round(s / 60)
+    minutes, sec = divmod(secs, 60)
     if minutes < 60:
-        return f"-{minutes} min"
-    return f"-{minutes // 60}:{minutes % 60:02d} h"
+        return f"-{minutes} min" if sec == 0 else f"-{minutes}:{sec:02d} min"
+    hours, minutes = divmod(minutes, 60)
+    return f"-{hours}:{minutes:02d} h" if sec == 0 else f"-{hours}:{minutes:02d}:{sec:02d} h"
 
 
 def tokens_per_s(v: float | None) -> str:

@@ -168,7 +168,9 @@ def tick_phase(
             return "loading"
         return "down"
     if engine.extra.get("own_work") and (engine.requests_waiting or engine.requests_running):
-        return "housekeeping"  # the engine's own work held requests up in this scrape's interval
+        # The engine's own work held requests up in this scrape's interval and no token was counted meanwhile
+        # (an engine sets own_work only then: where tokens moved, the batch made progress).
+        return "housekeeping"
     phase = counter_phase_ or "idle"
     busy_with = engine.extra.get("busy_with")
     if busy_with in PHASES and (phase == "idle" or busy_with == "housekeeping"):

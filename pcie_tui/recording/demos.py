@@ -24,7 +24,7 @@ DESCRIPTIONS = {
     "h200-llama-ngl4": "H200, llama-server -ngl 4/16: prefill uploads at 7 GB/s, held back by CPU attention, not the link",
     "h200-prompt-cache": "H200, llama-server fully on the GPU, 6 sequential 9,600-token prompts, host prompt cache on (default): 1.8 s of each 2.3 s TTFT is the server's own housekeeping between requests",
     "h200-prompt-cache-off": "H200, the same with --cache-ram 0: no housekeeping, TTFT 0.53 s (prefill compute-bound)",
-    "h100-heat": "H100 PCIe, 150 s of back-to-back bf16 matmuls (no engine): power-capped at 700 W from the start, SM clock 1,350 of 1,980 MHz, 670 TFLOP/s measured beside it",
+    "h100-heat": "H100 SXM (80GB HBM3, PCIe Gen5 x16 to the host), 150 s of back-to-back bf16 matmuls (no engine): clocks held by power capping (SW power cap, 697 of 700 W) from the first busy tick, SM clock 1,350 of 1,980 MHz, 670 TFLOP/s measured beside it",
     "h200-probe": "H200 NVML probe before the collector existed: ~7 Hz, GPM windows under 100 ms (half void: shown n/a)",
 }
 

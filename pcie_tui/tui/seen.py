@@ -63,7 +63,7 @@ class FiguresSeen:
         every tick lists its GPUs in one order (else they are told apart by index, a slower sweep)."""
         strided = [gs[k::per_tick] for k in range(per_tick)] if per_tick and len(gs) % per_tick == 0 else []
         groups = [(part[0].index, part) for part in strided if part and len(set(map(_index, part))) == 1]
-        if len(groups) == len(strided) and len({i for i, _ in groups}) == len(groups):
+        if strided and len(groups) == len(strided) and len({i for i, _ in groups}) == len(groups):
             for i, part in groups:
                 self._note_one(i, part)
             return

@@ -203,6 +203,13 @@ def _housekeeping_advice(fx: EngineFacts, finding: FindingFacts) -> Advice:
     n = finding.preemptions
     pre = f"{n:g} preemptions (/metrics vllm:num_preemptions over this phase)" if n else None
     moved = _copy_words(finding)
+    if not n and not moved:  # neither counter rose over the phase's ticks: what the work was is not known
+        return Advice(
+            cause="vLLM's own work while requests waited; its counters over this phase show neither a preemption "
+            "nor a KV offload copy, so what it was is not known",
+            fix=None,
+            short="vLLM's own work while requests waited (cause not known)",
+        )
     what = "preemption and recompute" if n else "KV offload copies"
     cause = (
         f"vLLM's own work while requests waited: {what} ("

@@ -70,6 +70,7 @@ EXTRA_COUNTERS = (
     "http_requests_total",
 )
 # The engine's own work between requests, by the counter that shows it (our name -> ``own_work`` word).
+TOKENS = ("prompt_tokens_total", "generation_tokens_total")
 OWN_WORK = {
     "preemptions_total": "preemption",
     "kv_offload_h2d_bytes_total": "kv_offload_load",
@@ -337,22 +338,27 @@ class VllmClient:
         return out
 
     def _own_work(self, c: dict[str, Any], g: dict[str, Any]) -> list[str]:
-        """What the engine did of its own work since the last scrape that holds requests up (``own_work``, in
+        """What the engine did of its own work since the last scrape, with no token counted meanwhile, that holds
+        requests up (``own_work``, in
         vLLM's words; :func:`pcie_tui.engines.phases.tick_phase` makes a tick with requests outstanding and any
         of it ``housekeeping``): ``preemption`` (``vllm:num_preemptions`` rose: the scheduler took a running
         request's KV blocks for another and put it back in the queue to be recomputed, vllm/v1/core/sched/
         scheduler.py ``_preempt_request``), ``kv_offload_load`` (the OffloadingConnector loaded blocks
-        host->GPU for a request that waits on them), ``kv_transfer_wait`` (requests waiting, deferred on a KV
-        transfer), and ``kv_offload_store`` (blocks stored GPU->host while requests wait for room; stores
-        beside a running batch with none waiting hold no one up). None on the first scrape or across a restart."""
-        cur = {k: c.get(k) for k in OWN_WORK}
+        host->GPU for a request that waits on them), and ``kv_offload_store`` (blocks stored GPU->host while
+        requests wait for room; stores beside a running batch with none waiting hold no one up). None on the
+        first scrape or across a restart. Requests waiting with reason "deferred" are not among them: vLLM
+        defers for a grammar being compiled, streamed input, the LoRA limit or a remote KV transfer alike
+        (scheduler.py), so the gauge says requests wait, not on what (``requests_waiting_deferred``)."""
+        cur = {k: c.get(k) for k in (*OWN_WORK, *TOKENS)}
         prev, self._prev_own = self._prev_own, cur
         rose = {k for k, v in cur.items() if v is not None and prev.get(k) is not None and v > (prev[k] or 0.0)}
+        if rose & set(TOKENS):
+            # Tokens moved: the batch made progress and the tick is its prefill or decode (the preemptions and
+            # copies stay counted per phase from the counters themselves, engine_bytes).
+            return []
         out = [OWN_WORK[k] for k in OWN_WORK if k in rose]
         if "kv_offload_store" in out and not g.get("requests_waiting"):
             out.remove("kv_offload_store")
-        if g.get("requests_waiting_deferred"):
-            out.append("kv_transfer_wait")
         return out
 
     def read(self) -> EngineSample:
