@@ -41,7 +41,8 @@ def facts(engine_info: dict[str, Any]) -> EngineFacts:
     argv: list[Any] = typed(engine_info, "cmdline", list, [])
     raw_env: dict[str, Any] = typed(engine_info, "environ", dict, {})
     env = {str(k): str(v) for k, v in raw_env.items()} or None
-    f, src = flags.parse([str(a) for a in argv], env)
+    configs = [c for c in typed(engine_info, "config_files", list, []) if isinstance(c, dict)]
+    f, src = flags.parse([str(a) for a in argv], env, configs)
     log: dict[str, Any] = typed(engine_info, "load_log", dict, {})
     lines = [
         x for key in ("warnings", "lines") if isinstance(log.get(key), list) for x in log[key] if isinstance(x, str)

@@ -39,6 +39,7 @@ from pcie_tui.core.gguf import gguf_meta
 from pcie_tui.core.model import EngineSample
 from pcie_tui.engines.http import MAX_BODY_BYTES, AnswerTooLarge, http_request
 from pcie_tui.engines.llamacpp.conns import Connections, IdleArrivals
+from pcie_tui.engines.llamacpp.flags import read_configs
 from pcie_tui.engines.llamacpp.log import LogTailer
 from pcie_tui.engines.llamacpp.proc import (
     LAYOUT_ENV,
@@ -46,6 +47,7 @@ from pcie_tui.engines.llamacpp.proc import (
     log_paths_for_pid,
     parse_layout,
     proc_argv,
+    proc_config_home,
     proc_environ,
 )
 from pcie_tui.engines.llamacpp.scrape import busy_phase, parse_metrics, slot_numbers
@@ -91,6 +93,9 @@ class LlamaCppClient:
         argv = self.info.get("cmdline")
         self.argv = list(argv) if isinstance(argv, list) else (proc_argv(pid) if pid is not None else None)
         self.environ = proc_environ(pid) if pid is not None else {}
+        # The config files b11434 applies before its environment (the server's own HOME/XDG_CONFIG_HOME): their
+        # offload and loading options only, read once here and recorded (a replay has no such files).
+        self.configs = read_configs(proc_config_home(pid)) if pid is not None else []
         self.layout = parse_layout(self.argv or [], self.environ) if self.argv is not None else {}
         if isinstance(self.info.get("layout"), dict):
             self.layout = {**self.layout, **{k: v for k, v in self.info["layout"].items() if v is not None}}
@@ -198,6 +203,7 @@ class LlamaCppClient:
             "model_meta": self.model_meta or None,
             # Only the variables that set offload and loading (never keys or paths of other things).
             "environ": {k: v for k, v in self.environ.items() if k in LAYOUT_ENV} or None,
+            "config_files": self.configs or None,
             "gpus": self.info.get("gpus"),
             "tree_pids": self.info.get("tree_pids"),
         }

@@ -3,7 +3,10 @@ with where it came from (``flag -lm mlock``, ``env LLAMA_ARG_LOAD_MODE=mlock``).
 
 How arg.cpp (``common_params_parse_ex``) reads them:
 
-* The environment first, then the command line; a flag on the command line replaces the value
+* Config files first (/etc/llama.cpp/config.ini, then ~/.config/llama.cpp/config.ini: keys are option
+  names without dashes or ``LLAMA_ARG_*`` names, in sections ``[*]`` and ``[default]``); b11434 logs
+  "using config file: PATH" for each. They are read at attach from the server's environment and recorded.
+* The environment next, then the command line; a flag on the command line replaces the value
   an ``LLAMA_ARG_*`` variable gave. Options whose handler appends (``-ot``, ``--cpu-moe``,
   ``--n-cpu-moe``, ``--n-cpu-ffn``: each adds tensor overrides) apply from both.
 * Every argument that starts with ``--`` has its ``_`` replaced by ``-`` before the lookup, so
@@ -92,10 +95,89 @@ def canonical(arg: str) -> tuple[str, str | None]:
     return name, (val if eq else None)
 
 
-def parse(argv: list[str], environ: dict[str, str] | None = None) -> tuple[dict[str, Any], dict[str, str]]:
-    """The flags of a llama-server command line and environment, and the source of each."""
+def config_paths(environ: dict[str, str]) -> list[str]:
+    """The config files b11434 applies before its environment and command line (arg.cpp
+    ``common_params_apply_system_config``, a later one over an earlier): /etc/llama.cpp/config.ini, then
+    ``${XDG_CONFIG_HOME:-$HOME/.config}/llama.cpp/config.ini`` of the server's own environment."""
+    out = ["/etc/llama.cpp/config.ini"]
+    base = environ.get("XDG_CONFIG_HOME") or (f"{environ['HOME']}/.config" if environ.get("HOME") else "")
+    if base:
+        out.append(f"{base}/llama.cpp/config.ini")
+    return out
+
+
+def read_configs(environ: dict[str, str]) -> list[dict[str, Any]]:
+    """Each config file of :func:`config_paths` that exists and reads: its path and the options b11434 applies
+    from it, in order (the ``[*]`` section, then ``[default]`` or keys before any section: common/preset.cpp);
+    the sections of other models (router presets) are not the running server's. Only the options this module
+    reads are kept (never a key, a path or anything else the file holds)."""
+    out = []
+    for path in config_paths(environ):
+        try:
+            with open(path, encoding="utf-8", errors="replace") as f:
+                text = f.read(1 << 20)
+        except OSError:
+            continue
+        opts = [kv for kv in _ini_options(text) if _config_key(kv[0]) is not None]
+        out.append({"path": path, "options": opts})
+    return out
+
+
+def _ini_options(text: str) -> list[tuple[str, str]]:
+    sections: dict[str, list[tuple[str, str]]] = {"*": [], "default": []}
+    current = "default"
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line or line[0] in ";#":
+            continue
+        if line.startswith("[") and line.endswith("]"):
+            current = line[1:-1].strip()
+            continue
+        key, eq, value = line.partition("=")
+        if eq and current in sections:
+            sections[current].append((key.strip(), value.strip().strip('"')))
+    return sections["*"] + sections["default"]
+
+
+def _config_key(key: str) -> str | None:
+    """The argument or variable a config key names (``ngl``, ``n-gpu-layers``, ``LLAMA_ARG_N_GPU_LAYERS``)."""
+    if key.startswith(("LLAMA_ARG_", "GGML_")):
+        return key if key in ENV_VALUES or key in ENV_SWITCHES or key in ENV_PAIRS or key in GGML_ENV else None
+    for name in (canonical("--" + key)[0], "-" + key):
+        if name in _ALIAS or name in SWITCHES:
+            return name
+    return None
+
+
+def _from_configs(configs: list[dict[str, Any]], vals: dict[str, Any], src: dict[str, str]) -> None:
+    for cfg in configs:
+        path = cfg.get("path")
+        for kv in cfg.get("options") or ():
+            if not isinstance(kv, list | tuple) or len(kv) != 2:
+                continue  # a damaged recording
+            key, value = kv
+            name = _config_key(str(key))
+            where = f"config {path}: {key} = {value}"
+            if name is None:
+                continue
+            if name.startswith(("LLAMA_ARG_", "GGML_")):
+                _from_env({name: str(value)}, vals, src, where)
+            elif name in _ALIAS:
+                _put(vals, src, _ALIAS[name], str(value), where)
+            elif str(value) in TRUTHY or str(value) in FALSEY:  # a switch: on, or its opposite
+                k, on = SWITCHES[name]
+                vals[k], src[k] = on if str(value) in TRUTHY else not on, where
+
+
+def parse(
+    argv: list[str], environ: dict[str, str] | None = None, configs: list[dict[str, Any]] | None = None
+) -> tuple[dict[str, Any], dict[str, str]]:
+    """The flags of a llama-server command line, environment and config files (``configs``:
+    :func:`read_configs` at attach, recorded), and the source of each: config first, then the environment,
+    then the command line, each over the one before (arg.cpp)."""
     vals: dict[str, Any] = {}
     src: dict[str, str] = {}
+    _from_configs(configs or [], vals, src)
     _from_env(environ or {}, vals, src)
     i = 1 if argv and not argv[0].startswith("-") else 0  # argv[0] is the program
     while i < len(argv):
@@ -133,20 +215,25 @@ def _put(vals: dict[str, Any], src: dict[str, str], key: str, val: str, where: s
     src[key] = f"{src[key]} and {where}" if key in _ADDITIVE and key in src else where
 
 
-def _from_env(env: dict[str, str], vals: dict[str, Any], src: dict[str, str]) -> None:
+def _from_env(env: dict[str, str], vals: dict[str, Any], src: dict[str, str], where: str | None = None) -> None:
+    """``LLAMA_ARG_*`` and ggml's variables (``where``: the source to say, else ``env VAR=value``)."""
+
+    def said(var: str) -> str:
+        return where or f"env {var}={env[var]}"
+
     for var, key in ENV_VALUES.items():
         if var in env:
-            _put(vals, src, key, env[var], f"env {var}={env[var]}")
+            _put(vals, src, key, env[var], said(var))
     for var, key in ENV_SWITCHES.items():
         if env.get(var) in TRUTHY:
-            vals[key], src[key] = True, f"env {var}={env[var]}"
+            vals[key], src[key] = True, said(var)
     for var, key in ENV_PAIRS.items():
         neg = var.replace("LLAMA_ARG_", "LLAMA_ARG_NO_")
         if neg in env:
-            vals[key], src[key] = True, f"env {neg}={env[neg]}"
+            vals[key], src[key] = True, said(neg)
         elif env.get(var) in TRUTHY or env.get(var) in FALSEY:
-            vals[key], src[key] = env[var] in FALSEY, f"env {var}={env[var]}"
+            vals[key], src[key] = env[var] in FALSEY, said(var)
     for var in GGML_ENV:
         if var in env:  # getenv() != NULL: set at all, even empty or "0"
             key = var.lower()
-            vals[key], src[key] = env[var], f"env {var}={env[var]}"
+            vals[key], src[key] = env[var], said(var)

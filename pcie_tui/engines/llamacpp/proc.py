@@ -7,6 +7,7 @@ import contextlib
 import os
 import re
 import stat
+from collections.abc import Callable
 from typing import Any
 
 from pcie_tui.engines.llamacpp import flags
@@ -100,7 +101,8 @@ def proc_argv(pid: int) -> list[str] | None:
     return [p.decode("utf-8", "replace") for p in raw.split(b"\0") if p]
 
 
-def proc_environ(pid: int) -> dict[str, str]:
+def _environ(pid: int, keep: Callable[[str], bool]) -> dict[str, str]:
+    """The variables of process ``pid``'s environment that ``keep`` names (no others are held)."""
     try:
         with open(f"/proc/{pid}/environ", "rb") as f:
             raw = f.read()
@@ -109,9 +111,19 @@ def proc_environ(pid: int) -> dict[str, str]:
     out = {}
     for p in raw.split(b"\0"):
         k, eq, v = p.decode("utf-8", "replace").partition("=")
-        if eq and (k.startswith(("LLAMA_ARG_", "GGML_CUDA_")) or k in flags.GGML_ENV):
+        if eq and keep(k):
             out[k] = v
     return out
+
+
+def proc_environ(pid: int) -> dict[str, str]:
+    """The variables that set llama-server's offload and loading (``LLAMA_ARG_*``, ggml-cuda's)."""
+    return _environ(pid, lambda k: k.startswith(("LLAMA_ARG_", "GGML_CUDA_")) or k in flags.GGML_ENV)
+
+
+def proc_config_home(pid: int) -> dict[str, str]:
+    """``HOME`` and ``XDG_CONFIG_HOME`` of the process: where its config file is (:func:`.flags.config_paths`)."""
+    return _environ(pid, lambda k: k in ("HOME", "XDG_CONFIG_HOME"))
 
 
 def log_paths_for_pid(pid: int, argv: list[str] | None = None) -> list[str]:
