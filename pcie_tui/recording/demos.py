@@ -28,6 +28,8 @@ DESCRIPTIONS = {
     "h200-no-op-offload": "H200, llama-server -ngl 4 --no-op-offload: the CPU prefills its 13 layers, prefill host-bound 100 %; fix: drop --no-op-offload; clients' TTFT beside",
     "h200-fit": "H200, llama-server -ngl auto with a --fit-target that leaves the model too little VRAM: prefill transfer-bound at 8 GB/s; placement unknown at default verbosity (said so); clients' TTFT beside",
     "h100-np4c4": "H100 SXM, 4 slots, 4 concurrent clients, 8 prompts of 4,000 tokens, 13 of 16 layers pageable (-ngl 4): prefill transfer-bound at 8.7 GB/s, TTFT p50 13.9 s vs the clients' 15.4 s; fix -lm none",
+    "h100-prompt-cache": "H100 SXM, llama-server fully on the GPU, 6 sequential 9,600-token prompts, host prompt cache on (default): 1.3 s of each 1.95 s TTFT is the server's own housekeeping; fix --cache-ram 0, priced at 0.59 s",
+    "h100-prompt-cache-off": "H100 SXM, the same with --cache-ram 0: TTFT 0.60 s measured (prefill compute-bound)",
     "h100-heat": "H100 SXM (80GB HBM3, PCIe Gen5 x16 to the host), 150 s of back-to-back bf16 matmuls (no engine): clocks held by power capping (SW power cap, 697 of 700 W) from the first busy tick, SM clock 1,350 of 1,980 MHz, 670 TFLOP/s measured beside it",
     "h200-probe": "H200 NVML probe before the collector existed: ~7 Hz, GPM windows under 100 ms (half void: shown n/a)",
 }
