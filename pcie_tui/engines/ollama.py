@@ -174,7 +174,9 @@ def parse_ps(obj: Any) -> list[dict[str, Any]]:
             continue
         size, vram = _int(m.get("size")), _int(m.get("size_vram"))
         if "size_vram" not in m and size is not None:
-            vram = 0  # v0.1.38-v0.1.41 left size_vram out when 0 (all on the CPU): ollama#4840, fixed by #4842
+            # /api/ps came with v0.1.38; v0.1.38-v0.1.41 left size_vram out when it was 0 (all on the CPU:
+            # ollama#4840, fixed by #4842) and later versions always send it, so an answer without it says 0
+            vram = 0
         d = m.get("details")
         det: dict[str, Any] = d if isinstance(d, dict) else {}
         frac = vram / size if size is not None and vram is not None and size > 0 and vram <= size else None
