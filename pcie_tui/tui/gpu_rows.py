@@ -135,6 +135,7 @@ class GpuRows(Static):
         self.history = 0  # rows of link history under the lines, shared by the GPUs shown
         self.lines = 0  # lines shown: one per GPU that fits, and the "+N more" line
         self.complete = True  # every GPU has its line (no "+N more")
+        self._rows = -1  # rows of text shown (lines and histories under them)
         self._last: tuple[Sequence[GpuView], int] | None = None
 
     def on_resize(self) -> None:
@@ -170,7 +171,10 @@ class GpuRows(Static):
         if fit < n:
             hidden = n - fit
             lines.append(Text(f"+{hidden} more GPU{'s' if hidden > 1 else ''} (up/down to scroll)", style="dim"))
-        set_text(self, Text("\n").join(lines), layout=True)
+        set_text(self, Text("\n").join(lines))
+        if len(lines) != self._rows:  # its height (lines never wrap): a relayout only when their count changes
+            self._rows = len(lines)
+            self.refresh(layout=True)
         self._title(n, width, any(under))
 
     def _title(self, n: int, width: int, history: bool) -> None:
