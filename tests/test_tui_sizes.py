@@ -275,3 +275,29 @@ def test_eight_gpus_timeline_follows_the_busiest_link(rec8):
     busiest = min(i for i, v in shares.items() if v == max(shares.values()))
     assert got["title"].startswith(f"GPU {busiest} (busiest link of 8)")
     assert _longest_blank_run(got["text"]) <= 2
+
+
+def test_a_paused_replay_resized_shows_the_engine_panel_of_its_new_size(rec8):
+    """Resized from 80x24 (the engine panel's two short lines) to 120x40 while paused, no frame follows: the
+    panel is redrawn for 120x40 (latencies, quantiles' method, charts), not left as it was at 80x24 (the
+    app's size still read 80x24 during the resize)."""
+    pos = len(rec8.samples) // 2
+    src = ReplaySource(rec8)
+    src.seek_to_index(pos)
+    src.set_paused(True)
+    app = make_app(src)
+    out: dict = {}
+
+    async def go() -> None:
+        async with app.run_test(size=(80, 24)) as pilot:
+            await wait_until(pilot, lambda: frame_at(app, pos), 20)
+            out["small"] = screen_text(app)
+            await pilot.resize_terminal(120, 40)
+            await pilot.pause()
+            await pilot.pause()
+            out["big"] = screen_text(app)
+            out["bands"] = empty_bands(app)
+
+    run(go())
+    assert "quantiles:" not in out["small"] and "quantiles:" in out["big"], out["big"]
+    assert not out["bands"], out["bands"]
