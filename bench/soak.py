@@ -1,7 +1,9 @@
 """An 8-hour live session at 10 Hz, simulated faster than real time (issue 25's soak).
 
 The production live path, tick by tick: NvmlCollector on the stand-in NVML (tests/fakenvml: answers
-captured on the project's H200, looping through its phases), LiveSource, a TeeSource writing a gzip
+captured on the project's H200, looping through its phases, with the clocks, clock-event reasons,
+temperature and power limit of the H100 heat capture, tests/fixtures/h100-heat-capture.json, as a real
+GPU reports them), LiveSource, a TeeSource writing a gzip
 recording, and the live view's model (ViewModel.feed every tick, a frame built every 10 ticks, as the
 TUI does at its frame rate). Only the clocks are virtual: each tick advances them by the interval, so
 8 hours run in minutes. Measured: the process's RSS after the first simulated 10 minutes and at the end
@@ -63,7 +65,14 @@ def soak(hours: float, gpus: int, out: Path) -> dict[str, float]:
 
     vc = VirtualClock()
     live.time = types.SimpleNamespace(monotonic=vc.monotonic, time=vc.time, sleep=vc.sleep)  # type: ignore[attr-defined]
-    nv = fakenvml.FakeNvml(fakenvml.load_capture(), n_gpus=gpus, clock=vc.monotonic, block_s=0.0)
+    heat = ROOT / "tests" / "fixtures" / "h100-heat-capture.json"  # clocks, reasons, temperature: a real GPU's
+    nv = fakenvml.FakeNvml(
+        fakenvml.load_capture(),
+        n_gpus=gpus,
+        clock=vc.monotonic,
+        block_s=0.0,
+        heat=fakenvml.load_heat(heat) if heat.exists() else None,
+    )
     source = live.LiveSource(NvmlCollector(nvml=nv, clock=vc.monotonic), interval_s=INTERVAL_S, calibrate=False)
     source.clock = SessionClock(vc.time, vc.monotonic)
     tee = TeeSource(source, RecordingWriter(out, source.header))

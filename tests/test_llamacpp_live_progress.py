@@ -101,3 +101,27 @@ def test_a_released_slot_is_no_longer_in_progress(tmp_path: Path):
     _write(log, ["0.02.000.000 I slot      release: id  1 | task 5 | stop processing: n_tokens = 600, truncated = 0"])
     t.poll()
     assert [r["slot"] for r in t.progress()] == [2]
+
+
+def test_the_reading_carries_the_progress_and_the_engine_panel_shows_it(tmp_path: Path):
+    """The client puts the log's live progress into its reading (numbers only, recorded with the tick), and
+    the engine panel says it in words, with units: what a long prefill has done before its request ends."""
+    from pcie_tui.engines.llamacpp.client import LlamaCppClient
+    from pcie_tui.tui.engine_panel import progress_line
+
+    log = tmp_path / "server.log"
+    log.write_text("")
+    client = LlamaCppClient("http://127.0.0.1:9", log_path=str(log))  # nothing listens: the log still reads
+    client.read()
+    lines = [x for x in H200_LOG.read_text().splitlines() if "task 8 |" in x]
+    _write(log, lines[:2])
+    e = client.read()
+    (live,) = e.extra["progress"]
+    assert (live["slot"], live["phase"], live["n_tokens"], live["progress"]) == (0, "prefill", 2560, 0.64)
+    assert set(map(type, live.values())) <= {int, float, str} and live["phase"] in ("prefill", "decode")
+    assert progress_line(e.extra["progress"]) == "log: slot 0 prefill 64 % (2,560 tok in 3.81 s, 671 tok/s)"
+    decode = {"slot": 2, "task": 9, "phase": "decode", "n_tokens": 100, "tokens_per_s": 30.5}
+    assert progress_line([decode]) == "log: slot 2 decode 100 tok at 30.5 tok/s"
+    assert progress_line([]) is None and progress_line(None) is None and progress_line([{"slot": "x"}]) is None
+    _write(log, lines[2:])  # the request ended: nothing in progress
+    assert "progress" not in client.read().extra

@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from pcie_tui.analyze.columns import COL, Chunk
+from pcie_tui.analyze.series import Col, Labels
 from pcie_tui.core import clocks
 from pcie_tui.core.model import EngineSample, SessionHeader
 from pcie_tui.engines.stats import REQUEST_IDENTITY
@@ -41,20 +42,22 @@ TOKEN_PHASE = {
 
 @dataclass
 class _Gpu:
-    """One GPU's ticks with a clock-event reading, as numpy parts (joined on first use)."""
+    """One GPU's ticks with a clock-event reading, as growable numpy columns (a few bytes a tick: a day-long
+    live session must not keep an array object per tick)."""
 
-    parts: dict[str, list[np.ndarray]] = field(default_factory=dict)
-    phase: list[Any] = field(default_factory=list)
-    _joined: tuple[int, dict[str, np.ndarray]] | None = None
+    cols: dict[str, Col] = field(default_factory=dict)
+    phase: Labels = field(default_factory=Labels)
 
-    def add(self, name: str, a: np.ndarray) -> None:
-        self.parts.setdefault(name, []).append(a)
+    def add(self, name: str, a: np.ndarray) -> np.ndarray:
+        """Append ``a`` to column ``name`` (its dtype set by the first); returns ``a``."""
+        col = self.cols.get(name)
+        if col is None:
+            col = self.cols[name] = Col(a.dtype)
+        col.extend(a)
+        return a
 
     def col(self, name: str) -> np.ndarray:
-        n = len(self.phase)
-        if self._joined is None or self._joined[0] != n:
-            self._joined = (n, {k: np.concatenate(v) for k, v in self.parts.items()})
-        return self._joined[1][name]
+        return self.cols[name].array()
 
 
 @dataclass
@@ -157,8 +160,8 @@ class Heat:
         self._itl_prev: tuple[float, float] | None = None
         self._sides: dict[tuple[str, bool], _Side] = {}
         self._requests: dict[tuple[Any, ...], dict[str, Any]] = {}
-        self._tick_t: list[float] = []
-        self._tick_thr: list[bool] = []
+        self._tick_t = Col()
+        self._tick_thr = Col(np.bool_)
         self._n = 0
         self._cache: tuple[int, dict[str, Any]] | None = None
         self._phase_stats: dict[tuple[int, str], _PhaseStat] = {}
@@ -204,15 +207,16 @@ class Heat:
             g = self.gpus.setdefault(int(gi), _Gpu())
             g.add("t", t_all[sel])
             g.add("thr", thr[sel])
-            g.add("mask", ch.cols[COL["clock_events"]][sel].astype(np.int64))
+            mask = g.add("mask", ch.cols[COL["clock_events"]][sel].astype(np.int64))
             for name, key in _GPU_COLS.items():
                 g.add(name, ch.cols[COL[key]][sel])
+            clock = ch.cols[COL["sm_clock_MHz"]][sel]
             # working: SM use at BUSY_SM or more, or unknown while the reasons do not say idle (0x1)
-            g.add("busy", ~(ch.cols[COL["sm_util"]][sel] < BUSY_SM) & ((g.parts["mask"][-1] & 0x1) == 0))
+            g.add("busy", ~(ch.cols[COL["sm_util"]][sel] < BUSY_SM) & ((mask & 0x1) == 0))
             phases = [ch.phase[i] for i in ch.tick_of[sel].tolist()]
-            g.phase += phases
-            self._count(int(gi), phases, thr[sel], g.parts["mask"][-1], g.parts["clock"][-1])
-            self._grow(int(gi), t_all[sel], thr[sel], g.parts["mask"][-1], g.parts["clock"][-1], phases)
+            g.phase.extend(phases)
+            self._count(int(gi), phases, thr[sel], mask, clock)
+            self._grow(int(gi), t_all[sel], thr[sel], mask, clock, phases)
         last = ch.t[-1]
         for ev in self._open.values():
             ev.open = last - ev.end <= MERGE_S
@@ -256,8 +260,8 @@ class Heat:
         dt = np.diff(t, prepend=self._t_prev if self._t_prev is not None else t[0])
         dt[(dt <= 0) | (dt > MAX_DT_S)] = 0.0
         self._t_prev = ch.t[-1]
-        self._tick_t += ch.t
-        self._tick_thr += thr.tolist()
+        self._tick_t.extend(ch.t)
+        self._tick_thr.extend(thr)
         # A session without phases (GPU only, no labels) is compared as one: "unlabelled", as the headline says.
         phs = [UNLABELLED if p is None else str(p) for p in ch.phase]
         arr = np.array(phs, dtype=object)
@@ -380,8 +384,9 @@ class Heat:
             for name in clocks.names(clocks.throttling(m)):
                 counts[name] = counts.get(name, 0) + n
         phases: dict[str, int] = {}
-        for i in idx.tolist():
-            p = str(g.phase[i])
+        names = g.phase.names
+        for c in g.phase.codes.array()[idx].tolist():
+            p = str(names[c])
             phases[p] = phases.get(p, 0) + 1
         reasons = sorted(counts, key=lambda k: -counts[k])
         t = g.col("t")
@@ -435,9 +440,9 @@ class Heat:
     def _clocks_by_side(self) -> dict[tuple[str, bool], float]:
         vals: dict[tuple[str, bool], list[np.ndarray]] = {}
         for g in self.gpus.values():
-            ph = np.array([str(p) for p in g.phase], dtype=object)
+            ph = g.phase.mapped(str, object)
             thr, clock, busy = g.col("thr"), g.col("clock"), g.col("busy")
-            for p in dict.fromkeys(g.phase):
+            for p in g.phase.distinct():
                 in_p = ph == str(p)
                 for side in (True, False):
                     # the unthrottled side: busy ticks only (an idle GPU's clocks drop by design)
@@ -451,8 +456,8 @@ class Heat:
         (throttled or not) that held most of its decode (its last ``predicted_ms`` before it finished)."""
         if not self._requests or not self._tick_t:
             return {}
-        t = np.array(self._tick_t)
-        thr = np.array(self._tick_thr)
+        t = self._tick_t.array()
+        thr = self._tick_thr.array()
         sums = {True: [0.0, 0.0], False: [0.0, 0.0]}
         for r in self._requests.values():
             end, n, ms = _num(r.get("t")), _num(r.get("predicted_n")), _num(r.get("predicted_ms"))

@@ -83,6 +83,9 @@ ENV_VARS = {
     "CUDA_VISIBLE_DEVICES": "cuda_visible_devices",
 }
 OFFLOAD_RX = re.compile(rb"offloaded\s+(\d+)/(\d+)\s+layers to GPU")
+# Ollama's own plan before it starts the runner (llm/memory.go, llm/server.go, v0.1.4x-v0.29): the runner is then
+# started with --n-gpu-layers <layers.offload>. Real logs: ollama#7610 ("offload to cuda"), ollama#10823 (msg=offload).
+PLAN_RX = re.compile(rb"layers\.model=(\d+)\s+layers\.offload=(\d+)")
 _LOG_TAIL = 8 << 20  # first read of the server log: its last 8 MiB
 PS_EVERY_S = 1.0  # /api/ps changes only when a model loads or unloads
 LOG_EVERY_S = 2.0
@@ -170,6 +173,8 @@ def parse_ps(obj: Any) -> list[dict[str, Any]]:
         if not isinstance(m, dict):
             continue
         size, vram = _int(m.get("size")), _int(m.get("size_vram"))
+        if "size_vram" not in m and size is not None:
+            vram = 0  # v0.1.38-v0.1.41 left size_vram out when 0 (all on the CPU): ollama#4840, fixed by #4842
         d = m.get("details")
         det: dict[str, Any] = d if isinstance(d, dict) else {}
         frac = vram / size if size is not None and vram is not None and size > 0 and vram <= size else None
@@ -208,13 +213,17 @@ def placement(models: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def offload_from_log(text: bytes) -> dict[str, Any] | None:
-    """The last ``offloaded N/M layers to GPU`` of a log chunk: {gpu_layers, total_layers, line}."""
-    found = list(OFFLOAD_RX.finditer(text))
-    if not found:
+    """The last ``offloaded N/M layers to GPU`` of a log chunk (or, where it comes later or alone, Ollama's
+    ``layers.model=M layers.offload=N`` plan): {gpu_layers, total_layers, line}."""
+    ran = [(m.start(), int(m.group(1)), int(m.group(2)), False) for m in OFFLOAD_RX.finditer(text)]
+    plan = [(m.start(), int(m.group(2)), int(m.group(1)), True) for m in PLAN_RX.finditer(text)]
+    if not ran and not plan:
         return None
-    last = found[-1]
-    a, b = int(last.group(1)), int(last.group(2))
-    return {"gpu_layers": a, "total_layers": b, "line": f"offloaded {a}/{b} layers to GPU"}
+    # The later of the two: a runner's line follows its load's plan; a plan alone (the ollama engine of
+    # v0.6-v0.11 logs no "offloaded" line) is the split the runner was started with.
+    _, a, b, planned = max(ran + plan)
+    line = f"layers.offload={a} of layers.model={b} (Ollama's offload plan)" if planned else None
+    return {"gpu_layers": a, "total_layers": b, "line": line or f"offloaded {a}/{b} layers to GPU"}
 
 
 def vram_sentence(m: dict[str, Any]) -> str | None:
@@ -420,11 +429,25 @@ class OllamaClient:
         return EngineSample(kind=self.kind, up=True, requests_running=running, extra=extra)
 
 
-def memory_fact(models: list[dict[str, Any]]) -> RuntimeFact:
+def _version(v: Any) -> tuple[int, ...] | None:
+    """(major, minor, patch) of an Ollama version string such as "0.30.8" or "0.30.11-rc0"."""
+    m = re.match(r"v?(\d+)\.(\d+)\.(\d+)", v) if isinstance(v, str) else None
+    return tuple(int(x) for x in m.groups()) if m else None
+
+
+# Before v0.30.11 (ollama#16637, fixed by #16709) a partly offloaded model's ``size`` counted its mmap'd
+# weights twice (the CPU_Mapped buffer spans nearly the whole file): size - size_vram overstated what is not
+# in VRAM (26.7 GiB size for 13.4 GiB in VRAM, real split ~94 % GPU, in the issue's report).
+MMAP_FIXED = (0, 30, 11)
+
+
+def memory_fact(models: list[dict[str, Any]], version: Any = None) -> RuntimeFact:
     """Model memory Ollama did not place in VRAM, per partly placed model: ``size - size_vram`` of /api/ps,
     which counts the runner's weights, KV cache and compute buffers alike (llm/llama_server.go
-    ``MemorySize``: the sum of llama-server's model, KV, compute, output buffers), so not weights alone."""
+    ``MemorySize``: the sum of llama-server's model, KV, compute, output buffers), so not weights alone.
+    Before v0.30.11 (or an unknown version) it may count mmap'd weights twice: said in the source."""
     src = "/api/ps size - size_vram: weights, KV cache and compute buffers together"
+
     if not models:
         return RuntimeFact("memory_not_in_vram", None, "unknown: no model loaded at attach (/api/ps)")
     known = [m for m in models if isinstance(m.get("vram_frac"), int | float)]
@@ -434,6 +457,10 @@ def memory_fact(models: list[dict[str, Any]]) -> RuntimeFact:
     if not partial:
         return RuntimeFact("memory_not_in_vram", "none", src)
     said = "; ".join(f"{size(m.get('host_bytes'))} of {m.get('name')} ({pct(1 - m['vram_frac'])})" for m in partial)
+    v = _version(version)
+    if v is None or v < MMAP_FIXED:
+        why = f"Ollama {version}" if v is not None else "Ollama's version unknown"
+        src += f"; {why}: an upper bound (before 0.30.11 size counts mmap'd weights twice, ollama#16637)"
     return RuntimeFact("memory_not_in_vram", said, src)
 
 
@@ -527,9 +554,10 @@ class OllamaEngine(Engine):
         note = "Ollama /api/ps; written from its source, not tested against a real server"
         return [
             ("model in VRAM", f"size_vram / size summed over loaded models ({note})", "%", "latest (every 1 s)"),
-            ("model memory not in VRAM", "size - size_vram from /api/ps: weights, KV cache and buffers", "GB",
-             "latest (every 1 s)"),
-            ("GPU layers", "'offloaded N/M layers to GPU' in ollama serve's log", "layers", "last model load"),
+            ("model memory not in VRAM", "size - size_vram from /api/ps: weights, KV cache and buffers (an upper "
+             "bound before v0.30.11: mmap'd weights counted twice)", "GB", "latest (every 1 s)"),
+            ("GPU layers", "'offloaded N/M layers to GPU' in ollama serve's log, else Ollama's plan "
+             "(layers.model, layers.offload)", "layers", "last model load"),
             ("running, per-request timing", "the llama-server runner's /slots and timing lines (v0.30+, port "
              "from its command line)", "requests, s", window),
             ("token counters, waiting", "not exposed by Ollama or its runner (no --metrics)", "n/a", "-"),
@@ -552,7 +580,7 @@ class OllamaEngine(Engine):
             timing=self.timing() if timed.value is not None else TimingBasis("none", None, None, timed.source),
             flags={k: layout[k] for k in ("num_parallel", "flash_attention", "kv_cache_type") if k in layout},
             log_evidence=(*evidence, *((line,) if line else ())),
-            runtime=(memory_fact(models), layers, timed),
+            runtime=(memory_fact(models, engine_info.get("version")), layers, timed),
         )
 
     def advise(self, facts: EngineFacts, finding: FindingFacts) -> list[Advice]:

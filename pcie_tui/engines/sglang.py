@@ -403,6 +403,7 @@ class SGLangEngine(Engine):
     display = "SGLang"
     default_port = 30000
     tested = False
+    not_exposed = frozenset({"prefill/decode time, preemptions"})  # no such histogram or counter in /metrics
     docs = DOCS
     probe_paths = ("/metrics", "/get_model_info")
     # time_to_first_token_seconds runs from the request's arrival at the tokenizer: queue time included.
@@ -445,7 +446,7 @@ class SGLangEngine(Engine):
         return (got[0], got[1], src) if got is not None else None
 
     def sources(self, window: str) -> list[SourceRow]:
-        src = "SGLang /metrics (--enable-metrics; written from its source, not tested against a real server)"
+        src = "SGLang /metrics (--enable-metrics; written from its source, checked against real scrapes users pasted)"
         return [
             ("prompt, generation tok/s", f"{_LIVE['prompt'][1]}, {_LIVE['generation'][1]} (live); "
              "else sglang:prompt_tokens_total, sglang:generation_tokens_total (at request end)", "tok/s", src),
@@ -455,6 +456,9 @@ class SGLangEngine(Engine):
             ("TTFT, ITL, e2e, queue", "sglang:*_seconds histograms (bucket-interpolated quantiles)", "s", window),
             ("HiCache host<->GPU", "sglang:load_back_*, sglang:evicted_tokens_total, sglang:hicache_backup_* "
              "(bytes where exported, else tokens)", "B or tokens", window),
+            ("quantile above the top bucket", "n/a: SGLang's histograms end at a finite bucket (TTFT 30 s in older "
+             "builds); a quantile above it reads as that bound, a floor", "s", window),
+            ("prefill/decode time, preemptions", "not exposed by SGLang (no such histogram or counter)", "n/a", "-"),
         ]  # fmt: skip
 
     def facts(self, engine_info: dict[str, Any]) -> EngineFacts:

@@ -25,6 +25,29 @@ def _cache_counters(stats: dict[str, Any]) -> str:
     return out
 
 
+def progress_line(progress: Any) -> str | None:
+    """Requests still running as the engine's log says, per slot (llama-server's progress lines: a prompt
+    that takes over 3 s, a generation past 100 tokens): "slot 0 prefill 85 % (5,120 tok in 3.0 s, 1,705
+    tok/s)"; None where the log has said nothing of a running request."""
+    if not isinstance(progress, list):
+        return None
+    parts = []
+    for r in progress:
+        if not isinstance(r, dict) or not isinstance(r.get("slot"), int):
+            continue
+        n, tps = r.get("n_tokens"), r.get("tokens_per_s")
+        tok = f"{n:,} tok" if isinstance(n, int) else fmt.NA
+        if r.get("phase") == "prefill":
+            done = r.get("progress")
+            share = fmt.pct(done) if isinstance(done, int | float) else fmt.NA
+            t = r.get("t_s")
+            took = f" in {fmt.seconds(t)}" if isinstance(t, int | float) else ""
+            parts.append(f"slot {r['slot']} prefill {share} ({tok}{took}, {fmt.tokens_per_s(tps)})")
+        elif r.get("phase") == "decode":
+            parts.append(f"slot {r['slot']} decode {tok} at {fmt.tokens_per_s(tps)}")
+    return "log: " + " · ".join(parts) if parts else None
+
+
 def engine_lines(frame: Frame, wide: bool, stacked: bool = False) -> Text:
     """State, token rates and latency quantiles of the attached engine.
 
@@ -47,6 +70,9 @@ def engine_lines(frame: Frame, wide: bool, stacked: bool = False) -> Text:
     err = stats.get("error") or eng.error
     if err:
         out.append(f" · error: {err}", style="red")
+    progress = progress_line(eng.extra.get("progress"))
+    if progress:
+        out.append(f"\n{progress}")
     if frame.placement:
         out.append(f"\nin host memory: {frame.placement}", style="dim")
     if frame.engine_stats is None:

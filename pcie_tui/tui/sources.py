@@ -186,6 +186,7 @@ ENGINE_FIGURE_KEYS: dict[str, tuple[str, ...]] = {
     "GPU layers": ("gpu_layers", "placement"),
     "running, per-request timing": ("requests_running", "ttft_s", "itl_s", "prefill_s", "decode_s"),
     "HiCache host<->GPU": ("hicache",),
+    "quantile above the top bucket": ("ttft_s", "itl_s", "queue_s"),
 }
 
 

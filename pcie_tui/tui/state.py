@@ -119,6 +119,7 @@ class ViewModel:
         self.engine_t: deque[float] = deque(maxlen=self.history_ticks)
         self.engine_tokens: deque[float | None] = deque(maxlen=self.history_ticks)  # prompt + generated tok/s
         self._token_counts: deque[tuple[float, float]] = deque()  # (t, tokens so far) within the window
+        self._token_ticks: deque[tuple[float, Any]] = deque()  # (t, engine reading) within the window
         self._tok_rate: float | None = None  # the last tick's tokens/s
         self.n = 0  # ticks fed = replay index of the next tick
         self.last: Sample | None = None
@@ -185,8 +186,31 @@ class ViewModel:
             h.nvlink_seen = h.nvlink_seen or nvl is not None
 
     def _tokens_per_s(self, t: float, e: Any) -> float | None:
-        """Prompt + generated tokens a second over the last :data:`TOKENS_WINDOW_S` (the engine's counters;
-        None without them, before two readings, or across a counter reset: an engine restart)."""
+        """Prompt + generated tokens a second over the last :data:`TOKENS_WINDOW_S`: the engine's live counts
+        where it has them (llama-server's /slots: its counters move only when a request ends), else its
+        counters (None without them, before two readings, or across a counter reset: an engine restart)."""
+        counter_rate = self._counter_tokens_per_s(t, e)
+        live = self._live_tokens_per_s(t, e)
+        return live if live is not None else counter_rate
+
+    def _live_tokens_per_s(self, t: float, e: Any) -> float | None:
+        win = self._token_ticks
+        if e is None or not e.up or (win and t - win[-1][0] > 2 * TOKENS_WINDOW_S):
+            win.clear()
+        if e is None or not e.up:
+            return None
+        win.append((t, e))
+        while len(win) > 2 and win[1][0] <= t - TOKENS_WINDOW_S:
+            win.popleft()
+        engine = registry.get(e.kind)
+        if engine is None or len(win) < 2:
+            return None
+        ticks = list(win)
+        got = [engine.live_tokens(ticks, what) for what in ("prompt", "generation")]
+        rates = [n / s for n, s, _src in (g for g in got if g is not None) if s > 0]
+        return sum(rates) if rates else None
+
+    def _counter_tokens_per_s(self, t: float, e: Any) -> float | None:
         counts = self._token_counts
         total = None
         if e is not None and e.up and (e.prompt_tokens_total is not None or e.generation_tokens_total is not None):

@@ -469,6 +469,9 @@ class LlamaCppClient:
                 out.extend(t.poll())
                 if t.error:
                     extra["log_error"] = t.error
+            live = [r for t in self.tailers for r in t.progress()]
+            if live:  # requests still running, as the log's progress lines say (numbers only)
+                extra["progress"] = live
             if not any(t.clock.open_requests() for t in self.tailers):
                 # The log read from t0 shows nothing outstanding: with the loop idle a request is taken up
                 # within ms, so any request taken up later arrived after t0 (see _poll_conns).
