@@ -28,7 +28,7 @@ from pcie_tui.tui.engine_panel import EnginePanel
 from pcie_tui.tui.events import EventsPane
 from pcie_tui.tui.frame import Frame
 from pcie_tui.tui.gpu_panel import GpuPanel
-from pcie_tui.tui.headless import frame_at, run, saturated_moment, screen_text, wait_until
+from pcie_tui.tui.headless import empty_bands, frame_at, run, saturated_moment, screen_text, wait_until
 from pcie_tui.tui.screens import SourcesScreen
 from pcie_tui.tui.widgets import PositionBar, Spark
 from pcie_tui.tui.worker import FRAME_MIN_INTERVAL_S, FrameReady
@@ -461,9 +461,11 @@ def test_layout_uses_the_room_it_gets(rec):
     assert wide[2] < 3 * wide[1]  # the room left goes to the charts first, the events box gets its rows
 
 
-def test_several_gpus_each_get_a_panel_and_scroll(rec):
-    """Four GPUs: a panel each where four panels fit 60 % of the rows (they scroll), one line each where
-    not (80x24). GPUs 1-3 replay GPU 0's real readings (relabelled): this tests layout, not data."""
+def test_several_gpus_each_get_a_panel_and_share_the_rows(rec):
+    """Four GPUs: a panel each where four panels fit 60 % of the rows, their charts sharing the rows the
+    others leave (they scrolled within 60 % before, the rest of the screen an empty events box: issue 22),
+    one line each where not (80x24). GPUs 1-3 replay GPU 0's real readings (relabelled): this tests layout,
+    not data."""
     import dataclasses
 
     infos = tuple(dataclasses.replace(rec.header.gpus[0], index=i, uuid=f"GPU-{i}") for i in range(4))
@@ -480,11 +482,11 @@ def test_several_gpus_each_get_a_panel_and_scroll(rec):
             await wait_until(pilot, lambda: frame_at(app, 20))
             panels = list(app.query(GpuPanel))
             assert [p.index for p in panels] == [0, 1, 2, 3] and all(p.display for p in panels)
+            await pilot.pause()
             gpus = app.query_one("#gpus")
-            assert gpus.virtual_size.height > gpus.size.height  # more than fits: it scrolls
+            assert gpus.virtual_size.height == gpus.size.height > 0.6 * 60  # all of them, no scrolling
             assert app.query_one(EventsPane).region.height >= 4
-            await pilot.press("pagedown")
-            await wait_until(pilot, lambda: gpus.scroll_y > 0)
+            assert not empty_bands(app), screen_text(app)
             assert all("LINK SATURATED" in str(p.badge.render()) for p in panels)
             await pilot.resize_terminal(80, 24)  # the panels do not fit: a line each, the history kept
             await wait_until(pilot, lambda: app.query_one("#gpu-rows").display)

@@ -5,7 +5,10 @@ promises present, the headline's phase the GPU panel's, no bound named before th
 Every bundled demo, at every size and moment: no empty band as :func:`headless.empty_bands` sees one, rows
 blank inside a box (an events box with no events held 4-19 of them), across the screen but for borders, or
 an area no box covers (13-27 rows under the engine box beside the taller GPU panel from 160x45).
-A demo scaled to 8 GPUs (and 16 at 80x24): one line per GPU, all 8 from 120x40 up, "+N more" where not all fit.
+A demo scaled to 8 GPUs (and 16 at 80x24): one line per GPU, all 8 from 120x40 up, "+N more" where not all fit;
+scaled to 2, 8 and 16 GPUs, no empty band either at any size and moment (8 GPUs' lines beside the engine left
+8-9 rows uncovered under them, and their events box 6-14 blank rows from 120x40): the lines' link histories
+under them, the GPU panels' charts and the engine's charts beside them take the rows.
 From 200x50 up: link TX/RX, DRAM and tokens/s stacked on one time axis (the same ticks in the same cells)."""
 
 from __future__ import annotations
@@ -155,6 +158,17 @@ def test_empty_bands_sees_blank_rows_inside_a_box_and_beside_a_panel():
 # ---- many GPUs: one line each where the panels do not fit ------------------------------------------
 
 
+@pytest.mark.parametrize(
+    ("name", "n_gpus"), [("h200-pinned", 2), ("h200-pinned", 8), ("h200-pinned", 16), ("h200-prompt-cache", 8)]
+)
+def test_no_empty_band_with_many_gpus_at_any_size(name, n_gpus):
+    """Several GPUs (panels each where they fit, else a line each), at each size of the issue and three moments."""
+    rec = scaled_gpus(read_recording(demos.resolve(name), warn=False), n_gpus)
+    for m in MOMENTS:
+        for size, (bands, text) in _bands_at_every_size(rec, int(m * (len(rec.samples) - 1))).items():
+            assert not bands, f"{name} x{n_gpus} {size} at {m:.0%}: {bands}\n{text}"
+
+
 @pytest.fixture(scope="module")
 def rec8():
     return scaled_gpus(read_recording(demos.resolve("h200-pinned"), warn=False), 8)
@@ -176,6 +190,7 @@ def test_eight_gpus_one_line_each(rec8, size):
     got = _look(rec8, pos, size)
     text = got["text"]
     assert _longest_blank_run(text) <= 2, f"{size}:\n{text}"
+    assert not got["bands"], f"{size}: {got['bands']}\n{text}"
     lines = _gpu_lines(text)
     assert all(len(v) == 1 for v in lines.values()), lines  # one row per GPU
     more = re.search(r"\+(\d+) more GPUs?", text)
@@ -260,3 +275,29 @@ def test_eight_gpus_timeline_follows_the_busiest_link(rec8):
     busiest = min(i for i, v in shares.items() if v == max(shares.values()))
     assert got["title"].startswith(f"GPU {busiest} (busiest link of 8)")
     assert _longest_blank_run(got["text"]) <= 2
+
+
+def test_a_paused_replay_resized_shows_the_engine_panel_of_its_new_size(rec8):
+    """Resized from 80x24 (the engine panel's two short lines) to 120x40 while paused, no frame follows: the
+    panel is redrawn for 120x40 (latencies, quantiles' method, charts), not left as it was at 80x24 (the
+    app's size still read 80x24 during the resize)."""
+    pos = len(rec8.samples) // 2
+    src = ReplaySource(rec8)
+    src.seek_to_index(pos)
+    src.set_paused(True)
+    app = make_app(src)
+    out: dict = {}
+
+    async def go() -> None:
+        async with app.run_test(size=(80, 24)) as pilot:
+            await wait_until(pilot, lambda: frame_at(app, pos), 20)
+            out["small"] = screen_text(app)
+            await pilot.resize_terminal(120, 40)
+            await pilot.pause()
+            await pilot.pause()
+            out["big"] = screen_text(app)
+            out["bands"] = empty_bands(app)
+
+    run(go())
+    assert "quantiles:" not in out["small"] and "quantiles:" in out["big"], out["big"]
+    assert not out["bands"], out["bands"]

@@ -178,30 +178,52 @@ def _engine_part(text: str) -> str:
 
 
 def test_the_engine_section_lists_only_the_engine_figures_read_so_far():
-    """llama-server paused before its first request ended: no TTFT, ITL or queue yet, and the KV cache is
-    never collected from it; those rows are named as without a reading, not given a source. Once requests
-    ended (the end of the recording), TTFT and prefill come with their source; the KV cache still not."""
+    """llama-server paused before its first request ended: no TTFT, ITL or queue yet; those rows are named as
+    without a reading, not given a source. The KV cache, which llama-server never reports, is not among them:
+    its row says it is not collected by this engine, and why. Once requests ended (the end of the recording),
+    TTFT and prefill come with their source; the KV cache row stays as it was."""
     rec = read_recording(demos.resolve("h200-pinned"), warn=False)
     early = flat(_engine_part(page_text(rec, 40)))
     assert "running, waiting /slots entries" in early or "running, waiting running: /slots" in early, early
     assert "in host memory llama-server's load log" in early, early
-    for figure, source in (("TTFT, prefill", "llama-server log, per finished request"), ("KV cache", "not collected")):
-        assert f"{figure} {source}" not in early, early
+    assert "TTFT, prefill llama-server log, per finished request" not in early, early
     assert re.search(r"no reading yet [^:]*TTFT, prefill[^:]*: no reading of them in this session so far", early)
-    assert "KV cache" in early.split("no reading yet")[1]
+    kv = "KV cache not collected by this engine: llama-server's /metrics and /slots, as read here, carry no KV"
+    assert kv in early and "KV cache" not in early.split("no reading yet")[1], early
     late = flat(_engine_part(page_text(rec, len(rec.samples) - 1)))
     assert "TTFT, prefill llama-server log, per finished request" in late, late
-    assert "KV cache not collected" not in late and "KV cache" in late.split("no reading yet")[1]
+    assert kv in late, late
 
 
-def test_every_llama_and_vllm_engine_row_is_checked_for_readings():
+@pytest.mark.parametrize("kind", ["vllm", "ollama", "llamacpp", "sglang"])
+def test_every_engine_row_is_checked_for_readings(kind):
+    """Each row of every registered engine is either checked against the session's readings (listed only
+    with one) or one the engine never exposes (listed as not collected by it, with or without readings)."""
     from pcie_tui.engines import registry
-    from pcie_tui.tui.sources import ENGINE_FIGURE_KEYS, engine_sources
+    from pcie_tui.tui.sources import ENGINE_FIGURE_KEYS, NOT_EXPOSED, engine_sources
 
-    for kind in ("llamacpp", "vllm"):
-        eng = registry.get(kind)
-        assert eng is not None, kind
-        assert all(r[0] in ENGINE_FIGURE_KEYS for r in eng.sources("w")), kind
-        rows = engine_sources(kind, {}, 10.0, frozenset())
-        assert [r.figure for r in rows] == ["no reading yet"], rows
-        assert [r.figure for r in engine_sources(kind, {}, 10.0, None)] == [r[0] for r in eng.sources("the last 10 s")]
+    assert set(registry.names()) == {"vllm", "ollama", "llamacpp", "sglang"}  # a new engine: add it above
+    eng = registry.get(kind)
+    assert eng is not None, kind
+    labels = [r[0] for r in eng.sources("w")]
+    assert all(label in ENGINE_FIGURE_KEYS or label in eng.not_exposed for label in labels), kind
+    assert eng.not_exposed <= set(labels), kind
+    never = [r for r in engine_sources(kind, {}, 10.0, frozenset()) if r.figure != "no reading yet"]
+    assert [r.figure for r in never] == [label for label in labels if label in eng.not_exposed], never
+    assert all(r.source.startswith(f"{NOT_EXPOSED}: ") for r in never), never
+    rows = engine_sources(kind, {}, 10.0, frozenset())
+    assert (rows[-1].figure == "no reading yet") == bool(set(labels) - eng.not_exposed), rows
+    assert [r.figure for r in engine_sources(kind, {}, 10.0, None)] == [r[0] for r in eng.sources("the last 10 s")]
+    everything = frozenset(k for keys in ENGINE_FIGURE_KEYS.values() for k in keys)
+    assert "no reading yet" not in [r.figure for r in engine_sources(kind, {}, 10.0, everything)]
+
+
+def test_ollama_and_sglang_raw_readings_count_as_seen():
+    from pcie_tui.core.model import EngineSample
+    from pcie_tui.tui.seen import EngineFiguresSeen
+
+    seen = EngineFiguresSeen()
+    seen.note(None, EngineSample(kind="ollama", up=True, extra={"models": [{"name": "m"}], "gpu_layers": None}), None)
+    assert {"models"} <= seen.snapshot() and "gpu_layers" not in seen.snapshot()
+    seen.note(None, EngineSample(kind="sglang", up=True, extra={"hicache": {"load_back_tokens_total": 3.0}}), None)
+    assert "hicache" in seen.snapshot()

@@ -309,6 +309,9 @@ class Engine(ABC):
     # False: written from the engine's documentation and never run against a real server here.
     tested: ClassVar[bool] = False
     docs: ClassVar[tuple[str, ...]] = ()  # the documentation (URLs or file paths) the module rests on
+    # The figure labels of its :meth:`sources` rows that this engine never reports (the row's source says why):
+    # the ``?`` page lists them as not collected by this engine, never as waiting for a first reading.
+    not_exposed: ClassVar[frozenset[str]] = frozenset()
     # URL paths :func:`pcie_tui.engines.discover.probe_kind` GETs to recognise the engine, in order.
     probe_paths: ClassVar[tuple[str, ...]] = ()
     # True: latencies are exact per-request timings (``extra["requests"]``) instead of histograms.

@@ -499,6 +499,7 @@ class OllamaEngine(Engine):
     display = "Ollama"
     default_port = 11434
     tested = False
+    not_exposed = frozenset({"token counters, waiting"})  # its runner runs without --metrics
     docs = DOCS
     probe_paths = ("/api/version",)
     # From v0.30 the runner is llama-server: its requests are timed as llama.cpp's are (where its port is known).

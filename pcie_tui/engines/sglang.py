@@ -403,6 +403,7 @@ class SGLangEngine(Engine):
     display = "SGLang"
     default_port = 30000
     tested = False
+    not_exposed = frozenset({"prefill/decode time, preemptions"})  # no such histogram or counter in /metrics
     docs = DOCS
     probe_paths = ("/metrics", "/get_model_info")
     # time_to_first_token_seconds runs from the request's arrival at the tokenizer: queue time included.

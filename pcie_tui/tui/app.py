@@ -102,6 +102,9 @@ class PcieTuiApp(KeyActions, SourceWorker, App[None]):
         self._drained = threading.Event()  # the reader thread has returned
         self._panels: dict[int, GpuPanel] = {}
         self._gpu_rows = GpuRows(HISTORY_TICKS)
+        self._size_now = (80, 24)  # (columns, rows) as last applied
+        self._fitted: tuple[Any, ...] = ()  # what the last fit of the charts read (_fit_inputs)
+        self._gpus_most = "60vh"  # #gpus' max height as set (the stylesheet's to begin with)
         self._compact = False  # every GPU on one line (GpuRows) instead of a panel each
         self._loop_held = False  # End on a looping replay: stop at the end until the next seek
         self._has_engine = source.header.engine is not None  # else set by the first engine reading
@@ -164,7 +167,13 @@ class PcieTuiApp(KeyActions, SourceWorker, App[None]):
     def on_resize(self, event: Any) -> None:
         self._apply_size(event.size.width, event.size.height)
 
+    @property
+    def _height(self) -> int:
+        """The terminal's rows as last applied (``self.size`` still reads the old size in on_resize)."""
+        return self._size_now[1]
+
     def _apply_size(self, width: int, height: int) -> None:
+        self._size_now = (width, height)
         wide, tall = width >= WIDE_AT_COLUMNS, height >= TALL_AT_ROWS
         # Side by side only beside GPU panels: the engine alone takes the full width.
         side = width >= SIDE_BY_SIDE_AT_COLUMNS and self._has_engine and bool(self.source.header.gpus)
@@ -202,44 +211,89 @@ class PcieTuiApp(KeyActions, SourceWorker, App[None]):
     def _fit_sparks(self) -> None:
         """Every row of the screen to a panel (issue 22): the events box keeps the rows its events need
         (:attr:`EventsPane.rows_needed`: its titled border alone with none), the shared timeline its
-        TIMELINE_ROWS_MIN, and one GPU's charts take all the rest, shared row by row (beside the GPUs, the
-        engine's charts grow to the GPU panel's height). Several GPUs scroll in #gpus (60 %); the charts up to
-        SPARK_ROWS_MAX rows where the timeline or the events box below takes the rows over. Computed from the
-        heights of everything else, which do not depend on it, and set only when it changes (a relayout)."""
+        TIMELINE_ROWS_MIN, and the GPU panels' charts take all the rest, shared row by row (beside the GPUs,
+        the engine's charts grow to the GPU column's height); GPUs one line each (:meth:`_fit_lines`) get
+        their link histories under the lines instead. GPUs whose panels do not fit even with the fewest rows
+        scroll in #gpus (60 %); the charts up to SPARK_ROWS_MAX rows where the timeline below takes the rows
+        over. Computed from the heights of everything else, which do not depend on it, and set only when it
+        changes (a relayout)."""
         if self._stop.is_set():
             return
-        panels = [p for p in self._panels.values() if p.is_mounted and p.display]
         side = self._main.has_class("-side")
-        tall = self.size.height >= TALL_AT_ROWS
+        tall = self._height >= TALL_AT_ROWS
+        self._fitted = self._fit_inputs()
+        self.call_after_refresh(self._refit)  # a text laid out anew after this fit read its old height
+        if self._compact:
+            self._fit_lines(side, tall)
+            return
+        panels = [p for p in self._panels.values() if p.is_mounted and p.display]
         if not panels:
             self._engine_w.fit(None, tall)
             return
-        one = len(panels) == 1
-        rows = self._panel_rows(panels, one, side, tall)
         sparks = [row for p in panels for row in p.charts]
-        most = None if one and not self._capped() else SPARK_ROWS_MAX
-        share = spark_share(rows, len(sparks), most, least=2 if tall else 1)  # several GPUs scroll, not shrink
+        fixed = sum(p.fixed_rows for p in panels)
+        least = 2 if tall else 1
+        room = self._room(side, tall)
+        scroll = len(panels) > 1 and fixed + least * len(sparks) > room  # several GPUs scroll, not shrink
+        if scroll:
+            room = min(room, self._gpus_room(self._height))
+        most = SPARK_ROWS_MAX if self._capped() else None
+        share = spark_share(room - fixed, len(sparks), most, least)
         for row, n in zip(sparks, share, strict=True):
             set_spark_rows(row.spark, n)
-        self._gpus_w.styles.max_height = "100%" if one else "60vh"
-        gpu_h = sum(p.fixed_rows for p in panels) + sum(share)
-        self._engine_w.fit(gpu_h if side and one else None, tall)
+        self._set_gpus_most("60vh" if scroll else "100%")
+        gpu_h = fixed + sum(share)
+        self._engine_w.fit(min(gpu_h, room) if side else None, tall)
+
+    def _fit_inputs(self) -> tuple[Any, ...]:
+        """What a fit reads besides the terminal's size: the heights of the headline, the engine's text,
+        the events box's rows and the lines or panels of the GPUs."""
+        return (
+            self._size_now,
+            self._headline_w.outer_size.height,
+            self._engine_w.natural_rows(self._height >= TALL_AT_ROWS),
+            self._events_w.rows_needed if self._events_w.display else 0,
+            self._gpu_rows.lines if self._compact else tuple(p.fixed_rows for p in self._panels.values()),
+        )
+
+    def _refit(self) -> None:
+        """Fit again where what the last fit read has changed since (a paused replay renders no more frames)."""
+        if not self._stop.is_set() and self._fit_inputs() != self._fitted:
+            self._fit_sparks()
+
+    def _fit_lines(self, side: bool, tall: bool) -> None:
+        """GPUs one line each: their link histories under the lines take the rows the others leave; beside
+        the engine, as many as make the two columns one height. Above the shared timeline (which takes the
+        rows left) only those the engine beside needs."""
+        lines = self._gpu_rows
+        box = lines.lines + lines.gutter.height
+        engine = self._engine_w.natural_rows(tall) if side else 0
+        want = engine if self._capped() else max(self._room(side, tall), engine)
+        lines.set_history(want - box if lines.complete else 0)
+        self._set_gpus_most("100%")
+        self._engine_w.fit(box + lines.history if side else None, tall)
+
+    def _set_gpus_most(self, most: str) -> None:
+        """#gpus' max height, set only when it changes (a relayout)."""
+        if most != self._gpus_most:
+            self._gpus_most = most
+            self._gpus_w.styles.max_height = most
 
     def _capped(self) -> bool:
-        """One GPU's charts stop at SPARK_ROWS_MAX rows only where the timeline below takes the rows over."""
+        """The GPU charts stop at SPARK_ROWS_MAX rows only where the timeline below takes the rows over."""
         return self._main.has_class("-timeline")
 
-    def _panel_rows(self, panels: list[GpuPanel], one: bool, side: bool, tall: bool) -> int:
-        """The rows the GPU panels' charts may share on this screen."""
-        height = self.size.height
+    def _room(self, side: bool, tall: bool) -> int:
+        """The rows the GPU panels (or lines) may take on this screen: what the header, headline, position
+        bar, events box, timeline and (stacked) engine panel leave."""
+        height = self._height
         other = 1 + self._headline_w.outer_size.height + self.query_one("#bottom").outer_size.height
         other += self._events_w.rows_needed if self._events_w.display else 0
         if self._main.has_class("-timeline"):
             other += TIMELINE_ROWS_MIN
         if not side and self._engine_w.display:
-            other += self._engine_w.natural_rows(tall)
-        room = height - other if one else min(height - other, self._gpus_room(height))
-        return room - sum(p.fixed_rows for p in panels)
+            other += min(self._engine_w.natural_rows(tall), height // 2)  # the stylesheet's 50vh at most
+        return height - other
 
     # ---- messages from the worker ---------------------------------------------
 
@@ -273,23 +327,23 @@ class PcieTuiApp(KeyActions, SourceWorker, App[None]):
         wide = self._main.has_class("-wide")
         if f.engine is not None and not self._has_engine:
             self._has_engine = True  # once: an engine appeared, the wide layout may now split
-            self._apply_size(self.size.width, self.size.height)
+            self._apply_size(*self._size_now)
             return  # _apply_size rendered this frame
         with self.batch_update():
             self._headline_w.show(f.headline)
             if self._compact:
-                self._gpu_rows.show(f.gpus, self._gpus_room(self.size.height) - 2)  # its border
+                self._gpu_rows.show(f.gpus, self._gpus_room(self._height) - 2)  # its border
             for g in () if self._compact else f.gpus:
                 panel = self._panels.get(g.index)
                 if panel is None:
                     panel = self._panels[g.index] = GpuPanel(g.index, HISTORY_TICKS)
                     panel.wide = wide
                     self._gpus_w.mount(panel)
-                    self._set_compact(self._too_many_panels(self.size.height))  # one more may not fit
+                    self._set_compact(self._too_many_panels(self._height))  # one more may not fit
                     continue  # filled on the next frame, once composed
                 panel.show(g, f)
             side = self._main.has_class("-side")
-            self._engine_w.show(f, wide, stacked=side, compact=not side and self.size.height < SHORT_BELOW_ROWS)
+            self._engine_w.show(f, wide, stacked=side, compact=not side and self._height < SHORT_BELOW_ROWS)
             settled = f.ended or (f.replay is not None and (f.replay.paused or f.replay.position >= f.replay.total))
             self._events_w.show(f.events, f.events_total, exact=settled)
             if self._main.has_class("-timeline"):

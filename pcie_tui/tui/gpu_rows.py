@@ -2,7 +2,9 @@
 
 Where the full GPU panels (:mod:`pcie_tui.tui.gpu_panel`, charts and all) do not fit the rows a terminal
 has, every GPU gets one compact line instead, with bars; wide terminals add each GPU's link history as
-a one-row sparkline. Lines that do not fit end in a "+N more" line (up/down scroll them).
+a one-row sparkline. Where the screen has rows to spare (issue 22: no empty band), each line gets its link
+history under it, as many rows as the app gives (:meth:`GpuRows.set_history`), the first GPUs a row more
+where they do not divide evenly. Lines that do not fit end in a "+N more" line (up/down scroll them).
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from textual.widgets import Static
 
 from pcie_tui.tui import fmt, spark
 from pcie_tui.tui.frame import GpuView
-from pcie_tui.tui.widgets import set_text
+from pcie_tui.tui.widgets import set_text, spark_share
 
 # The stylesheet's saturation colours (app.tcss), for text drawn here.
 VERDICT_STYLE = {"link": "bold #ff2d2d", "memory": "bold #ffb000", "compute": "bold #b48cff", "none": "#5fd75f"}
@@ -24,6 +26,7 @@ HOT_AT = 0.70  # a bar at or above this share of its ceiling is drawn hot (the p
 PARTS = " ▏▎▍▌▋▊▉█"
 BAR_MIN, BAR_MAX = 3, 12  # cells of one bar
 SPARK_MIN = 16  # a link history narrower than this is left out
+HISTORY_LABEL = "  link "  # the first row of a GPU's link history under its line; the others indented as far
 
 
 def bar(frac: float | None, cells: int) -> Text:
@@ -54,8 +57,9 @@ def _share(v: float | None, ceiling: float | None) -> float | None:
     return v / ceiling if v is not None and ceiling else None
 
 
-def gpu_row(g: GpuView, width: int, history_ticks: int) -> Text:
-    """One GPU in ``width`` cells: the richest form that fits (rates, name and link history need room)."""
+def gpu_row(g: GpuView, width: int, history_ticks: int, inline_history: bool = True) -> Text:
+    """One GPU in ``width`` cells: the richest form that fits (rates, name and link history need room;
+    ``inline_history``: beside the figures where they leave room, else left out: it is drawn under the line)."""
     s = g.sample
     tx, rx = (s.pcie_tx_Bps, s.pcie_rx_Bps) if s is not None else (None, None)
     mem_word = "MEM" if g.memory_proxy else "DRAM"
@@ -87,19 +91,36 @@ def gpu_row(g: GpuView, width: int, history_ticks: int) -> Text:
     out.append(" · ", style="dim")
     out.append(f"{verdict:<7}", style=VERDICT_STYLE.get(g.verdict, "") if g.sample is not None else "dim")
     room = width - out.cell_len - 6
-    if room >= SPARK_MIN:
+    if inline_history and room >= SPARK_MIN:
         out.append(" link ", style="dim")
-        out.append_text(_link_history(g, room, history_ticks))
+        out.append_text(_link_history(g, room, history_ticks)[0])
     return out
 
 
-def _link_history(g: GpuView, width: int, history_ticks: int) -> Text:
-    """The busier link direction of each tick over the history, against the ceiling, shaded by phase."""
+def _link_history(g: GpuView, width: int, history_ticks: int, rows: int = 1) -> list[Text]:
+    """The busier link direction of each tick over the history, against the ceiling, shaded by phase:
+    ``rows`` rows of ``width`` cells."""
     hist = [a if b is None or (a is not None and a >= b) else b for a, b in zip(g.hist_tx, g.hist_rx, strict=True)]
-    rows = spark.runs(hist, g.hist_phase, g.hist_start, width, 1, g.ceiling_Bps, history_ticks, hot_at=HOT_AT)
-    out = Text()
-    for text, style in rows[0]:
-        out.append(text, style)
+    runs = spark.runs(hist, g.hist_phase, g.hist_start, width, rows, g.ceiling_Bps, history_ticks, hot_at=HOT_AT)
+    out = []
+    for row in runs:
+        line = Text()
+        for text, style in row:
+            line.append(text, style)
+        out.append(line)
+    return out
+
+
+def history_lines(g: GpuView, width: int, history_ticks: int, rows: int) -> list[Text]:
+    """A GPU's link history under its line, ``rows`` rows tall, labelled on its first row."""
+    if rows <= 0:
+        return []
+    pad = len(HISTORY_LABEL)
+    out = []
+    for i, chart in enumerate(_link_history(g, max(1, width - pad), history_ticks, rows)):
+        line = Text(HISTORY_LABEL if i == 0 else " " * pad, style="dim")
+        line.append_text(chart)
+        out.append(line)
     return out
 
 
@@ -111,6 +132,10 @@ class GpuRows(Static):
         self.history_ticks = history_ticks
         self.first = 0  # first GPU shown when they do not all fit (up/down move it)
         self.room = 0
+        self.history = 0  # rows of link history under the lines, shared by the GPUs shown
+        self.lines = 0  # lines shown: one per GPU that fits, and the "+N more" line
+        self.complete = True  # every GPU has its line (no "+N more")
+        self._rows = -1  # rows of text shown (lines and histories under them)
         self._last: tuple[Sequence[GpuView], int] | None = None
 
     def on_resize(self) -> None:
@@ -122,19 +147,44 @@ class GpuRows(Static):
         if self._last is not None:
             self.show(*self._last)
 
+    def set_history(self, rows: int) -> None:
+        """``rows`` of link history under the lines (the screen's rows to spare); redrawn where it changed."""
+        rows = max(0, rows)
+        if rows != self.history:
+            self.history = rows
+            if self._last is not None:
+                self.show(*self._last)
+
     def show(self, gpus: Sequence[GpuView], room: int) -> None:
         self._last = (gpus, room)
         width = max(20, self.content_size.width or self.app.size.width - 4)
         n = len(gpus)
         fit = n if n <= room else max(1, room - 1)  # the last line says how many more
         self.first = max(0, min(self.first, n - fit))
-        lines = [gpu_row(g, width, self.history_ticks) for g in gpus[self.first : self.first + fit]]
+        shown = gpus[self.first : self.first + fit]
+        under = spark_share(self.history, len(shown), least=0) if fit == n else [0] * len(shown)
+        lines: list[Text] = []
+        for g, rows in zip(shown, under, strict=True):
+            lines.append(gpu_row(g, width, self.history_ticks, inline_history=rows == 0))
+            lines += history_lines(g, width, self.history_ticks, rows)
+        self.lines, self.complete = fit + (fit < n), fit == n
         if fit < n:
             hidden = n - fit
             lines.append(Text(f"+{hidden} more GPU{'s' if hidden > 1 else ''} (up/down to scroll)", style="dim"))
-        set_text(self, Text("\n").join(lines), layout=True)
-        title = f"{n} GPUs · bars: TX and RX of the link ceiling, DRAM of peak bandwidth, SM busy"
-        if len(title) > width - 2:
-            title = f"{n} GPUs · TX/RX of link ceiling · DRAM · SM"
+        set_text(self, Text("\n").join(lines))
+        if len(lines) != self._rows:  # its height (lines never wrap): a relayout only when their count changes
+            self._rows = len(lines)
+            self.refresh(layout=True)
+        self._title(n, width, any(under))
+
+    def _title(self, n: int, width: int, history: bool) -> None:
+        """What the bars (and the charts under the lines) show: the longest form that fits the border."""
+        under = " · under each: its busier link direction over time, newest right" if history else ""
+        forms = (
+            f"{n} GPUs · bars: TX and RX of the link ceiling, DRAM of peak bandwidth, SM busy{under}",
+            f"{n} GPUs · TX/RX of link ceiling · DRAM · SM{under}",
+            f"{n} GPUs · TX/RX of link ceiling · DRAM · SM{' · link over time under each' if history else ''}",
+        )
+        title = next((t for t in forms if len(t) <= width - 2), forms[-1])
         if self.border_title != title:
             self.border_title = title

@@ -100,11 +100,17 @@ class FiguresSeen:
         return self._snapshot
 
 
+# Raw readings of an engine's ticks (``EngineSample.extra``) that a ``?`` row describes: Ollama's loaded models
+# (/api/ps) and its GPU layers (its log), SGLang's HiCache counters (/metrics).
+EXTRA_FIGURES = ("models", "gpu_layers", "hicache")
+
+
 class EngineFiguresSeen:
     """The engine panel's figures the session has had a reading of so far: the keys of the engine's statistics
     (pcie_tui.analyze.engine: ``ttft_s``, ``kv_cache_util``, ...) with a value, ``requests_running`` and
-    ``requests_waiting`` from its ticks too, and ``placement`` once the engine's facts say what it keeps in
-    host memory. Noted from each frame's statistics and each tick fed (a replay's: the frames shown and the
+    ``requests_waiting`` from its ticks too, the raw readings of :data:`EXTRA_FIGURES` a tick carries (Ollama's
+    loaded models and GPU layers, SGLang's HiCache counters), and ``placement`` once the engine's facts say what
+    it keeps in host memory. Noted from each frame's statistics and each tick fed (a replay's: the frames shown and the
     ticks of the statistics window before them; a request that ends later in the recording is not counted
     before it is shown, and a seek past one counts it only where the window still holds it)."""
 
@@ -117,6 +123,8 @@ class EngineFiguresSeen:
         for k in ("requests_running", "requests_waiting"):
             if k not in self._seen and getattr(engine, k, None) is not None:
                 new.append(k)
+        extra = getattr(engine, "extra", None) or {}
+        new += [k for k in EXTRA_FIGURES if k not in self._seen and _has_raw(extra.get(k))]
         if placement and "placement" not in self._seen:
             new.append("placement")
         if new:
@@ -133,3 +141,8 @@ def _has_value(v: Any) -> bool:
     if isinstance(v, Mapping):
         return v.get("p50") is not None
     return v is not None
+
+
+def _has_raw(v: Any) -> bool:
+    """A raw reading of a tick: not None, and a collection with something in it (no models loaded is none)."""
+    return bool(v) if isinstance(v, Mapping | list | tuple) else v is not None

@@ -181,7 +181,16 @@ ENGINE_FIGURE_KEYS: dict[str, tuple[str, ...]] = {
     "prefix hits": ("prefix_cache_hit_rate",),
     "KV offload": ("kv_offload_Bps",),
     "in host memory": ("placement",),
+    "model in VRAM": ("models",),
+    "model memory not in VRAM": ("models",),
+    "GPU layers": ("gpu_layers", "placement"),
+    "running, per-request timing": ("requests_running", "ttft_s", "itl_s", "prefill_s", "decode_s"),
+    "HiCache host<->GPU": ("hicache",),
+    "quantile above the top bucket": ("ttft_s", "itl_s", "queue_s"),
 }
+
+
+NOT_EXPOSED = "not collected by this engine"  # a figure it never reports (not one with no reading yet)
 
 
 def engine_sources(
@@ -190,7 +199,9 @@ def engine_sources(
     """One row per figure of the engine panel (the keys of pcie_tui.analyze.engine's snapshot).
 
     ``seen``: the engine figures the session has had a reading of so far (:data:`ENGINE_FIGURE_KEYS`; None: not
-    known, every row listed); a row with none is not given a source but named in one row, no reading yet."""
+    known, every row listed); a row with none is not given a source but named in one row, no reading yet. A
+    figure the engine never reports (:attr:`Engine.not_exposed`) keeps its row, saying so and why, whatever
+    the session has: no reading will come."""
     win = f"the last {window_s:g} s" if window_s else "the statistics window"
     stats = stats or {}
     method = stats.get("quantile_method")
@@ -201,7 +212,9 @@ def engine_sources(
     eng = registry.get(kind)
     for r in eng.sources(win) if eng is not None else []:
         keys = ENGINE_FIGURE_KEYS.get(r[0])
-        if seen is not None and keys is not None and not any(k in seen for k in keys):
+        if eng is not None and r[0] in eng.not_exposed:
+            rows.append(FigureSource(r[0], f"{NOT_EXPOSED}: {r[1]}", r[2], r[3]))
+        elif seen is not None and keys is not None and not any(k in seen for k in keys):
             missing.append(r[0])
         else:
             rows.append(FigureSource(*r))

@@ -73,6 +73,7 @@ class LlamaCppEngine(Engine):
     display = "llama-server"
     default_port = 8080
     tested = True
+    not_exposed = frozenset({"KV cache"})  # neither /metrics nor /slots gives the KV cache's use
     docs = ("llama.cpp tools/server/README.md (/metrics, /slots, /props)", "llama.cpp common/arg.cpp (flags)")
     probe_paths = ("/metrics", "/props")
     per_request_timing = True

@@ -53,7 +53,7 @@ def rows(win: str) -> list[SourceRow]:
         ),
         (
             "KV cache",
-            "not collected from llama-server (shown as n/a)",
+            "llama-server's /metrics and /slots, as read here, carry no KV cache use, so the panel shows n/a (never 0)",
             "% of KV cache in use",
             "latest tick",
         ),
