@@ -11,6 +11,7 @@ import threading
 from pathlib import Path
 
 import pytest
+from engines.stub_http import serve
 
 from pcie_tui.engines import FindingFacts, ollama
 
@@ -22,24 +23,8 @@ def fake():
     """A fake `ollama serve` on 127.0.0.1 at a free port; set ``routes[path] = (status, body)``."""
     routes: dict[str, tuple[int, bytes]] = {"/": (200, b"Ollama is running")}
     hits: list[str] = []
-
-    class H(http.server.BaseHTTPRequestHandler):
-        def do_GET(self):  # noqa: N802 - http.server's name
-            hits.append(self.path)
-            status, body = routes.get(self.path, (404, b"404 page not found"))
-            self.send_response(status)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *a):
-            pass
-
-    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{srv.server_address[1]}", routes, hits
-    srv.shutdown()
-    srv.server_close()
+    with serve(routes, hits=hits) as url:
+        yield url, routes, hits
 
 
 BLOB = "/usr/share/ollama/.ollama/models/blobs/sha256-6a0746a1ec1aef3e7ec53868f220ff6e389f6f8ef87a01d77c96807de94ca2aa"
@@ -278,7 +263,6 @@ def test_v030_runner_slots_and_log_timings_through_the_llama_cpp_client(fake, tm
     """A stand-in runner (a fake llama-server with /slots, no --metrics) under a fake `ollama serve`: the
     Ollama client finds it by its command line, reads its slots and the timing lines it wrote into ollama
     serve's log, and the report's timing comes from them."""
-    import http.server
 
     slots = [{"id": 0, "is_processing": True, "n_decoded": 12, "n_prompt_tokens_processed": 300, "id_task": 7},
              {"id": 1, "is_processing": False}]  # fmt: skip

@@ -5,12 +5,11 @@ v0.30.11). No Ollama runs here."""
 
 from __future__ import annotations
 
-import http.server
 import json
-import threading
 from pathlib import Path
 
 import pytest
+from engines.stub_http import serve
 
 from pcie_tui.engines import FindingFacts, ollama
 
@@ -20,23 +19,8 @@ REAL = Path(__file__).parent / "fixtures" / "real-payloads" / "ollama"
 @pytest.fixture
 def url():
     """A fake `ollama serve` answering /api/ps with no model loaded (these logs come without their /api/ps)."""
-
-    class H(http.server.BaseHTTPRequestHandler):
-        def do_GET(self):  # noqa: N802 - http.server's name
-            body = b'{"models": []}' if self.path == "/api/ps" else b"404 page not found"
-            self.send_response(200 if self.path == "/api/ps" else 404)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *a):
-            pass
-
-    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{srv.server_address[1]}"
-    srv.shutdown()
-    srv.server_close()
+    with serve({"/api/ps": (200, b'{"models": []}')}) as served:
+        yield served
 
 
 @pytest.mark.parametrize(

@@ -4,11 +4,10 @@ give, probe recognition, and /metrics -> EngineSample against a local fake serve
 
 from __future__ import annotations
 
-import http.server
-import threading
 from pathlib import Path
 
 import pytest
+from engines.stub_http import serve
 
 from pcie_tui.engines import FindingFacts, sglang
 
@@ -19,23 +18,8 @@ FIX = Path(__file__).parent / "fixtures" / "engines"
 def fake():
     """A fake SGLang on 127.0.0.1 at a free port; set ``routes[path] = (status, body)``."""
     routes: dict[str, tuple[int, bytes]] = {}
-
-    class H(http.server.BaseHTTPRequestHandler):
-        def do_GET(self):  # noqa: N802 - http.server's name
-            status, body = routes.get(self.path, (404, b'{"detail":"Not Found"}'))
-            self.send_response(status)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *a):
-            pass
-
-    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{srv.server_address[1]}", routes
-    srv.shutdown()
-    srv.server_close()
+    with serve(routes, missing=b'{"detail":"Not Found"}') as url:
+        yield url, routes
 
 
 @pytest.mark.parametrize(

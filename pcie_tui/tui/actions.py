@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from pcie_tui.tui.frame import Frame
-from pcie_tui.tui.screens import AnswerScreen, SourcesScreen
+from pcie_tui.tui.screens import AnswerScreen, SourcesScreen, sources_renderable
 
 if TYPE_CHECKING:  # what the mixin is mixed into: the app's screens, notify and message queue
     from textual.app import App
@@ -154,14 +154,14 @@ class KeyActions(AppBase):
             self.pop_screen()
         else:
             f = self.frame
+            header = self.source.header
             if f is None:  # no tick read yet: no figure has a reading
-                self.push_screen(SourcesScreen(self.source.header, figures={}))
+                text = sources_renderable(header, figures={})
             else:
-                self.push_screen(
-                    SourcesScreen(
-                        self.source.header, f.engine, f.engine_stats, f.figures, f.figures_whole, f.engine_figures
-                    )
+                text = sources_renderable(
+                    header, f.engine, f.engine_stats, f.figures, f.figures_whole, f.engine_figures
                 )
+            self.push_screen(SourcesScreen(text))
 
     def action_answer(self) -> None:
         """The findings of the one analysis (what `report` prints under "What held each phase back")."""

@@ -82,29 +82,14 @@ class SourcesScreen(ModalScreen[None]):
         Binding("i", "dismiss", "back", show=False),
     ]
 
-    def __init__(
-        self,
-        header: SessionHeader,
-        engine: Any = None,
-        engine_stats: dict[str, Any] | None = None,
-        figures: Mapping[int, frozenset[str]] | None = None,
-        figures_whole: bool = False,
-        engine_figures: Collection[str] | None = None,
-    ) -> None:
+    def __init__(self, text: Group) -> None:
+        """``text``: :func:`sources_renderable` of the session as the frame shown has it."""
         super().__init__(id="sources-screen")
-        self.engine_figures = engine_figures
-        self.header = header
-        self.engine = engine
-        self.engine_stats = engine_stats
-        self.figures = figures
-        self.figures_whole = figures_whole
+        self.text = text
 
     def compose(self) -> ComposeResult:
-        text = sources_renderable(
-            self.header, self.engine, self.engine_stats, self.figures, self.figures_whole, self.engine_figures
-        )
         with VerticalScroll(id="sources-body"):
-            yield Static(text, id="sources-text")
+            yield Static(self.text, id="sources-text")
 
 
 def answer_renderable(frame: Any) -> Group:
