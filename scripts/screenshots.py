@@ -20,9 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from pcie_tui.recording.reader import read_recording
-from pcie_tui.recording.replay import ReplaySource
-from pcie_tui.tui.app import make_app
-from pcie_tui.tui.headless import frame_at, run, saturated_moment, scaled_gpus, wait_until
+from pcie_tui.tui.headless import frame_at, paused_app, run, saturated_moment, scaled_gpus, wait_until
 
 REPO = Path(__file__).resolve().parents[1]
 # (recording, the phase the saturation must fall in), first found is used
@@ -48,10 +46,7 @@ HOUSEKEEPING = (REPO / "pcie_tui/data/h200-prompt-cache.jsonl.gz", "housekeeping
 async def _paused_at(rec: Any, pos: int, out: Path, size: tuple[int, int], check: Any = None) -> int:
     """The replay of ``rec`` paused at tick ``pos``, its screen at ``size`` saved to ``out`` once that tick's
     frame is drawn (``check(app)`` first, where given)."""
-    src = ReplaySource(rec)
-    src.seek_to_index(pos)
-    src.set_paused(True)
-    app = make_app(src)
+    app = paused_app(rec, pos)
     async with app.run_test(size=size) as pilot:
         await wait_until(pilot, lambda: frame_at(app, pos), 20)
         await pilot.pause()

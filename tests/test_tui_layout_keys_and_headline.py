@@ -14,7 +14,7 @@ from pcie_tui.recording.reader import Recording, read_recording
 from pcie_tui.recording.replay import ReplaySource
 from pcie_tui.recording.writer import RecordingWriter
 from pcie_tui.tui.app import make_app
-from pcie_tui.tui.headless import frame_at, run, saturated_moment, wait_until
+from pcie_tui.tui.headless import frame_at, paused_app, run, saturated_moment, wait_until
 from pcie_tui.tui.headline import headline_text
 from pcie_tui.tui.screens import SourcesScreen
 from pcie_tui.tui.state import ViewModel
@@ -144,10 +144,7 @@ def llama() -> Recording:
 
 
 def regions(rec: Recording, position: int, size: tuple[int, int]) -> dict:
-    src = ReplaySource(rec)
-    src.seek_to_index(position)
-    src.set_paused(True)
-    app = make_app(src)
+    app = paused_app(rec, position)
     out: dict = {}
 
     async def go():

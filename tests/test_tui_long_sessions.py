@@ -11,11 +11,9 @@ import pytest
 
 from pcie_tui.core.model import GpuInfo, GpuSample, LinkInfo, Sample, SessionHeader
 from pcie_tui.recording.reader import Recording
-from pcie_tui.recording.replay import ReplaySource
 from pcie_tui.tui import fmt
-from pcie_tui.tui.app import make_app
 from pcie_tui.tui.events import EVENT_COLUMNS, EventsPane
-from pcie_tui.tui.headless import frame_at, run, screen_text, wait_until
+from pcie_tui.tui.headless import frame_at, paused_app, run, screen_text, wait_until
 from pcie_tui.tui.timeline import TimelinePanel, axis
 
 DT = 10.0  # a tick every 10 s: eleven hours in 3,960 ticks
@@ -65,10 +63,7 @@ def test_offsets_fit_eight_characters_under_ten_hours():
 def test_event_times_of_an_eleven_hour_session_stay_in_their_columns(size):
     rec = long_session()
     n = len(rec.samples) - 1  # paused on the last tick: ticks 0..n-1 shown
-    src = ReplaySource(rec)
-    src.seek_to_index(n)
-    src.set_paused(True)
-    app = make_app(src)
+    app = paused_app(rec, n)
     out: dict = {}
 
     async def go() -> None:
@@ -104,10 +99,7 @@ def test_eleven_hours_at_200x50_read_in_minutes_and_hours():
     "39580.00 s"."""
     rec = long_session()
     n = len(rec.samples) - 1
-    src = ReplaySource(rec)
-    src.seek_to_index(n)
-    src.set_paused(True)
-    app = make_app(src)
+    app = paused_app(rec, n)
     out: dict = {}
 
     async def go() -> None:

@@ -19,9 +19,7 @@ import pytest
 
 from pcie_tui.recording import demos
 from pcie_tui.recording.reader import read_recording
-from pcie_tui.recording.replay import ReplaySource
-from pcie_tui.tui.app import make_app
-from pcie_tui.tui.headless import empty_bands, frame_at, run, scaled_gpus, screen_text, wait_until
+from pcie_tui.tui.headless import empty_bands, frame_at, paused_app, run, scaled_gpus, screen_text, wait_until
 from pcie_tui.tui.timeline import TimelinePanel
 from pcie_tui.tui.widgets import HeadlineBar
 
@@ -36,10 +34,7 @@ def rec(request):
 
 
 def _look(rec, position: int, size: tuple[int, int]) -> dict:
-    src = ReplaySource(rec)
-    src.seek_to_index(position)
-    src.set_paused(True)
-    app = make_app(src)
+    app = paused_app(rec, position)
     out: dict = {}
 
     async def go() -> None:
@@ -92,10 +87,7 @@ def test_every_size_uses_its_rows(rec, size):
 
 def _bands_at_every_size(rec, position: int) -> dict[tuple[int, int], tuple[list[str], str]]:
     """One app at ``position``, resized through SIZES as a user drags the window: (bands, screen) per size."""
-    src = ReplaySource(rec)
-    src.seek_to_index(position)
-    src.set_paused(True)
-    app = make_app(src)
+    app = paused_app(rec, position)
     out: dict = {}
 
     async def go() -> None:
@@ -129,10 +121,7 @@ def test_empty_bands_sees_blank_rows_inside_a_box_and_beside_a_panel():
 
     rec = read_recording(demos.resolve("h200-pageable"), warn=False)
     pos = len(rec.samples) // 2
-    src = ReplaySource(rec)
-    src.seek_to_index(pos)
-    src.set_paused(True)
-    app = make_app(src)
+    app = paused_app(rec, pos)
     out: dict = {}
 
     async def go() -> None:
@@ -217,10 +206,7 @@ def test_sixteen_gpus_at_80x24_end_in_a_more_line():
 
 
 def _timeline(rec, position: int, size: tuple[int, int]) -> dict:
-    src = ReplaySource(rec)
-    src.seek_to_index(position)
-    src.set_paused(True)
-    app = make_app(src)
+    app = paused_app(rec, position)
     out: dict = {}
 
     async def go() -> None:
@@ -282,10 +268,7 @@ def test_a_paused_replay_resized_shows_the_engine_panel_of_its_new_size(rec8):
     panel is redrawn for 120x40 (latencies, quantiles' method, charts), not left as it was at 80x24 (the
     app's size still read 80x24 during the resize)."""
     pos = len(rec8.samples) // 2
-    src = ReplaySource(rec8)
-    src.seek_to_index(pos)
-    src.set_paused(True)
-    app = make_app(src)
+    app = paused_app(rec8, pos)
     out: dict = {}
 
     async def go() -> None:

@@ -13,9 +13,8 @@ from pathlib import Path
 import pytest
 
 from pcie_tui.recording.reader import read_recording
-from pcie_tui.recording.replay import ReplaySource
-from pcie_tui.tui.app import make_app
 from pcie_tui.tui.headless import frame_at, saturated_moment, scaled_gpus, wait_until
+from pcie_tui.tui.headless import paused_app as paused_at
 
 PROBE = Path(__file__).parent / "fixtures" / "h200-probe.jsonl"
 LLAMA = Path(__file__).parents[1] / "pcie_tui" / "data" / "h200-llama-partial.jsonl.gz"
@@ -24,10 +23,7 @@ LLAMA = Path(__file__).parents[1] / "pcie_tui" / "data" / "h200-llama-partial.js
 def paused_app(position: int | None = None, resource: str = "link", phase: str = "h2d", path: Path = PROBE):
     rec = read_recording(path)
     pos = position if position is not None else saturated_moment(rec, resource, phase)
-    src = ReplaySource(rec)
-    src.seek_to_index(pos)
-    src.set_paused(True)
-    app = make_app(src)
+    app = paused_at(rec, pos)
 
     async def ready(pilot):
         await wait_until(pilot, lambda: frame_at(app, pos))
@@ -75,10 +71,7 @@ def test_eight_gpus_one_line_each(snap_compare, size):
     """The llama-server session scaled to 8 GPUs (GPU i: the reading i/8 of the session later)."""
     rec = scaled_gpus(read_recording(LLAMA), 8)
     pos = saturated_moment(read_recording(LLAMA), "link", "prefill")
-    src = ReplaySource(rec)
-    src.seek_to_index(pos)
-    src.set_paused(True)
-    app = make_app(src)
+    app = paused_at(rec, pos)
 
     async def ready(pilot):
         await wait_until(pilot, lambda: frame_at(app, pos), 20)

@@ -17,8 +17,7 @@ from pcie_tui.core.model import GpuSample, Sample
 from pcie_tui.recording import demos
 from pcie_tui.recording.reader import Recording, read_recording
 from pcie_tui.recording.replay import ReplaySource
-from pcie_tui.tui.app import make_app
-from pcie_tui.tui.headless import frame_at, run, screen_text, wait_until
+from pcie_tui.tui.headless import frame_at, paused_app, run, screen_text, wait_until
 from pcie_tui.tui.screens import SourcesScreen
 from pcie_tui.tui.seen import FiguresSeen
 from pcie_tui.tui.sources import figure_sources
@@ -53,10 +52,7 @@ def heat_recording(first_heat_tick: int = 0) -> Recording:
 
 def page_text(rec: Recording, pos: int) -> str:
     """The whole ``?`` page (scrolled through) of ``rec`` paused at ``pos``."""
-    src = ReplaySource(rec)
-    src.seek_to_index(pos)
-    src.set_paused(True)
-    app = make_app(src)
+    app = paused_app(rec, pos)
     out: list[str] = []
 
     async def go() -> None:

@@ -17,6 +17,7 @@ from textual.widget import Widget
 
 from pcie_tui.analyze.session import SessionAnalyzer
 from pcie_tui.recording.reader import Recording
+from pcie_tui.recording.replay import ReplaySource
 
 
 def screen_text(app: App[Any]) -> str:
@@ -45,6 +46,17 @@ async def wait_until(pilot: Pilot[Any], predicate: Callable[[], bool], timeout_s
         # Plain sleep: pilot.pause() forces a full repaint each call, which would load the app.
         await asyncio.sleep(0.02)
     await pilot.pause()
+
+
+def paused_app(rec: Recording, index: int) -> App[Any]:
+    """The TUI replaying ``rec``, paused once ticks ``0..index-1`` are fed (:func:`frame_at` says when that
+    frame is drawn)."""
+    from pcie_tui.tui.app import make_app  # the app module imports most of the TUI: only when one is made
+
+    src = ReplaySource(rec)
+    src.seek_to_index(index)
+    src.set_paused(True)
+    return make_app(src)
 
 
 def frame_at(app: Any, ticks: int) -> bool:
