@@ -88,7 +88,7 @@ class EnginePoller:
         self._ever_up = False  # any engine answered since we attached
         self._restarted = False
         self._last_reattach_try = 0.0
-        self._gone_pid: int | None = None  # the attached process seen gone while its port answered
+        self._gone_pid: int | None = None  # the attached process whose exit was said (an engine_down, once)
         self._hist_sent: Any = None  # the histograms last handed out (omitted from ticks while unchanged)
         self._pending_requests: list[dict[str, Any]] = []  # finished requests not yet put in a tick
         self.scrapes = 0
@@ -264,8 +264,10 @@ class EnginePoller:
         whether the (possibly new) process is alive."""
         if self._up is not False:
             self._down_since, self._down_reason = t, s.error
-            if self._up is True:
+            if self._up is True and not (alive is False and self._gone_pid == pid):
                 events.append({"event": "engine_down", "t": t, "reason": s.error, "pid": pid, "pid_alive": alive})
+        if alive is False:
+            self._gone_pid = pid  # its exit is said once (a new process answering on its port is no second one)
         self._up = False
         if alive is False and self.rediscover and self._maybe_reattach(t, events):
             alive = pid_alive(getattr(self.client, "pid", None))
