@@ -13,7 +13,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from pcie_tui.analyze.answer import answer
-from pcie_tui.analyze.attribution import BOUNDS, tick_bounds
+from pcie_tui.analyze.attribution import BOUNDS, gpu_ceilings, tick_bounds, transfer_floors_Bps
 from pcie_tui.analyze.result import Answer
 from pcie_tui.analyze.session import SessionAnalyzer
 from pcie_tui.analyze.verdict import DEFAULT_THRESHOLDS, Thresholds
@@ -34,6 +34,8 @@ class Analysis:
         self.engine_info: dict[str, Any] | None = engine_info(header.engine, events)
         self.facts: EngineFacts | None = facts_for(self.engine_info)
         self.session = SessionAnalyzer(header, thresholds)
+        # a long session's summarised ticks keep the side of the transfer floor they fell on
+        self.session.rate_cuts = lambda index: transfer_floors_Bps(gpu_ceilings(self.session, index))
         self.ended = False
         self._answer: tuple[Any, Answer] | None = None
 

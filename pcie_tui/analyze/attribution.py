@@ -27,9 +27,9 @@ from typing import Any
 import numpy as np
 
 from pcie_tui.analyze.result import Finding
-from pcie_tui.analyze.series import series_array, tick_weights
+from pcie_tui.analyze.series import median_weighted, series_array, series_counts, series_means, series_weights
 from pcie_tui.analyze.session import SessionAnalyzer
-from pcie_tui.analyze.verdict import MISS_WORDS, VERDICTS
+from pcie_tui.analyze.verdict import GPU_BUSY_DRAM, GPU_BUSY_SM, MISS_WORDS, VERDICTS
 from pcie_tui.core.ceiling import Ceiling, DEFAULT_PAGEABLE_Bps, pageable_ceiling, pinned_ceiling
 from pcie_tui.core.model import GpuInfo, SessionHeader
 from pcie_tui.core.vocab import BOUND_SHORT as BOUND_SHORT
@@ -39,10 +39,8 @@ from pcie_tui.engines import EngineFacts
 
 # The per-tick bound codes (index = code) and their words: the one table, pcie_tui.core.vocab.
 BOUNDS = TICK_BOUNDS
-# The GPU counts as busy at these (GPM SM_UTIL / DRAM_BW_UTIL); batch-1 decode of a fully
-# offloaded model reads SM ~0.8, DRAM ~0.5 on the H200, a CPU-bound phase SM < 0.05.
-GPU_BUSY_SM = 0.50
-GPU_BUSY_DRAM = 0.40
+# The GPU counts as busy at verdict.GPU_BUSY_SM / GPU_BUSY_DRAM (GPM SM_UTIL / DRAM_BW_UTIL); batch-1
+# decode of a fully offloaded model reads SM ~0.8, DRAM ~0.5 on the H200, a CPU-bound phase SM < 0.05.
 # Traffic that makes a GPU-idle tick transfer-bound: a share of the ceiling of the host memory
 # the engine really uses (pinned when its facts say so, else pageable), and never below 1 GB/s.
 TRANSFER_OF_PAGEABLE = 0.35
@@ -117,6 +115,14 @@ def transfer_floor_Bps(c: Ceilings, facts: EngineFacts | None) -> float:
     if facts is not None and facts.host_pinned is True and c.pinned_Bps:
         return max(TRANSFER_MIN_Bps, TRANSFER_OF_PINNED * c.pinned_Bps)
     return max(TRANSFER_MIN_Bps, TRANSFER_OF_PAGEABLE * (c.pageable_Bps or DEFAULT_PAGEABLE_Bps))
+
+
+def transfer_floors_Bps(c: Ceilings) -> tuple[float, ...]:
+    """Every rate :func:`transfer_floor_Bps` may cut at with these ceilings, whatever the engine's facts say."""
+    floors = {max(TRANSFER_MIN_Bps, TRANSFER_OF_PAGEABLE * (c.pageable_Bps or DEFAULT_PAGEABLE_Bps))}
+    if c.pinned_Bps:
+        floors.add(max(TRANSFER_MIN_Bps, TRANSFER_OF_PINNED * c.pinned_Bps))
+    return tuple(sorted(floors))
 
 
 def gpu_ceilings(analyzer: SessionAnalyzer, index: int) -> Ceilings:
@@ -221,11 +227,6 @@ def pinned_whatif(phase_s: float, rest_s: float, moved_bytes: float, c: Ceilings
     }
 
 
-def _median(a: np.ndarray) -> float | None:
-    a = a[~np.isnan(a)]
-    return float(np.median(a)) if a.size else None
-
-
 def phase_findings(
     header: SessionHeader, analyzer: SessionAnalyzer, facts: EngineFacts | None = None
 ) -> dict[int, list[Finding]]:
@@ -249,8 +250,10 @@ def _gpu_findings(
     info = header.gpu(index)
     c = gpu_ceilings(analyzer, index)
     codes = tick_bounds(analyzer, index, facts)
-    w = tick_weights(np.asarray(ser.t, dtype=np.float64))
+    w = series_weights(ser)
     cols = {k: series_array(ser, k) for k in ("link_Bps", "compute", "memory", "mem_used", "missing")}
+    cols["link_Bps_mean"] = series_means(ser, "link_Bps")
+    counts = series_counts(ser)  # None: every row one tick
     names = list(dict.fromkeys(p if p is not None else "unlabelled" for p in ser.phase.distinct()))
     pcode = ser.phase.mapped(lambda p: names.index(p if p is not None else "unlabelled"), np.int64)
     vram_total = float(info.memory_total_bytes) if info and info.memory_total_bytes else None
@@ -261,7 +264,7 @@ def _gpu_findings(
     found = []
     for k, phase in enumerate(names):
         m = pcode == k
-        f = _finding(index, phase, m, codes, w, cols, c, staged)
+        f = _finding(index, phase, m, codes, (w, counts), cols, c, staged)
         f.dram_basis = "proxy" if ser.memory_proxy else "gpm"
         f.work_basis = work
         f.vram_total_bytes = vram_total
@@ -274,41 +277,47 @@ def _finding(
     phase: str,
     m: np.ndarray,
     codes: np.ndarray,
-    w: np.ndarray,
+    weights: tuple[np.ndarray, np.ndarray | None],
     cols: dict[str, np.ndarray],
     c: Ceilings,
     staged: bool | None,
 ) -> Finding:
-    """One phase's finding (``m``: its ticks) from the per-tick bound codes and readings."""
+    """One phase's finding (``m``: its ticks) from the per-tick bound codes and readings; ``weights``: the
+    seconds each row stands for, and how many ticks (None: one each; see analyze/retire.py)."""
+    w, counts = weights
+
+    def _median(sel: np.ndarray, a: np.ndarray) -> float | None:
+        return median_weighted(a[sel], counts[sel] if counts is not None else None)
+
     dur = float(w[m].sum())
     secs = {b: float(w[m & (codes == i)].sum()) for i, b in enumerate(BOUNDS)}
     bound = max(secs, key=secs.__getitem__)
     bm = m & (codes == BOUNDS.index(bound))
     rate = cols["link_Bps"]
-    link_Bps = _median(rate[bm])
+    link_Bps = _median(bm, rate)
     used = cols["mem_used"][m]
     tm = m & (codes == BOUNDS.index("transfer"))
     if staged is None:
-        staged = staged_by_pattern(_median(rate[tm]), c)
+        staged = staged_by_pattern(_median(tm, rate), c)
     f = Finding(
         gpu=index,
         phase=phase,
         duration_s=dur,
-        ticks=int(m.sum()),
+        ticks=int(m.sum()) if counts is None else int(np.rint(counts[m].sum())),
         bound=bound,
         bound_s=secs[bound],
         shares={b: (s / dur if dur > 0 else 0.0) for b, s in secs.items()},
         link_Bps=link_Bps,
         link_of_pinned=(link_Bps / c.pinned_Bps) if link_Bps is not None and c.pinned_Bps else None,
-        sm_util=_median(cols["compute"][bm]),
-        dram_util=_median(cols["memory"][bm]),
+        sm_util=_median(bm, cols["compute"]),
+        dram_util=_median(bm, cols["memory"]),
         dram_basis="gpm",
         work_basis="engine",
         ceilings=c,
         vram_used_bytes=float(np.nanmax(used)) if np.any(~np.isnan(used)) else None,
         vram_total_bytes=None,
         transfer_s=secs["transfer"],
-        transfer_Bps=_median(rate[tm]),
+        transfer_Bps=_median(tm, rate),
         transfer_staged=staged,
     )
     um = m & (codes == BOUNDS.index("unknown"))
@@ -320,6 +329,7 @@ def _finding(
         f.unknown_why = f"too short to judge: {f.ticks} tick{'s' if f.ticks != 1 else ''} ({dur:.1f} s)"
         return f
     if bound == "transfer" and c.pinned_Bps and staged and phase not in UNPRICED_PINNED:
-        moved = float(np.nansum(rate[bm] * w[bm]))  # bytes the transfer-bound ticks moved (counter)
+        # bytes the transfer-bound ticks moved (counter; a summarised row: its ticks' mean rate)
+        moved = float(np.nansum(cols["link_Bps_mean"][bm] * w[bm]))
         f.whatif_pinned = pinned_whatif(dur, dur - secs[bound], moved, c)
     return f

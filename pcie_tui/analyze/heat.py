@@ -15,14 +15,14 @@ bookkeeping over the analyzer's chunks (:mod:`pcie_tui.analyze.columns`); no I/O
 
 from __future__ import annotations
 
-from collections import Counter
+from collections import Counter, deque
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from pcie_tui.analyze.columns import COL, Chunk
-from pcie_tui.analyze.series import Col, Labels
+from pcie_tui.analyze.series import Col
 from pcie_tui.core import clocks
 from pcie_tui.core.model import EngineSample, SessionHeader
 from pcie_tui.engines.stats import REQUEST_IDENTITY
@@ -40,24 +40,70 @@ TOKEN_PHASE = {
 }
 
 
+STEP_TICKS = 2000  # a tick's span is the median spacing of a GPU's last this many readings (_step)
+REQUEST_TICKS = 36_000  # the newest session ticks kept to place a finished request's decode (an hour at 10 Hz)
+REQUEST_IDS = 8192  # the newest request identities kept to drop a request a later scrape repeats
+
+
+def counter_median(c: Counter[float]) -> float | None:
+    """The median of the values a Counter counts, as numpy's median of the same values (None: none)."""
+    total = sum(c.values())
+    if not total:
+        return None
+    keys = sorted(c)
+    cum = np.cumsum([c[k] for k in keys])
+
+    def at(i: int) -> float:
+        return float(keys[int(np.searchsorted(cum, i, "right"))])
+
+    return at(total // 2) if total % 2 else (at(total // 2 - 1) + at(total // 2)) / 2
+
+
+def count_into(c: Counter[Any], a: np.ndarray) -> None:
+    """Add each value of ``a`` (finite ones, for floats) to ``c``, at numpy speed."""
+    if a.dtype.kind == "f":
+        a = a[np.isfinite(a)]
+    if a.size:
+        vals, n = np.unique(a, return_counts=True)
+        c.update(dict(zip(vals.tolist(), n.tolist(), strict=True)))
+
+
+def _max(cur: float | None, a: np.ndarray, fn: Any = np.max) -> float | None:
+    a = a[np.isfinite(a)]
+    if not a.size:
+        return cur
+    v = float(fn(a))
+    return v if cur is None else (max(cur, v) if fn is np.max else min(cur, v))
+
+
+@dataclass
+class _Stretch:
+    """What a throttled stretch's line in the report needs, summed tick by tick (no per-tick columns)."""
+
+    start: float
+    end: float
+    ticks: int = 0
+    masks: Counter[int] = field(default_factory=Counter)
+    phases: dict[str, int] = field(default_factory=dict)  # str(phase) ("None" for none), in first-seen order
+    clock: Counter[float] = field(default_factory=Counter)
+    power: Counter[float] = field(default_factory=Counter)
+    limit: Counter[float] = field(default_factory=Counter)
+    temp_max: float | None = None
+
+
 @dataclass
 class _Gpu:
-    """One GPU's ticks with a clock-event reading, as growable numpy columns (a few bytes a tick: a day-long
-    live session must not keep an array object per tick)."""
+    """One GPU's ticks with a clock-event reading, as counts and sums: a day-long live session keeps no
+    per-tick columns here (medians come from counts of the values, exact: clocks step in MHz, power in mW)."""
 
-    cols: dict[str, Col] = field(default_factory=dict)
-    phase: Labels = field(default_factory=Labels)
-
-    def add(self, name: str, a: np.ndarray) -> np.ndarray:
-        """Append ``a`` to column ``name`` (its dtype set by the first); returns ``a``."""
-        col = self.cols.get(name)
-        if col is None:
-            col = self.cols[name] = Col(a.dtype)
-        col.extend(a)
-        return a
-
-    def col(self, name: str) -> np.ndarray:
-        return self.cols[name].array()
+    ticks: int = 0
+    throttled: int = 0
+    temp_max: float | None = None
+    clock_min: float | None = None  # the lowest SM clock of a throttled tick
+    masks: Counter[int] = field(default_factory=Counter)  # ticks per clock-event reasons bitmask
+    busy_clocks: dict[tuple[str, bool], Counter[float]] = field(default_factory=dict)  # (phase, throttled)
+    recent_t: np.ndarray = field(default_factory=lambda: np.zeros(0))  # the last STEP_TICKS reading times
+    stretches: list[_Stretch] = field(default_factory=list)
 
 
 @dataclass
@@ -99,16 +145,7 @@ class _PhaseStat:
 
     def clock_median(self) -> float | None:
         """The median SM clock of the throttled ticks, as numpy's median of the same values."""
-        total = sum(self.clocks.values())
-        if not total:
-            return None
-        keys = sorted(self.clocks)
-        cum = np.cumsum([self.clocks[c] for c in keys])
-
-        def at(i: int) -> float:
-            return float(keys[int(np.searchsorted(cum, i, "right"))])
-
-        return at(total // 2) if total % 2 else (at(total // 2 - 1) + at(total // 2)) / 2
+        return counter_median(self.clocks)
 
 
 @dataclass
@@ -159,9 +196,14 @@ class Heat:
         self._eng_prev: tuple[float, dict[str, Any]] | None = None
         self._itl_prev: tuple[float, float] | None = None
         self._sides: dict[tuple[str, bool], _Side] = {}
-        self._requests: dict[tuple[Any, ...], dict[str, Any]] = {}
-        self._tick_t = Col()
-        self._tick_thr = Col(np.bool_)
+        # Finished requests (llama-server's per-request timings), each placed on the side (throttled or not)
+        # that held most of its decode once a tick past its end has come: (end, ms, n) waiting, sums placed.
+        self._req_ids: dict[tuple[Any, ...], None] = {}
+        self._req_pending: deque[tuple[float, float, float]] = deque()
+        self._req_sums = {True: [0.0, 0.0], False: [0.0, 0.0]}
+        self._recent_t = Col()  # the newest REQUEST_TICKS session ticks (to place a request's decode)
+        self._recent_thr = Col(np.bool_)
+        self._span: tuple[float, float] | None = None  # the first and last tick with a clock reading
         self._n = 0
         self._cache: tuple[int, dict[str, Any]] | None = None
         self._phase_stats: dict[tuple[int, str], _PhaseStat] = {}
@@ -205,21 +247,42 @@ class Heat:
         for gi in dict.fromkeys(ch.index[known].tolist()):
             sel = known & (ch.index == gi)
             g = self.gpus.setdefault(int(gi), _Gpu())
-            g.add("t", t_all[sel])
-            g.add("thr", thr[sel])
-            mask = g.add("mask", ch.cols[COL["clock_events"]][sel].astype(np.int64))
-            for name, key in _GPU_COLS.items():
-                g.add(name, ch.cols[COL[key]][sel])
-            clock = ch.cols[COL["sm_clock_MHz"]][sel]
+            val = {name: ch.cols[COL[key]][sel] for name, key in _GPU_COLS.items()}
+            mask = ch.cols[COL["clock_events"]][sel].astype(np.int64)
+            thr_g = thr[sel]
             # working: SM use at BUSY_SM or more, or unknown while the reasons do not say idle (0x1)
-            g.add("busy", ~(ch.cols[COL["sm_util"]][sel] < BUSY_SM) & ((mask & 0x1) == 0))
+            busy = ~(ch.cols[COL["sm_util"]][sel] < BUSY_SM) & ((mask & 0x1) == 0)
             phases = [ch.phase[i] for i in ch.tick_of[sel].tolist()]
-            g.phase.extend(phases)
-            self._count(int(gi), phases, thr[sel], mask, clock)
-            self._grow(int(gi), t_all[sel], thr[sel], mask, clock, phases)
+            self._sum_gpu(g, t_all[sel], thr_g, mask, val, busy, phases)
+            self._count(int(gi), phases, thr_g, mask, val["clock"])
+            self._grow(int(gi), t_all[sel], thr_g, mask, val, phases)
         last = ch.t[-1]
         for ev in self._open.values():
             ev.open = last - ev.end <= MERGE_S
+
+    @staticmethod
+    def _sum_gpu(
+        g: _Gpu,
+        t: np.ndarray,
+        thr: np.ndarray,
+        mask: np.ndarray,
+        val: dict[str, np.ndarray],
+        busy: np.ndarray,
+        phases: list[Any],
+    ) -> None:
+        """A GPU's counts and extremes, and per phase and side the SM clocks of its busy ticks."""
+        g.ticks += int(t.size)
+        g.throttled += int(thr.sum())
+        g.temp_max = _max(g.temp_max, val["temp"])
+        g.clock_min = _max(g.clock_min, val["clock"][thr], np.min)
+        count_into(g.masks, mask)
+        g.recent_t = np.concatenate([g.recent_t, t])[-STEP_TICKS:]
+        ph = np.array([str(p) for p in phases], dtype=object)
+        for p in dict.fromkeys(phases):
+            in_p = (ph == str(p)) & busy
+            for side in (True, False):
+                key = (UNLABELLED if p is None else str(p), side)
+                count_into(g.busy_clocks.setdefault(key, Counter()), val["clock"][in_p & (thr == side)])
 
     def _count(self, gi: int, phases: list[Any], thr: np.ndarray, mask: np.ndarray, clock: np.ndarray) -> None:
         """Per GPU and phase: ticks, throttled ticks, and the reasons and SM clocks of those (what a finding
@@ -235,9 +298,10 @@ class Heat:
             st.clocks.update(c for c in clock[cut].tolist() if c == c)
 
     def _grow(
-        self, gi: int, t: np.ndarray, thr: np.ndarray, mask: np.ndarray, clock: np.ndarray, phases: list[Any]
+        self, gi: int, t: np.ndarray, thr: np.ndarray, mask: np.ndarray, val: dict[str, np.ndarray], phases: list[Any]
     ) -> None:
-        """The live stretches: each throttled tick extends its GPU's open one or starts the next."""
+        """The stretches: each throttled tick extends its GPU's open one or starts the next."""
+        clock = val["clock"]
         for j in np.flatnonzero(thr).tolist():
             tj = float(t[j])
             ev = self._open.get(gi)
@@ -246,6 +310,7 @@ class Heat:
                     ev.open = False
                 ev = self._open[gi] = ThrottleEvent(gi, tj, tj)
                 self.events.append(ev)
+                self.gpus[gi].stretches.append(_Stretch(tj, tj))
             ev.end = tj
             ev.mask |= clocks.throttling(int(mask[j]))
             c = float(clock[j])
@@ -253,6 +318,7 @@ class Heat:
                 ev.clock_min_MHz = c
             if phases[j] is not None:
                 ev.phases[str(phases[j])] = ev.phases.get(str(phases[j]), 0) + 1
+            _add_tick(self.gpus[gi].stretches[-1], tj, int(mask[j]), str(phases[j]), val, j)
 
     def _ticks(self, ch: Chunk, thr: np.ndarray, known: np.ndarray) -> None:
         """Each tick's time to its phase's side (throttled or not), then the engine's counters tick by tick."""
@@ -260,8 +326,12 @@ class Heat:
         dt = np.diff(t, prepend=self._t_prev if self._t_prev is not None else t[0])
         dt[(dt <= 0) | (dt > MAX_DT_S)] = 0.0
         self._t_prev = ch.t[-1]
-        self._tick_t.extend(ch.t)
-        self._tick_thr.extend(thr)
+        self._span = (self._span[0] if self._span else ch.t[0], ch.t[-1])
+        self._recent_t.extend(ch.t)
+        self._recent_thr.extend(thr)
+        if len(self._recent_t) > 2 * REQUEST_TICKS:  # dropped a half at a time: amortised, and bounded
+            self._recent_t.drop_first(len(self._recent_t) - REQUEST_TICKS)
+            self._recent_thr.drop_first(len(self._recent_thr) - REQUEST_TICKS)
         # A session without phases (GPU only, no labels) is compared as one: "unlabelled", as the headline says.
         phs = [UNLABELLED if p is None else str(p) for p in ch.phase]
         arr = np.array(phs, dtype=object)
@@ -276,6 +346,7 @@ class Heat:
             return
         for i, e in enumerate(ch.engine):
             self._engine_tick(ch.t[i], phs[i], e, bool(thr[i]) if known[i] else None)
+        self._place_requests(False)
 
     def _engine_tick(self, t: float, phase: str, e: Any, thr: bool | None) -> None:
         eng = _engine(e)
@@ -290,7 +361,33 @@ class Heat:
         self._eng_prev = (t, counters)
         for r in extra.get("requests") or ():
             if isinstance(r, dict):
-                self._requests.setdefault(tuple(r.get(k) for k in REQUEST_IDENTITY), r)
+                self._new_request(r)
+
+    def _new_request(self, r: dict[str, Any]) -> None:
+        """A finished request seen for the first time waits (in order) for a tick past its end."""
+        key = tuple(r.get(k) for k in REQUEST_IDENTITY)
+        if key in self._req_ids:
+            return
+        self._req_ids[key] = None
+        if len(self._req_ids) > REQUEST_IDS:
+            del self._req_ids[next(iter(self._req_ids))]
+        end, n, ms = _num(r.get("t")), _num(r.get("predicted_n")), _num(r.get("predicted_ms"))
+        if end is None or n is None or ms is None or n < 2 or ms <= 0:
+            return
+        self._req_pending.append((end, ms, n))
+
+    def _place_requests(self, all_now: bool) -> dict[bool, list[float]]:
+        """Place the waiting requests whose decode the ticks now cover (first come, first placed: the sums'
+        order is the requests'); ``all_now``: also the rest, against the ticks so far, without keeping them."""
+        t, thr = self._recent_t.array(), self._recent_thr.array()
+        pending = self._req_pending
+        while pending and t.size and pending[0][0] < t[-1]:
+            _place(self._req_sums, t, thr, *pending.popleft())
+        sums = {k: list(v) for k, v in self._req_sums.items()}
+        if all_now and t.size:
+            for p in pending:
+                _place(sums, t, thr, *p)
+        return sums
 
     def _tokens(self, side: _Side, t: float, phase: str, counters: dict[str, Any]) -> None:
         key = TOKEN_PHASE.get(phase)
@@ -337,7 +434,7 @@ class Heat:
         bound = "upper" if any((p["lost_basis"] or "").startswith("SM clock inside vs the GPU's highest") for p in
                                phases.values()) else None  # fmt: skip
         unknown = [ph for ph, p in phases.items() if p["lost_s"] is None]
-        span = (self._tick_t[-1] - self._tick_t[0]) if len(self._tick_t) > 1 else 0.0
+        span = (self._span[1] - self._span[0]) if self._span else 0.0
         out = {
             "gpus": {str(gi): self._gpu_summary(gi) for gi in sorted(self.gpus)},
             "stretches": stretches,
@@ -358,61 +455,45 @@ class Heat:
 
     def _gpu_summary(self, gi: int) -> dict[str, Any]:
         g = self.gpus[gi]
-        temp, clock = _finite(g.col("temp")), _finite(g.col("clock")[g.col("thr")])
-        masks, counts = np.unique(g.col("mask"), return_counts=True)
         reasons: dict[str, int] = {}
-        for m, n in zip(masks.tolist(), counts.tolist(), strict=True):
+        for m in sorted(g.masks):
             for name in clocks.names(m):
-                reasons[name] = reasons.get(name, 0) + n
+                reasons[name] = reasons.get(name, 0) + g.masks[m]
         return {
-            "ticks": len(g.phase),
-            "throttled_ticks": int(g.col("thr").sum()),
-            "temp_max_C": float(temp.max()) if temp.size else None,
-            "sm_clock_min_MHz": float(clock.min()) if clock.size else None,  # while throttled
+            "ticks": g.ticks,
+            "throttled_ticks": g.throttled,
+            "temp_max_C": g.temp_max,
+            "sm_clock_min_MHz": g.clock_min,  # while throttled
             "sm_clock_max_MHz": self.max_clock.get(gi),
             "reason_ticks": reasons,
         }
 
     def _stretches(self, gi: int) -> list[dict[str, Any]]:
         g = self.gpus[gi]
-        t = g.col("t")
-        pos = np.flatnonzero(g.col("thr"))
-        if not pos.size:
-            return []
-        cuts = np.flatnonzero(np.diff(t[pos]) > MERGE_S) + 1
-        step = _step(t)
-        return [self._stretch(gi, run, step) for run in np.split(pos, cuts)]
+        step = _step(g.recent_t)
+        return [self._stretch(gi, st, step) for st in g.stretches]
 
-    def _stretch(self, gi: int, idx: np.ndarray, step: float) -> dict[str, Any]:
-        g = self.gpus[gi]
+    def _stretch(self, gi: int, st: _Stretch, step: float) -> dict[str, Any]:
         counts: dict[str, int] = {}
-        masks, n_mask = np.unique(g.col("mask")[idx], return_counts=True)
-        for m, n in zip(masks.tolist(), n_mask.tolist(), strict=True):
+        for m in sorted(st.masks):
             for name in clocks.names(clocks.throttling(m)):
-                counts[name] = counts.get(name, 0) + n
-        phases: dict[str, int] = {}
-        names = g.phase.names
-        for c in g.phase.codes.array()[idx].tolist():
-            p = str(names[c])
-            phases[p] = phases.get(p, 0) + 1
+                counts[name] = counts.get(name, 0) + st.masks[m]
         reasons = sorted(counts, key=lambda k: -counts[k])
-        t = g.col("t")
-        phase = max(phases, key=phases.__getitem__)
-        clock, temp, power, limit = (_finite(g.col(k)[idx]) for k in ("clock", "temp", "power", "limit"))
+        phase = max(st.phases, key=st.phases.__getitem__)
         return {
             "gpu": gi,
-            "start": float(t[idx[0]]),
-            "end": float(t[idx[-1]]),
-            "duration_s": float(t[idx[-1]] - t[idx[0]]) + step,
-            "ticks": int(idx.size),
-            "reasons": {k: counts[k] / idx.size for k in reasons},
+            "start": st.start,
+            "end": st.end,
+            "duration_s": st.end - st.start + step,
+            "ticks": st.ticks,
+            "reasons": {k: counts[k] / st.ticks for k in reasons},
             "reason": reasons[0] if reasons else "clock under its maximum",
             "phase": None if phase == "None" else phase,
-            "sm_clock_MHz": float(np.median(clock)) if clock.size else None,
+            "sm_clock_MHz": counter_median(st.clock),
             "sm_clock_max_MHz": self.max_clock.get(gi),
-            "temp_max_C": float(temp.max()) if temp.size else None,
-            "power_W": float(np.median(power)) if power.size else None,
-            "power_limit_W": float(np.median(limit)) if limit.size else None,
+            "temp_max_C": st.temp_max,
+            "power_W": counter_median(st.power),
+            "power_limit_W": counter_median(st.limit),
         }
 
     def _phases(self) -> dict[str, dict[str, Any]]:
@@ -445,37 +526,42 @@ class Heat:
         return max(self.max_clock.values()) if self.max_clock else None
 
     def _clocks_by_side(self) -> dict[tuple[str, bool], float]:
-        vals: dict[tuple[str, bool], list[np.ndarray]] = {}
+        merged: dict[tuple[str, bool], Counter[float]] = {}
         for g in self.gpus.values():
-            ph = g.phase.mapped(str, object)
-            thr, clock, busy = g.col("thr"), g.col("clock"), g.col("busy")
-            for p in g.phase.distinct():
-                in_p = ph == str(p)
-                for side in (True, False):
-                    # the unthrottled side: busy ticks only (an idle GPU's clocks drop by design)
-                    c = _finite(clock[in_p & (thr == side) & busy])
-                    if c.size:
-                        vals.setdefault((UNLABELLED if p is None else str(p), side), []).append(c)
-        return {k: float(np.median(np.concatenate(v))) for k, v in vals.items()}
+            for key, c in g.busy_clocks.items():
+                if c:
+                    merged.setdefault(key, Counter()).update(c)
+        return {k: m for k, c in merged.items() if (m := counter_median(c)) is not None}
 
     def _request_itl(self) -> dict[bool, float]:
         """llama-server's per-request timings: each request's mean gap between tokens, averaged per side
         (throttled or not) that held most of its decode (its last ``predicted_ms`` before it finished)."""
-        if not self._requests or not self._tick_t:
-            return {}
-        t = self._tick_t.array()
-        thr = self._tick_thr.array()
-        sums = {True: [0.0, 0.0], False: [0.0, 0.0]}
-        for r in self._requests.values():
-            end, n, ms = _num(r.get("t")), _num(r.get("predicted_n")), _num(r.get("predicted_ms"))
-            if end is None or n is None or ms is None or n < 2 or ms <= 0:
-                continue
-            a, b = np.searchsorted(t, end - ms / 1e3, "left"), np.searchsorted(t, end, "right")
-            if b > a:
-                acc = sums[bool(thr[a:b].mean() > 0.5)]
-                acc[0] += ms / 1e3
-                acc[1] += n - 1
+        sums = self._place_requests(True)
         return {k: v[0] / v[1] for k, v in sums.items() if v[1] > 0}
+
+
+def _place(sums: dict[bool, list[float]], t: np.ndarray, thr: np.ndarray, end: float, ms: float, n: float) -> None:
+    """One finished request's decode (``ms`` before ``end``, ``n`` tokens) to the side most of its ticks were on."""
+    a, b = np.searchsorted(t, end - ms / 1e3, "left"), np.searchsorted(t, end, "right")
+    if b > a:
+        acc = sums[bool(thr[a:b].mean() > 0.5)]
+        acc[0] += ms / 1e3
+        acc[1] += n - 1
+
+
+def _add_tick(st: _Stretch, t: float, mask: int, phase: str, val: dict[str, np.ndarray], j: int) -> None:
+    """One throttled tick into its stretch."""
+    st.end = t
+    st.ticks += 1
+    st.masks[mask] += 1
+    st.phases[phase] = st.phases.get(phase, 0) + 1
+    for name, c in (("clock", st.clock), ("power", st.power), ("limit", st.limit)):
+        v = float(val[name][j])
+        if np.isfinite(v):
+            c[v] += 1
+    temp = float(val["temp"][j])
+    if np.isfinite(temp) and (st.temp_max is None or temp > st.temp_max):
+        st.temp_max = temp
 
 
 def _finite(a: np.ndarray) -> np.ndarray:

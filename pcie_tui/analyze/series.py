@@ -51,6 +51,22 @@ class Col:
         self.extend(values)
         return self
 
+    def replace(self, at: int, m: int, values: Any) -> None:
+        """Put ``values`` (at most ``m``) in place of the ``m`` values from ``at`` on; the rest move up."""
+        v = np.asarray(values, dtype=self._buf.dtype)
+        k = v.size
+        assert k <= m and at + m <= self._n
+        self._buf[at : at + k] = v
+        self._buf[at + k : self._n - m + k] = self._buf[at + m : self._n]
+        self._n -= m - k
+
+    def drop_first(self, k: int) -> None:
+        """Forget the first ``k`` values (the buffer is kept: a bounded window reuses it)."""
+        k = min(max(k, 0), self._n)
+        if k:
+            self._buf[: self._n - k] = self._buf[k : self._n]
+            self._n -= k
+
     def array(self) -> np.ndarray:
         return self._buf[: self._n]
 
@@ -167,6 +183,38 @@ class GpuSeries:
     pcie_ceiling: Col = field(default_factory=Col)  # the one PCIe ceiling of each tick, B/s
     missing: Col = field(default_factory=Col)  # counters the tick lacks (verdict.MISS_* bits)
     memory_proxy: bool = False
+    # A long session's oldest ticks, summarised (analyze/retire.py): the first ``reps`` rows stand for
+    # ``rep_n`` ticks and ``rep_w`` seconds each, with their verdict frozen; their verdict segments whole.
+    reps: int = 0
+    rep_n: Col = field(default_factory=Col)
+    rep_w: Col = field(default_factory=Col)
+    rep_means: dict[str, Col] = field(default_factory=dict)  # per column, each summarised row's mean
+    retired_segments: list[dict[str, Any]] = field(default_factory=list)
+    retired_last_t: float | None = None
+
+
+def series_counts(ser: GpuSeries) -> np.ndarray | None:
+    """How many ticks each row stands for; None while every row is one tick (nothing retired)."""
+    if not ser.reps:
+        return None
+    return np.concatenate([ser.rep_n.array(), np.ones(len(ser.t) - ser.reps)])
+
+
+def series_means(ser: GpuSeries, name: str) -> np.ndarray:
+    """:func:`series_array`, a summarised row's value its ticks' mean (for sums and means; quantiles take the
+    middles :func:`series_array` gives)."""
+    a = series_array(ser, name)
+    if not ser.reps:
+        return a
+    return np.concatenate([ser.rep_means[name].array(), a[ser.reps :]])
+
+
+def series_weights(ser: GpuSeries) -> np.ndarray:
+    """Seconds each row stands for (:func:`tick_weights`; a summarised row: the seconds of its ticks)."""
+    t = ser.t.array()
+    if not ser.reps:
+        return tick_weights(t)
+    return np.concatenate([ser.rep_w.array(), tick_weights(t[ser.reps :], prev=ser.retired_last_t)])
 
 
 def sweep_all(intervals: dict[str, list[tuple[float, float]]], times: Times) -> list[int]:
@@ -269,6 +317,51 @@ def stats_np(a: np.ndarray) -> dict[str, float | None]:
     }
 
 
+def stats_weighted(
+    a: np.ndarray, counts: np.ndarray | None, means: np.ndarray | None = None
+) -> dict[str, float | None]:
+    """:func:`stats_np` where row i stands for ``counts[i]`` ticks (None: one each, :func:`stats_np` itself)
+    whose mean is ``means[i]`` (None: ``a[i]``)."""
+    if counts is None:
+        return stats_np(a)
+    ok = ~np.isnan(a)
+    order = np.argsort(a[ok], kind="stable")
+    v, c = a[ok][order], np.rint(counts[ok][order]).astype(np.int64)
+    n = int(c.sum())
+    if not n:
+        return {"peak": None, "median": None, "p95": None, "mean": None, "n": 0}
+    cum = np.cumsum(c)
+    mv = v if means is None else np.nan_to_num(means[ok][order])
+    return {
+        "peak": float(v[-1]),
+        "median": _quantile_counted(v, cum, 0.5),
+        "p95": _quantile_counted(v, cum, 0.95),
+        "mean": float((mv * c).sum()) / n,
+        "n": n,
+    }
+
+
+def median_weighted(a: np.ndarray, counts: np.ndarray | None) -> float | None:
+    """np.median of the non-NaN values, row i counted ``counts[i]`` times (None: once each)."""
+    ok = ~np.isnan(a)
+    if counts is None:
+        return float(np.median(a[ok])) if ok.any() else None
+    order = np.argsort(a[ok], kind="stable")
+    v, c = a[ok][order], np.rint(counts[ok][order]).astype(np.int64)
+    return _quantile_counted(v, np.cumsum(c), 0.5) if c.sum() else None
+
+
+def _quantile_counted(v: np.ndarray, cum: np.ndarray, q: float) -> float:
+    """:func:`_quantile_np` over sorted values ``v`` each repeated as ``cum`` (their running count) says."""
+    n = int(cum[-1])
+    pos = q * (n - 1)
+    lo = int(pos)
+    hi = min(lo + 1, n - 1)
+    a = float(v[int(np.searchsorted(cum, lo, "right"))])
+    b = float(v[int(np.searchsorted(cum, hi, "right"))])
+    return a + (b - a) * (pos - lo)
+
+
 def _quantile_np(v: np.ndarray, q: float) -> float:
     """:func:`quantile` on a sorted array, the same arithmetic."""
     if v.size == 1:
@@ -280,13 +373,14 @@ def _quantile_np(v: np.ndarray, q: float) -> float:
     return a + (b - a) * (pos - lo)
 
 
-def tick_weights(t: np.ndarray) -> np.ndarray:
-    """Seconds each tick stands for: the interval before it (the first tick: the typical one),
-    holes longer than 5 intervals and steps back cut to one interval. The attribution and the
-    what-if both weigh ticks so, and so give a phase the same duration."""
+def tick_weights(t: np.ndarray, prev: float | None = None) -> np.ndarray:
+    """Seconds each tick stands for: the interval before it (the first tick: the typical one, or the
+    interval from ``prev``, the tick before these), holes longer than 5 intervals and steps back cut to
+    one interval. The attribution and the what-if both weigh ticks so, and so give a phase the same
+    duration."""
     if t.size == 0:
         return t
     dt = np.diff(t, prepend=t[0])
     typical = float(np.median(dt[1:])) if t.size > 1 else 0.1
-    dt[0] = typical
+    dt[0] = typical if prev is None else t[0] - prev
     return np.where((dt > 5 * typical) | (dt < 0), typical, dt)

@@ -11,7 +11,7 @@ recomputed from raw readings.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from itertools import islice
 from typing import Any
 
@@ -25,6 +25,7 @@ from pcie_tui.analyze.heat import Heat
 from pcie_tui.analyze.link_health import LinkHealth
 from pcie_tui.analyze.quantiles import quantile  # noqa: F401  (re-exported: one quantile)
 from pcie_tui.analyze.request_waits import RequestWaits
+from pcie_tui.analyze.retire import due, joined_segments, retire
 from pcie_tui.analyze.series import (
     GpuSeries,
     Times,
@@ -32,7 +33,9 @@ from pcie_tui.analyze.series import (
     pick,
     segments,
     series_array,
-    stats_np,
+    series_counts,
+    series_means,
+    stats_weighted,
     sweep,
     sweep_all,
 )
@@ -77,6 +80,9 @@ class SessionAnalyzer:
         self.between_requests = BetweenRequests()  # the engine's own copies while requests wait
         self.heat = Heat(header)  # throttled stretches and what they cost in tokens
         self.link_health = LinkHealth(header)  # replay/AER counters that rise, a link trained down under load
+        # Link rates (B/s) where what bound a tick changes (the attribution's transfer floors): a long
+        # session's summarised ticks are grouped by the side of each they fell on (analyze/retire.py).
+        self.rate_cuts: Callable[[int], tuple[float, ...]] = lambda _index: ()
 
     @property
     def version(self) -> int:
@@ -152,6 +158,8 @@ class SessionAnalyzer:
             if self.keep_series:
                 codes = verdict_codes(len(tl), spans)
                 self._extend(self.series[gi], tl, codes, u, ph, cols[COL["mem_used_bytes"]])
+                while due(self.series[gi]):  # a long session: its oldest ticks summarised (analyze/retire.py)
+                    retire(self.series[gi], self._label_codes(gi, self.series[gi].t), self.rate_cuts(gi))
         opened.sort(key=lambda x: (x[0], x[1]))
         out = [e for _p, _r, e in opened]
         self.events.extend(out)
@@ -221,7 +229,15 @@ class SessionAnalyzer:
         ser = self.series.get(index)
         if ser is None or not ser.t:
             return []
-        return segments(ser.t, self._label_codes(index, ser.t))
+        return self._segments(ser, self._label_codes(index, ser.t))
+
+    @staticmethod
+    def _segments(ser: GpuSeries, codes: np.ndarray) -> list[dict[str, Any]]:
+        """Verdict segments over the session: the retired ticks' kept ones, then the exact ticks'."""
+        if not ser.reps:
+            return segments(ser.t, codes)
+        tail = ser.t.array()[ser.reps :].tolist()
+        return joined_segments(ser, segments(tail, codes[ser.reps :]))
 
     def _labels(self, index: int, times: Times) -> list[str]:
         """Per tick verdict with backdated event intervals (names)."""
@@ -236,6 +252,14 @@ class SessionAnalyzer:
         return hit[1].copy()
 
     def _label_codes_uncached(self, index: int, times: Times) -> np.ndarray:
+        ser = self.series.get(index)
+        if ser is not None and ser.reps and times is ser.t:
+            # summarised rows keep the verdict their ticks had; the exact ones are labelled as below
+            frozen = ser.verdict.codes.array()[: ser.reps].astype(np.int64)
+            return np.concatenate([frozen, self._label_codes_exact(index, ser.t.array()[ser.reps :].tolist())])
+        return self._label_codes_exact(index, times)
+
+    def _label_codes_exact(self, index: int, times: Times) -> np.ndarray:
         last = times[-1]
         intervals: dict[str, list[tuple[float, float]]] = {r: [] for r in RESOURCES}
         for ev in self.events:
@@ -271,7 +295,8 @@ class SessionAnalyzer:
         for index in sorted(self.series):
             ser = self.series[index]
             codes = self._label_codes(index, ser.t) if ser.t else np.zeros(0, dtype=np.int64)
-            segs = segments(ser.t, codes) if ser.t else []
+            segs = self._segments(ser, codes) if ser.t else []
+            counts = series_counts(ser)
             time_in = {v: 0.0 for v in VERDICTS}
             for sg in segs:
                 time_in[sg["saturated"]] += sg["end"] - sg["start"]
@@ -284,13 +309,13 @@ class SessionAnalyzer:
                     "verdicts": segs,
                     "time_in_verdict_s": time_in,
                     "events": [e.to_json() for e in self.events if e.gpu == index],
-                    "link_util": stats_np(series_array(ser, "link")),
-                    "link_Bps": stats_np(series_array(ser, "link_Bps")),
-                    "dram_util": stats_np(series_array(ser, "memory")),
+                    "link_util": col_stats(ser, "link", counts),
+                    "link_Bps": col_stats(ser, "link_Bps", counts),
+                    "dram_util": col_stats(ser, "memory", counts),
                     "dram_basis": "proxy (NVML memory busy %, a duty cycle)"
                     if ser.memory_proxy
                     else "GPM DRAM_BW_UTIL",
-                    "sm_util": stats_np(series_array(ser, "compute")),
+                    "sm_util": col_stats(ser, "compute", counts),
                     "phases": self._phase_summary(index, codes),
                 }
             )
@@ -334,21 +359,22 @@ class SessionAnalyzer:
         pc = remap[ser.phase.codes.array()]
         order = np.argsort(pc, kind="stable")
         bounds = np.searchsorted(pc[order], np.arange(len(by_phase) + 1), "left")
-        cols = {k: series_array(ser, k) for k in ("link", "link_Bps", "memory", "compute")}
         nv = len(VERDICTS)
+        rows = series_counts(ser)  # None: every row one tick (analyze/retire.py)
         for p, k in by_phase.items():
             idx = order[bounds[k] : bounds[k + 1]]
-            n = int(idx.size)
-            counts = np.bincount(codes[idx], minlength=nv).tolist()
+            w = rows[idx] if rows is not None else None
+            n = int(idx.size) if w is None else int(np.rint(w.sum()))
+            counts = np.bincount(codes[idx], weights=w, minlength=nv).tolist()
             share = {v: counts[i] / n for i, v in enumerate(VERDICTS)}
             out[p] = {
                 "ticks": n,
                 "verdict_share": share,
                 "dominant": max(share, key=share.__getitem__),
-                "link_util": stats_np(cols["link"][idx]),
-                "link_Bps": stats_np(cols["link_Bps"][idx]),
-                "dram_util": stats_np(cols["memory"][idx]),
-                "sm_util": stats_np(cols["compute"][idx]),
+                "link_util": col_stats(ser, "link", rows, idx),
+                "link_Bps": col_stats(ser, "link_Bps", rows, idx),
+                "dram_util": col_stats(ser, "memory", rows, idx),
+                "sm_util": col_stats(ser, "compute", rows, idx),
             }
         return out
 
@@ -370,3 +396,15 @@ def analyze_rows(
     an.feed_rows(rows)
     an.finish()
     return an
+
+
+def col_stats(ser: GpuSeries, name: str, counts: np.ndarray | None, idx: np.ndarray | None = None) -> dict[str, Any]:
+    """Peak, median, p95, mean and count of one column of a series (``idx``: of these rows only); ``counts``:
+    how many ticks each row stands for (:func:`~pcie_tui.analyze.series.series_counts`)."""
+    a = series_array(ser, name)
+    if counts is None:
+        return stats_weighted(a if idx is None else a[idx], None)
+    m = series_means(ser, name)
+    if idx is None:
+        return stats_weighted(a, counts, m)
+    return stats_weighted(a[idx], counts[idx], m[idx])

@@ -32,6 +32,10 @@ from pcie_tui.core.ceiling import Ceiling, pinned_ceiling
 from pcie_tui.core.model import GpuInfo, GpuSample, Sample, pcie_capacity_Bps
 
 RESOURCES = ("link", "memory", "compute")
+# Below saturation, a GPU is busy at these shares of its SMs or of DRAM bandwidth (what the attribution's
+# one rule of what bound a tick cuts at: analyze/attribution.bound_codes).
+GPU_BUSY_SM = 0.50
+GPU_BUSY_DRAM = 0.40
 VERDICTS = vocab.VERDICTS  # the saturation verdict names, in the one vocabulary
 
 

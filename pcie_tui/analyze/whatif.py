@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from pcie_tui.analyze.attribution import gpu_ceilings
-from pcie_tui.analyze.series import series_array, tick_weights
+from pcie_tui.analyze.series import series_array, series_means, series_weights
 from pcie_tui.analyze.session import SessionAnalyzer
 from pcie_tui.analyze.verdict import MISS_PCIE
 from pcie_tui.core.ceiling import DEFAULT_PINNED_FRACTION
@@ -94,9 +94,10 @@ def link_shares(header: SessionHeader, analyzer: SessionAnalyzer, index: int) ->
     ceiling = gpu_ceilings(analyzer, index).pinned
     verdict_share = {p: v["verdict_share"]["link"] for p, v in analyzer.phase_summary(index).items()}
     # Each tick stands for the interval before it, with its phase and reading; holes in the
-    # recording count one interval, as in the attribution (series.tick_weights).
-    dt = tick_weights(np.asarray(ser.t, dtype=float))
-    link = np.asarray(ser.link, dtype=float)  # None -> NaN
+    # recording count one interval, as in the attribution (series.tick_weights; a long session's summarised
+    # rows, the seconds of their ticks: analyze/retire.py).
+    dt = series_weights(ser)
+    link = series_means(ser, "link")  # NaN: no reading
     # A tick with one PCIe direction unreported has no link busy share: the other may have been full.
     pcie_missing = (np.nan_to_num(series_array(ser, "missing")).astype(np.int64) & MISS_PCIE) > 0
     phases = ser.phase.mapped(lambda p: p or "unlabelled", object)

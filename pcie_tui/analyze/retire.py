@@ -1,0 +1,166 @@
+"""A GPU's series kept bounded: the newest ticks exact, older ones summarised (a day-long live session).
+
+A session's per-tick series (:class:`pcie_tui.analyze.series.GpuSeries`) would grow ~70 bytes a tick, 20 MB
+in 8 hours at 10 Hz. Once more than :data:`EXACT_TICKS` + :data:`RETIRE_TICKS` ticks of a GPU are exact, the
+oldest :data:`RETIRE_TICKS` of them are **retired**: replaced by summary rows, about one for every
+:data:`STRATUM` ticks, at the front of the same columns. What each retired tick stood for is kept:
+
+- its verdict (with the backdated event intervals, as the summary shows it) is frozen in the series'
+  ``verdict`` column; the verdict segments of the retired ticks are kept whole (``retired_segments``), so
+  time in each verdict and the timeline stay exact;
+- ticks are grouped by phase, verdict, missing counters, which side of the attribution's busy cuts
+  (:data:`pcie_tui.analyze.verdict.GPU_BUSY_SM`, ``GPU_BUSY_DRAM``) their SM and DRAM use fell and which
+  side of each of its transfer floors (``rate_cuts``) their link rate fell, so a summary row is bound (host,
+  transfer, memory, ...) as each of its ticks was;
+- within a group, each column is sorted on its own; its largest value is a row of its own (peaks stay exact),
+  the rest is cut into strata of :data:`STRATUM` ticks; a summary row holds each column's middle value of one
+  stratum (quantiles), for the :data:`MEANS` columns also the stratum's mean (``rep_means``: means, busy
+  shares and bytes moved stay exact), the number of ticks it stands for (``rep_n``) and their seconds
+  (``rep_w``, summed over the strata of the link rate).
+
+Counts, seconds, peaks, means, bound and verdict times stay exact; a median or p95 over retired ticks is the
+weighted quantile of the strata's middles: within a stratum's spread of the exact one (docs/architecture.md). A
+session shorter than :data:`EXACT_TICKS` + :data:`RETIRE_TICKS` ticks (27 min at 10 Hz) retires nothing and
+reads exactly as before.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from pcie_tui.analyze.series import Col, GpuSeries, segments, tick_weights
+from pcie_tui.analyze.verdict import GPU_BUSY_DRAM, GPU_BUSY_SM
+
+EXACT_TICKS = 16_384  # the newest ticks of a GPU kept exact
+RETIRE_TICKS = 4_096  # ticks retired at a time
+STRATUM = 32  # ticks a summary row stands for, at most
+COLUMNS = ("t", "link", "link_Bps", "memory", "compute", "mem_used", "pcie_ceiling")
+MEANS = ("link", "link_Bps", "memory", "compute")  # columns whose strata keep their mean too
+
+
+def due(ser: GpuSeries) -> bool:
+    """Whether the series has more exact ticks than it keeps."""
+    return len(ser.t) - ser.reps >= EXACT_TICKS + RETIRE_TICKS
+
+
+def retire(ser: GpuSeries, codes: np.ndarray, rate_cuts: tuple[float, ...] = ()) -> None:
+    """Retire the oldest :data:`RETIRE_TICKS` exact ticks of ``ser``; ``codes``: the verdict code of every
+    row of the series now (indices into VERDICTS, as the summary labels them); ``rate_cuts``: link rates
+    (B/s) where what bound a tick changes (the attribution's transfer floors)."""
+    a, b = ser.reps, ser.reps + RETIRE_TICKS
+    t = ser.t.array()[a:b]
+    block_codes = codes[a:b]
+    _keep_segments(ser, t, block_codes)
+    w = tick_weights(t, prev=ser.retired_last_t)
+    cols = {k: getattr(ser, k).array()[a:b] for k in COLUMNS}
+    phase = ser.phase.codes.array()[a:b].astype(np.int64)
+    missing = ser.missing.array()[a:b]
+    sm = np.nan_to_num(cols["compute"]) >= GPU_BUSY_SM
+    dram = np.nan_to_num(cols["memory"]) >= GPU_BUSY_DRAM
+    miss = np.where(np.isnan(missing), -1, missing).astype(np.int64)
+    rate = np.nan_to_num(cols["link_Bps"])
+    sides = [(rate >= cut).astype(np.int64) for cut in rate_cuts]
+    key = np.stack([phase, block_codes.astype(np.int64), miss, sm.astype(np.int64), dram.astype(np.int64), *sides])
+    _, group = np.unique(key, axis=1, return_inverse=True)
+    group = group.reshape(-1)
+    reps = _summarise(group, cols, w)
+    rows = _group_rows(group)
+    n_rep = reps["n"].size
+    first = rows[reps["group"]]
+    order = np.argsort(reps["t"], kind="stable")
+    for k in COLUMNS:
+        getattr(ser, k).replace(a, RETIRE_TICKS, reps[k][order])
+    ser.missing.replace(a, RETIRE_TICKS, missing[first][order])
+    ser.phase.codes.replace(a, RETIRE_TICKS, ser.phase.codes.array()[a:b][first][order])
+    ser.verdict.codes.replace(a, RETIRE_TICKS, block_codes[first][order].astype(ser.verdict.codes.array().dtype))
+    for k in MEANS:
+        ser.rep_means.setdefault(k, Col()).extend(reps["mean_" + k][order])
+    ser.rep_n.extend(reps["n"][order])
+    ser.rep_w.extend(reps["w"][order])
+    ser.reps += n_rep
+    ser.retired_last_t = float(t[-1])
+
+
+def _group_rows(group: np.ndarray) -> np.ndarray:
+    """Per group, the first row in it."""
+    first = np.full(int(group.max()) + 1, -1, dtype=np.int64)
+    first[group[::-1]] = np.arange(group.size - 1, -1, -1)
+    return first
+
+
+def _summarise(group: np.ndarray, cols: dict[str, np.ndarray], w: np.ndarray) -> dict[str, np.ndarray]:
+    """The summary rows: per group and stratum, each column's middle value; and per group a row of one tick
+    with each column's largest value (peaks stay exact, and quantiles are not pulled up by them)."""
+    by_group = np.argsort(group, kind="stable")
+    sizes = np.bincount(group)
+    starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+    # a group's sorted values but its largest in strata of STRATUM; its largest, a row of its own
+    body = -(-(sizes - 1) // STRATUM)
+    n_strata = body + 1
+    first_rep = np.concatenate([[0], np.cumsum(n_strata)[:-1]])
+    # each tick's position in its group, its stratum, and the summary row it falls into
+    g = group[by_group]
+    pos = np.arange(group.size) - starts[g]
+    stratum = np.where(pos == sizes[g] - 1, body[g], pos // STRATUM)
+    rep_of = first_rep[g] + stratum
+    n_rep = int(n_strata.sum())
+    out: dict[str, np.ndarray] = {
+        "n": np.bincount(rep_of, minlength=n_rep).astype(np.float64),
+        "group": np.repeat(np.arange(sizes.size), n_strata),
+    }
+    top = first_rep + n_strata - 1  # each group's row of its largest values
+    for k, v in cols.items():
+        order = np.lexsort((v, group))  # by group, then value (NaN last)
+        sv = v[order]
+        out[k], out["mean_" + k] = _middles(sv, rep_of, n_rep, (g, starts, top))
+        if k == "link_Bps":
+            out["w"] = np.bincount(rep_of, weights=w[order], minlength=n_rep)
+    return out
+
+
+def _middles(sv: np.ndarray, rep_of: np.ndarray, n_rep: int, groups: tuple[np.ndarray, ...]) -> np.ndarray:
+    """Each summary row's value from its stratum of sorted values ``sv``: the middle one, and the mean of
+    its finite ones (NaN where it has none), as two rows of an array; a group's top row, the group's largest
+    finite one in both. ``groups``: each position's group, each group's first position and its top row."""
+    g, starts, top = groups
+    first = np.searchsorted(rep_of, np.arange(n_rep), "left")
+    last = np.searchsorted(rep_of, np.arange(n_rep), "right") - 1
+    finite = np.isfinite(sv)
+    n = np.bincount(rep_of, weights=finite.astype(np.float64), minlength=n_rep)
+    total = np.bincount(rep_of, weights=np.where(finite, sv, 0.0), minlength=n_rep)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        out = np.stack([sv[(first + last) // 2], np.where(n > 0, total / n, np.nan)])
+    # NaNs sort last: a group's largest finite value sits at its count of finite values in
+    n_fin = np.bincount(g, weights=finite.astype(np.float64), minlength=starts.size).astype(np.int64)
+    has = n_fin > 0
+    out[:, top] = np.where(has, sv[np.where(has, starts + n_fin - 1, starts)], np.nan)
+    return out
+
+
+def _keep_segments(ser: GpuSeries, t: np.ndarray, codes: np.ndarray) -> None:
+    """Append the block's verdict segments to the retired ones (a run that goes on is joined)."""
+    segs = segments(t.tolist(), codes)
+    kept = ser.retired_segments
+    if kept and segs:
+        if kept[-1]["saturated"] == segs[0]["saturated"]:
+            kept[-1]["end"] = segs[0]["end"]
+            segs = segs[1:]
+        else:
+            kept[-1]["end"] = segs[0]["start"]
+    kept.extend(segs)
+
+
+def joined_segments(ser: GpuSeries, tail: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The retired segments and the exact ticks' ones as one timeline (the run at the seam joined)."""
+    kept = [dict(s) for s in ser.retired_segments]
+    if not kept:
+        return tail
+    if not tail:
+        return kept
+    if kept[-1]["saturated"] == tail[0]["saturated"]:
+        kept[-1]["end"] = tail[0]["end"]
+        return kept + tail[1:]
+    kept[-1]["end"] = tail[0]["start"]
+    return kept + tail

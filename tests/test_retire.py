@@ -1,0 +1,196 @@
+"""A long session's oldest ticks are summarised (analyze/retire.py) so a day-long live session's memory stays
+flat (issue 25): what the report says must stay what the exact analysis says. Counts, seconds, peaks, means,
+bounds, verdict times and the what-if stay exact; medians and p95 stay within a stratum's rank of the exact
+ones; and where the chunks fall does not matter."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import orjson
+import pytest
+
+from pcie_tui.analyze import retire
+from pcie_tui.analyze.series import GpuSeries, series_array, series_counts, series_weights, tick_weights
+from pcie_tui.analyze.verdict import DEFAULT_THRESHOLDS, VERDICTS
+from pcie_tui.recording.reader import read_recording
+from pcie_tui.recording.validate import finite_json
+from pcie_tui.report.text import ReportFeed, report_file, with_stored_calibration
+
+SOURCE = Path(__file__).parent.parent / "pcie_tui" / "data" / "h200-pageable.jsonl.gz"
+N_TICKS = 45_000  # 75 min at 10 Hz: six blocks retired
+
+
+@pytest.fixture(scope="module")
+def long_recording(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The real H200 session h200-pageable repeated (times shifted, finished requests dropped)."""
+    with gzip.open(SOURCE) as f:
+        lines = [orjson.loads(raw) for raw in f]
+    header, ticks = lines[0], [d for d in lines[1:] if "t" in d and "gpus" in d]
+    span = ticks[-1]["t"] - ticks[0]["t"] + 0.1
+    path = tmp_path_factory.mktemp("long") / "long.jsonl"
+    with path.open("wb") as out:
+        out.write(orjson.dumps(header) + b"\n")
+        k = n = 0
+        while n < N_TICKS:
+            for d in ticks:
+                e = dict(d, t=d["t"] + k * span)
+                if isinstance(e.get("engine"), dict):
+                    e["engine"] = {key: v for key, v in e["engine"].items() if key != "requests"}
+                out.write(orjson.dumps(e) + b"\n")
+                n += 1
+            k += 1
+    return path
+
+
+@pytest.fixture(scope="module")
+def both(long_recording: Path) -> tuple[dict[str, Any], Any, dict[str, Any], Any]:
+    """(report, analyzer) with the oldest ticks retired, and the same without retiring any."""
+    summarised, an, _, _ = report_file(long_recording)
+    mp = pytest.MonkeyPatch()
+    mp.setattr(retire, "EXACT_TICKS", 10**9)
+    try:
+        exact, an_exact, _, _ = report_file(long_recording)
+    finally:
+        mp.undo()
+    return finite_json(summarised), an, finite_json(exact), an_exact
+
+
+def _close(a: Any, b: Any, rel: float = 1e-5) -> bool:
+    return math.isclose(a, b, rel_tol=rel, abs_tol=1e-9)
+
+
+def test_memory_is_bounded(both) -> None:
+    _, an, _, an_exact = both
+    ser, exact = an.series[0], an_exact.series[0]
+    assert len(exact.t) >= N_TICKS
+    assert ser.reps > 0
+    retired = int(series_counts(ser)[: ser.reps].sum())
+    assert len(ser.t) - ser.reps < retire.EXACT_TICKS + retire.RETIRE_TICKS  # the newest ticks, exact
+    assert ser.reps <= retired / 16  # the rest: a summary row for 16 ticks or more
+    assert retired + len(ser.t) - ser.reps == len(exact.t)  # every tick counted once
+    # seconds: each summarised row's seconds are those of its ticks
+    assert _close(float(series_weights(ser).sum()), float(series_weights(exact).sum()))
+    assert np.array_equal(series_array(ser, "t")[ser.reps :], series_array(exact, "t")[-(len(ser.t) - ser.reps) :])
+
+
+def _stats_exact(a: dict[str, Any], b: dict[str, Any]) -> None:
+    assert a["n"] == b["n"]
+    for k in ("peak", "mean"):
+        assert (a[k] is None) == (b[k] is None)
+        if a[k] is not None:
+            assert _close(a[k], b[k], 1e-6), (k, a[k], b[k])
+
+
+def _rank_ok(value: float, exact: np.ndarray, q: float, slack: float = 0.02) -> bool:
+    """``value`` sits where the exact ``q`` quantile does, within ``slack`` of the ticks' rank."""
+    v = np.sort(exact[~np.isnan(exact)])
+    lo = np.searchsorted(v, value, "left") / v.size
+    hi = np.searchsorted(v, value, "right") / v.size
+    return lo - slack <= q <= hi + slack
+
+
+def test_the_summary_says_what_the_exact_one_says(both) -> None:
+    s, _, e, an_exact = both
+    assert s["ticks"] == e["ticks"] and _close(s["duration_s"], e["duration_s"])
+    g, ge = s["gpus"][0], e["gpus"][0]
+    assert len(g["verdicts"]) == len(ge["verdicts"])
+    for a, b in zip(g["verdicts"], ge["verdicts"], strict=True):
+        assert a["saturated"] == b["saturated"] and _close(a["start"], b["start"]) and _close(a["end"], b["end"])
+    for v, secs in ge["time_in_verdict_s"].items():
+        assert _close(g["time_in_verdict_s"][v], secs)
+    ser = an_exact.series[0]
+    phase_of = np.array(ser.phase.mapped(lambda p: p or "unlabelled", object))
+    cols = {"link_util": "link", "link_Bps": "link_Bps", "dram_util": "memory", "sm_util": "compute"}
+    for key, col in cols.items():
+        _stats_exact(g[key], ge[key])
+        exact = series_array(ser, col)
+        assert _rank_ok(g[key]["median"], exact, 0.5) and _rank_ok(g[key]["p95"], exact, 0.95)
+    assert g["phases"].keys() == ge["phases"].keys()
+    for phase, p in g["phases"].items():
+        pe = ge["phases"][phase]
+        assert p["ticks"] == pe["ticks"] and p["dominant"] == pe["dominant"]
+        assert all(_close(p["verdict_share"][v], x) for v, x in pe["verdict_share"].items())
+        for key, col in cols.items():
+            _stats_exact(p[key], pe[key])
+            exact = series_array(ser, col)[phase_of == phase]
+            assert _rank_ok(p[key]["median"], exact, 0.5), (phase, key)
+            assert _rank_ok(p[key]["p95"], exact, 0.95), (phase, key)
+
+
+def test_findings_headline_and_whatif_stay(both) -> None:
+    s, _, e, _ = both
+    assert s["headline"]["text"] == e["headline"]["text"]
+    fs, fe = s["attribution"]["findings"]["0"], e["attribution"]["findings"]["0"]
+    assert [(f["phase"], f["bound"], f["ticks"]) for f in fs] == [(f["phase"], f["bound"], f["ticks"]) for f in fe]
+    for a, b in zip(fs, fe, strict=True):
+        assert _close(a["duration_s"], b["duration_s"]) and _close(a["bound_s"], b["bound_s"])
+        assert all(_close(a["shares"][k], v) for k, v in b["shares"].items())
+        for k in ("link_Bps", "sm_util", "dram_util", "transfer_Bps"):  # medians of the bound's ticks
+            assert (a[k] is None) == (b[k] is None)
+            if a[k] is not None:
+                assert math.isclose(a[k], b[k], rel_tol=0.05, abs_tol=1e-3 if k != "link_Bps" else 1e6), k
+    _numbers_close(s["whatif"], e["whatif"], 1e-2)
+
+
+def _numbers_close(a: Any, b: Any, rel: float) -> None:
+    if isinstance(a, dict):
+        assert a.keys() == b.keys()
+        for k in a:
+            _numbers_close(a[k], b[k], rel)
+    elif isinstance(a, list):
+        assert len(a) == len(b)
+        for x, y in zip(a, b, strict=True):
+            _numbers_close(x, y, rel)
+    elif isinstance(a, float) and isinstance(b, float):
+        assert math.isclose(a, b, rel_tol=rel, abs_tol=1e-3), (a, b)
+    else:
+        assert a == b
+
+
+@pytest.mark.parametrize("chunk", [1_000, 7_777])
+def test_where_the_chunks_fall_does_not_matter(long_recording: Path, both, chunk: int) -> None:
+    s = both[0]
+    rec = read_recording(long_recording, warn=False)
+    rows = [orjson.loads(raw) for raw in long_recording.read_bytes().splitlines()[1:]]
+    with_stored_calibration(rec)  # as report_file does
+    feed = ReportFeed(rec.header, DEFAULT_THRESHOLDS)
+    for i in range(0, len(rows), chunk):
+        feed.rows(rows[i : i + chunk])
+    out, _ = feed.finish(rec)
+    assert json.dumps(finite_json(out), sort_keys=True) == json.dumps(s, sort_keys=True)
+
+
+def test_retired_rows_keep_counts_seconds_peaks_and_means() -> None:
+    rng = np.random.default_rng(7)
+    n = retire.EXACT_TICKS + retire.RETIRE_TICKS
+    ser = GpuSeries()
+    t = np.cumsum(rng.uniform(0.09, 0.11, n))
+    link = rng.lognormal(-3, 1.5, n)
+    ser.t.extend(t)
+    for name, v in (("link", link), ("link_Bps", link * 6e10), ("memory", rng.uniform(0, 1, n))):
+        getattr(ser, name).extend(v)
+    for name in ("compute", "mem_used", "pcie_ceiling"):
+        getattr(ser, name).extend(np.full(n, 0.5))
+    ser.missing.extend(np.full(n, np.nan))
+    ser.phase.extend(["prefill" if (i // 500) % 2 else "decode" for i in range(n)])
+    codes = np.where(link > 0.9, VERDICTS.index("link"), VERDICTS.index("none"))
+    ser.verdict.extend([VERDICTS[c] for c in codes])
+    assert retire.due(ser)
+    retire.retire(ser, codes, (1e9,))
+    assert not retire.due(ser)
+    counts = series_counts(ser)
+    assert counts is not None and int(counts.sum()) == n
+    assert len(ser.t) - ser.reps == n - retire.RETIRE_TICKS
+    block = slice(0, retire.RETIRE_TICKS)
+    assert _close(float(ser.rep_w.array().sum()), float(tick_weights(t[block]).sum()))
+    assert float(np.nanmax(series_array(ser, "link")[: ser.reps])) == float(link[block].max())
+    means = ser.rep_means["link"].array()
+    assert _close(float((means * ser.rep_n.array()).sum()), float(link[block].sum()), 1e-9)
+    assert float(np.diff(series_array(ser, "t")).min()) >= 0  # still in time order
+    assert ser.retired_segments and ser.retired_segments[0]["start"] == t[0]
