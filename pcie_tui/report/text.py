@@ -5,12 +5,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
-
-from rich.cells import cell_len
-from rich.console import Console
-from rich.table import Table
-from rich.text import Text
+from typing import TYPE_CHECKING, Any
 
 from pcie_tui.analyze.analysis import Analysis
 from pcie_tui.analyze.answer import engine_only_headline, finding_lines
@@ -31,6 +26,10 @@ from pcie_tui.core.vocab import BOUND_SHORT
 from pcie_tui.doctor.cli import render_linkmodel
 from pcie_tui.recording.reader import Recording, RowStream, SampleList, gc_paused, sample_from_row
 from pcie_tui.sources.faults import fault_words
+
+if TYPE_CHECKING:  # rich is imported where the text report is drawn: `report --json` never needs it
+    from rich.console import Console
+    from rich.table import Table
 
 # report --json: bump when a field changes meaning or goes away (docs/report-json.md).
 SCHEMA_VERSION = 3
@@ -216,6 +215,8 @@ def _render_gpu(report: dict[str, Any], g: dict[str, Any], info: GpuInfo | None,
 
 def _verdict_table(g: dict[str, Any]) -> Table:
     """Time in each saturation verdict and its share of the GPU's time."""
+    from rich.table import Table
+
     t = Table("saturated", "time", "share", box=None)
     total = sum(g["time_in_verdict_s"].values()) or 1.0
     for v, secs in g["time_in_verdict_s"].items():
@@ -226,6 +227,8 @@ def _verdict_table(g: dict[str, Any]) -> Table:
 
 def _use_table(g: dict[str, Any]) -> Table:
     """Peak, median and p95 of link, DRAM and SM use."""
+    from rich.table import Table
+
     st = Table("use", "peak", "median", "p95", box=None)
     st.columns[0].no_wrap = True
     q = ("peak", "median", "p95")
@@ -239,6 +242,8 @@ def _use_table(g: dict[str, Any]) -> Table:
 
 def _phase_table(report: dict[str, Any], g: dict[str, Any]) -> Table:
     """Per phase: ticks, the saturation verdict's shares, what held it back, link and DRAM medians."""
+    from rich.table import Table
+
     # "saturated" is the link/DRAM verdict alone; "held back by" is the attribution above (a link
     # far below capacity can still be what the phase waited on), so both stand side by side.
     held = {
@@ -259,6 +264,8 @@ def _phase_table(report: dict[str, Any], g: dict[str, Any]) -> Table:
 
 def _events_table(g: dict[str, Any], t0: float) -> Table:
     """The GPU's saturation events: resource, start (from the session's start), length, peak, mean."""
+    from rich.table import Table
+
     et = Table("saturated", "start", "dur", "peak", "mean", "dir", "phase", box=None)
     et.columns[6].no_wrap = True
     for e in g["events"]:
@@ -403,6 +410,9 @@ def _wrapped(console: Console, text: str) -> None:
     for it wraps at word boundaries with its continuation indented under its own start
     (rich's own wrapping would start the continuation at column 0). A number never parts from its
     unit: each pair is glued with :data:`GLUE` (one cell, not a space to rich) while wrapping."""
+    from rich.cells import cell_len
+    from rich.text import Text
+
     width = console.width
     for line in text.split("\n"):
         body = line.lstrip(" ")
