@@ -15,7 +15,6 @@ else per-request timings). Null wherever the engine does not expose a figure.
 
 from __future__ import annotations
 
-import math
 from array import array
 from collections.abc import Iterable, Mapping, Sequence
 from itertools import compress, repeat
@@ -45,7 +44,6 @@ from pcie_tui.engines.base import Engine
 from pcie_tui.engines.stats import REQUEST_IDENTITY
 
 _HISTS = (*LATENCIES, "e2e_s", "preemptions_n")
-_NAN = math.nan
 
 
 _get = dict.get
@@ -150,8 +148,8 @@ class EngineSessionFold:
         self._up.extend(up)
         self._phase.extend(self._phase_codes(_column(engs, "phase")))
         prompt, gen = _column(engs, "prompt_tokens_total"), _column(engs, "generation_tokens_total")
-        self._prompt.extend([_NAN if v is None else v for v in prompt])
-        self._gen.extend([_NAN if v is None else v for v in gen])
+        self._prompt.frombytes(np.array(prompt, dtype=np.float64).tobytes())  # None -> NaN, at C speed
+        self._gen.frombytes(np.array(gen, dtype=np.float64).tobytes())
         for reqs in _column(engs, "requests"):
             if isinstance(reqs, list):
                 self._add_requests(reqs)
