@@ -137,8 +137,9 @@ class EngineBytes:
         # interval; they need no PCIe sums and no per-counter work.
         has = _has_counters(xs)
         if not any(has):
-            if any(x is not None for x in xs):
-                self._prev = (ch.t[max(i for i, x in enumerate(xs) if x is not None)], _NONE)
+            last = next((i for i in range(len(xs) - 1, -1, -1) if xs[i] is not None), None)  # from the end
+            if last is not None:
+                self._prev = (ch.t[last], _NONE)
             return
         pcie = self._pcie_per_tick(ch)
         for i, (t, x) in enumerate(zip(ch.t, xs, strict=True)):

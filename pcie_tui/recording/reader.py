@@ -20,7 +20,7 @@ from typing import Any, BinaryIO, overload
 from pcie_tui.core import metrics
 from pcie_tui.core.errors import UserError
 from pcie_tui.core.model import TYPED_METRICS, EngineSample, GpuSample, Sample, SessionHeader
-from pcie_tui.recording.timeline import TickChecker
+from pcie_tui.recording.timeline import BlockColumns, TickChecker
 from pcie_tui.recording.validate import Tally, clean_header_dict, scrub
 
 _fast_loads: Callable[[bytes], Any]
@@ -409,6 +409,11 @@ class RowStream:
                 if kept:
                     yield kept
         self._finish()
+
+    def columns_of(self, rows: list[dict[str, Any]]) -> BlockColumns | None:
+        """The columns the check swept from ``rows``, the chunk :meth:`chunks` just gave (None: not kept whole)."""
+        cols = self.checker.columns
+        return cols if cols is not None and cols.rows is rows else None
 
     def _finish(self) -> None:
         if self._bad is not None:

@@ -25,6 +25,7 @@ from pcie_tui.core.units import rate as fmt_rate
 from pcie_tui.core.vocab import BOUND_SHORT
 from pcie_tui.doctor.cli import render_linkmodel
 from pcie_tui.recording.reader import Recording, RowStream, SampleList, gc_paused, sample_from_row
+from pcie_tui.recording.timeline import BlockColumns
 from pcie_tui.sources.faults import fault_words
 
 if TYPE_CHECKING:  # rich is imported where the text report is drawn: `report --json` never needs it
@@ -85,7 +86,7 @@ def report_file(
     with gc_paused():
         for rows in st.chunks():
             n += len(rows)
-            feed.rows(rows)
+            feed.rows(rows, st.columns_of(rows))
         rec.warnings, rec.segments, rec.gaps = st.warnings, st.segments, st.gaps
         out, an = feed.finish(rec)
     return out, an, rec, n
@@ -100,9 +101,10 @@ class ReportFeed:
         self.engine = EngineSessionFold()
         self.link = LinkModelReport(header)
 
-    def rows(self, rows: list[dict[str, Any]]) -> None:
-        self.analysis.feed_rows(rows)
-        self.engine.feed_rows(rows)
+    def rows(self, rows: list[dict[str, Any]], swept: BlockColumns | None = None) -> None:
+        """A block of checked raw ticks (``swept``: the columns the reader's check took from them)."""
+        self.analysis.feed_rows(rows, swept)
+        self.engine.feed_rows(rows, swept)
         if self.link.fold is not None:  # the link model needs Samples: only when there is a model to compare
             for s in map(sample_from_row, rows):
                 self.link.fold.feed(s)
