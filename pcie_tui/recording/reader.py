@@ -386,13 +386,12 @@ class RowStream:
                 pass
             if self._eof:
                 break
-            cut = self._rest.rfind(b"\n")
-            if cut < 0:  # one line longer than a block: read on to its end
+            if b"\n" not in self._rest:  # one line longer than a block: read on to its end
                 if not self._more():
                     break
                 continue
-            lines = self._rest[:cut].split(b"\n")
-            self._rest = self._rest[cut + 1 :]
+            lines = self._rest.split(b"\n")
+            self._rest = lines.pop()  # after the last newline: the start of a line the next block ends
             yield lines, self._line + 1
             self._line += len(lines)
         lines = self._rest.split(b"\n")
