@@ -95,8 +95,8 @@ def _fast_ok(header: SessionHeader, ticks: list[dict[str, Any]], validate: bool)
     known = {g.index for g in header.gpus}
     if idx and (min(idx) < 0 or max(idx) > MAX_GPU_INDEX or (known and set(idx) - known)):
         return None
-    if any(len(g) != len({x["index"] for x in g}) for g in gl if len(g) > 1):
-        return None
+    if max(map(len, gl), default=0) > 1 and any(len(g) != len({x["index"] for x in g}) for g in gl if len(g) > 1):
+        return None  # (a block of at most one GPU entry per tick has no GPU twice in a tick: no Python sweep)
     engine: list[Any] = list(map(dict.get, ticks, repeat("engine")))
     fields = None
     if validate:
