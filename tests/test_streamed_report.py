@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import pickle
 from pathlib import Path
 
 import pytest
@@ -102,3 +103,38 @@ def test_damaged_recordings_read_the_same_in_any_blocks(tmp_path: Path, kinds, c
     rec = read_recording(path, warn=False)
     if len(rec.samples):
         assert _json(report_file(path)[0]) == _json(build_report(rec)[0])
+
+
+def _chunk_fields(ch) -> tuple:
+    return (ch.t, ch.phase, ch.engine, ch.tick_of.tolist(), ch.index.tolist(), ch.cols.tobytes(), ch.single)
+
+
+@pytest.mark.parametrize("path", RECORDINGS, ids=lambda p: p.name)
+def test_the_checks_sweeps_handed_on_equal_fresh_sweeps(path: Path) -> None:
+    """report feeds the analysis and the engine fold the columns the reader's check swept (RowStream.columns_of):
+    the chunks built from them are the chunks built from the rows alone, the engine fold the same."""
+    from pcie_tui.analyze.columns import from_rows
+    from pcie_tui.analyze.engine_bytes import chunk_up_fields, up_fields
+    from pcie_tui.analyze.engine_session import EngineSessionFold
+
+    st_ = RowStream(path, block_bytes=1 << 16)
+    handed, fresh = EngineSessionFold(), EngineSessionFold()
+    for rows in st_.chunks():
+        swept = st_.columns_of(rows)
+        assert swept is not None and swept.rows is rows  # a bundled recording passes every check in bulk
+        for a, b in zip(from_rows(rows, 700, swept), from_rows(list(rows), 700), strict=True):
+            assert _chunk_fields(a) == _chunk_fields(b)
+            assert chunk_up_fields(a) == up_fields(b.engine)
+        handed.feed_rows(rows, swept)
+        fresh.feed_rows(rows)
+    assert st_.columns_of([]) is None
+    assert pickle.dumps(handed) == pickle.dumps(fresh)  # every array, counter and histogram fold alike
+
+
+def test_a_block_checked_tick_by_tick_hands_on_no_columns(tmp_path: Path) -> None:
+    lines = [json.dumps(HEADER), json.dumps(_tick(1000.1)), json.dumps(_tick(1000.0)), json.dumps(_tick(1000.2))]
+    path = tmp_path / "back.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    st_ = RowStream(path)
+    kept = [(rows, st_.columns_of(rows)) for rows in st_.chunks()]
+    assert [len(r) for r, _ in kept] == [2] and kept[0][1] is None  # time went back: checked alone

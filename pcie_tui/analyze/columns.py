@@ -15,12 +15,15 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from itertools import chain, repeat
 from operator import attrgetter, itemgetter
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from pcie_tui.core.model import Sample
 from pcie_tui.recording.validate import cached_columns
+
+if TYPE_CHECKING:
+    from pcie_tui.recording.timeline import BlockColumns
 
 # Every per-GPU reading, in the order recording/validate.py builds its columns in.
 KEYS = (
@@ -111,22 +114,35 @@ def _own_phase(s: Sample) -> str | None:
     return label if isinstance(label, str) else None
 
 
-def from_rows(rows: Sequence[dict[str, Any]], ticks: int = CHUNK_TICKS) -> Iterator[Chunk]:
+def from_rows(
+    rows: Sequence[dict[str, Any]], ticks: int = CHUNK_TICKS, swept: BlockColumns | None = None
+) -> Iterator[Chunk]:
     """Raw tick dicts (as :func:`pcie_tui.recording.reader.read_rows` returns them) in chunks of ``ticks``.
 
     ``rows`` must be well-formed ticks (the reader drops the others): a number ``t``, and ``gpus`` a
-    list of dicts with an integer ``index``.
+    list of dicts with an integer ``index``. ``swept``: the columns the reader's check took from these
+    very rows (each dict is then read once less).
     """
     n = len(rows)
-    t = list(map(float, map(itemgetter("t"), rows)))
-    engine = list(map(dict.get, rows, repeat("engine")))
-    phase = _row_phases(rows, engine)
-    glists = list(map(itemgetter("gpus"), rows))
-    if set(map(type, glists)) != {list}:
-        glists = [d.get("gpus") or () for d in rows]
+    glists: Sequence[Any]
+    if swept is not None:
+        t, engine, glists, flat = swept.t.tolist(), swept.engine, swept.gpus, swept.flat
+        index = np.array(swept.index, dtype=np.int64)
+    else:
+        t = list(map(float, map(itemgetter("t"), rows)))
+        engine = list(map(dict.get, rows, repeat("engine")))
+        glists = list(map(itemgetter("gpus"), rows))
+        if set(map(type, glists)) != {list}:
+            glists = [d.get("gpus") or () for d in rows]
+        flat = list(chain.from_iterable(glists))
+        index = np.array(list(map(itemgetter("index"), flat)), dtype=np.int64)
+    fields = swept.engine_fields if swept is not None else None
+    if fields is not None:  # every tick has an engine reading: its phase (and whether it answered) known
+        phase = [p or None for p in fields["phase"]]
+        all_up = False not in fields["up"]
+    else:
+        phase, all_up = _row_phases(rows, engine), False
     counts = np.fromiter(map(len, glists), dtype=np.int64, count=n)
-    flat: list[dict[str, Any]] = list(chain.from_iterable(glists))
-    index = np.array(list(map(itemgetter("index"), flat)), dtype=np.int64)
     cols = _columns(flat)
     offs = np.concatenate(([0], np.cumsum(counts))).tolist()
     for a in range(0, n, ticks):
@@ -134,7 +150,12 @@ def from_rows(rows: Sequence[dict[str, Any]], ticks: int = CHUNK_TICKS) -> Itera
         fa, fb = offs[a], offs[b]
         c = counts[a:b]
         tick_of = np.repeat(np.arange(b - a), c)
-        yield Chunk(t[a:b], phase[a:b], engine[a:b], tick_of, index[fa:fb], cols[:, fa:fb], bool((c == 1).all()))
+        eng = engine[a:b]
+        single = bool((c == 1).all())
+        # every reading up: what engine_bytes.chunk_up_fields would work out, given at once
+        yield Chunk(
+            t[a:b], phase[a:b], eng, tick_of, index[fa:fb], cols[:, fa:fb], single, list(eng) if all_up else None
+        )
 
 
 def _row_phases(rows: Sequence[dict[str, Any]], engine: list[Any]) -> list[Any]:

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import repeat
-from operator import or_
+from operator import is_, not_
 from typing import Any
 
 import numpy as np
@@ -85,7 +85,9 @@ def engine_fields(e: Any) -> dict[str, Any] | None:
 
 
 def up_fields(engines: Sequence[Any]) -> list[dict[str, Any] | None]:
-    """:func:`engine_fields` of each reading, in one pass that calls no function for a recorded dict."""
+    """:func:`engine_fields` of each reading; recorded dicts all up (the usual block) in C-level sweeps."""
+    if set(map(type, engines)) == {dict} and all(map(is_, map(dict.get, engines, repeat("up")), repeat(True))):
+        return list(engines)
     return [
         (e if e.get("up") is True else None) if type(e) is dict else engine_fields(e)  # noqa: E721 - exact dict
         for e in engines
@@ -100,12 +102,11 @@ def chunk_up_fields(ch: Chunk) -> list[dict[str, Any] | None]:
 
 
 def _has_counters(xs: list[dict[str, Any] | None]) -> list[bool]:
-    """Whether each reading (None: the engine did not answer) exposes any of the counters: a sweep per counter."""
+    """Whether each reading (None: the engine did not answer) exposes any of the counters."""
     live = [x for x in xs if x is not None]
-    has = [False] * len(live)
-    for k in _KEYS:
-        if any(col := list(map(dict.__contains__, live, repeat(k)))):  # type: ignore[arg-type]
-            has = list(map(or_, has, col))
+    # One sweep over each reading's keys (not one lookup sweep per counter): most engines expose none.
+    none = list(map(_KEYS.isdisjoint, live))
+    has = [False] * len(live) if all(none) else list(map(not_, none))
     if len(live) == len(xs):
         return has
     it = iter(has)
@@ -136,8 +137,9 @@ class EngineBytes:
         # interval; they need no PCIe sums and no per-counter work.
         has = _has_counters(xs)
         if not any(has):
-            if any(x is not None for x in xs):
-                self._prev = (ch.t[max(i for i, x in enumerate(xs) if x is not None)], _NONE)
+            last = next((i for i in range(len(xs) - 1, -1, -1) if xs[i] is not None), None)  # from the end
+            if last is not None:
+                self._prev = (ch.t[last], _NONE)
             return
         pcie = self._pcie_per_tick(ch)
         for i, (t, x) in enumerate(zip(ch.t, xs, strict=True)):

@@ -15,12 +15,11 @@ else per-request timings). Null wherever the engine does not expose a figure.
 
 from __future__ import annotations
 
-import math
 from array import array
 from collections.abc import Iterable, Mapping, Sequence
 from itertools import compress, repeat
 from operator import itemgetter
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -44,8 +43,10 @@ from pcie_tui.engines import registry
 from pcie_tui.engines.base import Engine
 from pcie_tui.engines.stats import REQUEST_IDENTITY
 
+if TYPE_CHECKING:
+    from pcie_tui.recording.timeline import BlockColumns
+
 _HISTS = (*LATENCIES, "e2e_s", "preemptions_n")
-_NAN = math.nan
 
 
 _get = dict.get
@@ -128,13 +129,17 @@ class EngineSessionFold:
         rows, self._pending = self._pending, []
         self.feed_rows(rows)
 
-    def feed_rows(self, rows: Sequence[Mapping[str, Any]]) -> None:
+    def feed_rows(self, rows: Sequence[Mapping[str, Any]], swept: BlockColumns | None = None) -> None:
         """The engine of every raw tick dict that has one (as the recording holds it: extra keys at the top
-        level), a block of ticks at a time: columns first, then each figure's fold over its column."""
-        raw: list[Any] = [d.get("engine") for d in rows] if not isinstance(rows, list) else _column(rows, "engine")
+        level), a block of ticks at a time: columns first, then each figure's fold over its column.
+        ``swept``: the times and engine readings the reader's check already took from these rows."""
+        if swept is not None:
+            raw: list[Any] = swept.engine
+        else:
+            raw = [d.get("engine") for d in rows] if not isinstance(rows, list) else _column(rows, "engine")
         kinds = set(map(type, raw))
         if kinds == {dict}:  # every tick has an engine reading (the usual engine session)
-            ts = list(map(float, map(_t, rows)))
+            ts = swept.t.tolist() if swept is not None else list(map(float, map(_t, rows)))
             engs: list[dict[str, Any]] = raw
         else:
             ts = [float(d["t"]) for d, e in zip(rows, raw, strict=True) if type(e) is dict]
@@ -143,18 +148,20 @@ class EngineSessionFold:
             return
         if self.kind is None:
             self.kind = str(engs[0].get("kind", ""))
-        up = _column(engs, "up", False)
+        fields = swept.engine_fields if swept is not None and engs is raw else None
+        col = fields.__getitem__ if fields is not None else lambda k: _column(engs, k)  # checked: bools, numbers
+        up = fields["up"] if fields is not None else _column(engs, "up", False)
         if set(map(type, up)) != {bool}:
             up = [bool(v) for v in up]
         self._t.extend(ts)
         self._up.extend(up)
-        self._phase.extend(self._phase_codes(_column(engs, "phase")))
-        prompt, gen = _column(engs, "prompt_tokens_total"), _column(engs, "generation_tokens_total")
-        self._prompt.extend([_NAN if v is None else v for v in prompt])
-        self._gen.extend([_NAN if v is None else v for v in gen])
-        for reqs in _column(engs, "requests"):
-            if isinstance(reqs, list):
-                self._add_requests(reqs)
+        self._phase.extend(self._phase_codes(col("phase")))
+        prompt, gen = col("prompt_tokens_total"), col("generation_tokens_total")
+        self._prompt.frombytes(np.array(prompt, dtype=np.float64).tobytes())  # None -> NaN, at C speed
+        self._gen.frombytes(np.array(gen, dtype=np.float64).tobytes())
+        reqs = _column(engs, "requests")
+        for r in compress(reqs, map(isinstance, reqs, repeat(list))):
+            self._add_requests(r)
         ups = engs if all(up) else list(compress(engs, up))
         self._fold_up(ups, compress(prompt, up), compress(gen, up))
 
@@ -179,10 +186,10 @@ class EngineSessionFold:
         ):
             c["http_s"].add([number(e.get("http_seconds_total")) for e in ups])
             c["http_n"].add([number(e.get("http_requests_total")) for e in ups])
-        for hists in _column(ups, "hist"):
-            if isinstance(hists, dict):
-                for name, fold in self._hists.items():
-                    fold.add(hists.get(name))
+        hists = _column(ups, "hist")
+        for h in compress(hists, map(isinstance, hists, repeat(dict))):
+            for name, fold in self._hists.items():
+                fold.add(h.get(name))
 
     def _add_requests(self, reqs: list[Any]) -> None:
         for r in reqs:

@@ -6,6 +6,8 @@ engine's count of prompt tokens served from a cache. The price of a housekeeping
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import compress, repeat
+from operator import itemgetter
 from typing import Any
 
 from pcie_tui.analyze.columns import Chunk
@@ -42,14 +44,13 @@ class RequestWaits:
 
     def feed_chunk(self, ch: Chunk) -> None:
         xs = [x for x in chunk_up_fields(ch) if x is not None]
-        cached = [x[CACHED] for x in xs if CACHED in x]
+        cached = list(map(itemgetter(CACHED), compress(xs, map(dict.__contains__, xs, repeat(CACHED)))))
         if cached:
             self._cached(cached if set(map(type, cached)) <= {float, int} else list(map(_num, cached)))
-        for x in xs:
-            if "requests" in x:
-                for r in x["requests"] or ():
-                    if isinstance(r, dict):
-                        self._request(r)
+        for x in compress(xs, map(dict.__contains__, xs, repeat("requests"))):  # C-level sweeps: most have none
+            for r in x["requests"] or ():
+                if isinstance(r, dict):
+                    self._request(r)
 
     def _request(self, r: dict[str, Any]) -> None:
         key = tuple(r.get(k) for k in REQUEST_IDENTITY)

@@ -344,16 +344,16 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def _print_report(report: dict[str, Any], rec: Any, as_json: bool) -> None:
-    from rich.console import Console
-
-    from pcie_tui.report.text import render_text
-
     if as_json:
         from pcie_tui.recording.validate import finite_json
 
         json.dump(finite_json(report), sys.stdout, indent=1, allow_nan=False)
         sys.stdout.write("\n")
     else:
+        from rich.console import Console  # only for the text report (rich costs --json ~30 ms of start-up)
+
+        from pcie_tui.report.text import render_text
+
         console = Console() if sys.stdout.isatty() else Console(width=piped_width())
         console.on_broken_pipe = _broken_pipe  # type: ignore[method-assign]  # rich would exit 1
         render_text(report, rec, console)
@@ -382,7 +382,20 @@ def cmd_demo(args: argparse.Namespace) -> int:
 # ---- parser ------------------------------------------------------------------
 
 
-def build_parser() -> argparse.ArgumentParser:
+# Commands that never read the live options (nor the engine registry their help names): their command
+# line is parsed without them.
+_NO_LIVE_OPTIONS = frozenset({"report", "replay", "demo"})
+
+
+def _skip_live_options(_p: argparse.ArgumentParser) -> None:
+    """Stands in for :func:`_add_live_options` where the command given is not one that takes them."""
+
+
+def build_parser(command_line: Sequence[str] | None = None) -> argparse.ArgumentParser:
+    """The whole parser; given the ``command_line`` it will parse, the live options (whose help imports
+    every engine) are left out when its command takes none."""
+    cmd = next((a for a in command_line if not a.startswith("-")), None) if command_line is not None else None
+    live = _skip_live_options if cmd in _NO_LIVE_OPTIONS else _add_live_options
     p = _Parser(
         prog="pcie-tui",
         description="Is the PCIe/NVLink link, GPU memory or compute the bottleneck of your LLM inference?",
@@ -391,7 +404,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
 
     w = sub.add_parser("watch", help="live view of every GPU and the attached engine")
-    _add_live_options(w)
+    live(w)
     w.add_argument("--record-dir", default=".", metavar="DIR", help="where the r key writes recordings (default .)")
     w.set_defaults(func=cmd_watch)
 
@@ -400,7 +413,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--duration", type=positive(), default=None, metavar="S", help="stop after S seconds")
     r.add_argument("--headless", action="store_true", help="no TUI: record until Ctrl-C, SIGTERM or --duration")
     r.add_argument("--force", action="store_true", help="overwrite --out if it exists (refused otherwise)")
-    _add_live_options(r)
+    live(r)
     r.set_defaults(func=cmd_record)
 
     rp = sub.add_parser("replay", help="replay a recording in the TUI")
@@ -429,7 +442,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     from pcie_tui.export.command import register as register_export
 
-    register_export(sub, _add_live_options, open_live)
+    register_export(sub, live, open_live)
     for register in _extra_commands():
         register(sub)
     return p
@@ -447,7 +460,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _main(argv: Sequence[str] | None) -> int:
-    parser = build_parser()
+    parser = build_parser(sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
         parser.print_help()

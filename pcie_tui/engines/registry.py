@@ -58,7 +58,19 @@ def get(kind: str | None) -> Engine | None:
     """The engine recorded as ``kind``, or None (no kind, or one no registered engine has)."""
     if not kind:
         return None
+    if _engines is None and (eng := _builtin_named(kind)) is not None:
+        return eng
     return next((e for e in _load() if e.name == kind), None)
+
+
+def _builtin_named(kind: str) -> Engine | None:
+    """The built-in engine of module ``pcie_tui.engines.<kind>`` when its name is ``kind``, importing only
+    that module (``report`` on a recording of one engine needs no other: each costs start-up time)."""
+    mod = f"pcie_tui.engines.{kind}"
+    if mod not in BUILTIN:
+        return None
+    eng = getattr(importlib.import_module(mod), "ENGINE", None)
+    return eng if isinstance(eng, Engine) and eng.name == kind else None
 
 
 def display(kind: str | None) -> str:

@@ -20,7 +20,7 @@ from typing import Any, BinaryIO, overload
 from pcie_tui.core import metrics
 from pcie_tui.core.errors import UserError
 from pcie_tui.core.model import TYPED_METRICS, EngineSample, GpuSample, Sample, SessionHeader
-from pcie_tui.recording.timeline import TickChecker
+from pcie_tui.recording.timeline import BlockColumns, TickChecker
 from pcie_tui.recording.validate import Tally, clean_header_dict, scrub
 
 _fast_loads: Callable[[bytes], Any]
@@ -386,13 +386,12 @@ class RowStream:
                 pass
             if self._eof:
                 break
-            cut = self._rest.rfind(b"\n")
-            if cut < 0:  # one line longer than a block: read on to its end
+            if b"\n" not in self._rest:  # one line longer than a block: read on to its end
                 if not self._more():
                     break
                 continue
-            lines = self._rest[:cut].split(b"\n")
-            self._rest = self._rest[cut + 1 :]
+            lines = self._rest.split(b"\n")
+            self._rest = lines.pop()  # after the last newline: the start of a line the next block ends
             yield lines, self._line + 1
             self._line += len(lines)
         lines = self._rest.split(b"\n")
@@ -409,6 +408,11 @@ class RowStream:
                 if kept:
                     yield kept
         self._finish()
+
+    def columns_of(self, rows: list[dict[str, Any]]) -> BlockColumns | None:
+        """The columns the check swept from ``rows``, the chunk :meth:`chunks` just gave (None: not kept whole)."""
+        cols = self.checker.columns
+        return cols if cols is not None and cols.rows is rows else None
 
     def _finish(self) -> None:
         if self._bad is not None:

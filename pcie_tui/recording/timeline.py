@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from itertools import chain, repeat
-from operator import itemgetter
+from itertools import chain, compress, repeat
+from operator import is_not, itemgetter
 from typing import Any
 
 import numpy as np
@@ -56,8 +56,24 @@ def gap_threshold_s(interval_s: Any, times: np.ndarray) -> float:
     return max(GAP_INTERVALS * (iv or 0.0), GAP_MIN_S)
 
 
-def _fast_ok(header: SessionHeader, ticks: list[dict[str, Any]], validate: bool) -> np.ndarray | None:
-    """The tick times when every check passes in bulk (the usual case), else None."""
+@dataclass
+class BlockColumns:
+    """What the bulk check of a block of ticks swept out of them, handed on so the analysis need not sweep
+    the same dicts again: per tick its time (float) and engine reading (None where it has none) and its
+    GPU list; every GPU entry of the block in order, and each one's index."""
+
+    rows: list[dict[str, Any]]  # the very list checked (and kept whole)
+    t: np.ndarray
+    engine: list[Any]
+    gpus: list[list[dict[str, Any]]]
+    flat: list[dict[str, Any]]
+    index: list[int]
+    # Where every tick has an engine reading: the fields checked, per tick ("up" False where absent).
+    engine_fields: dict[str, list[Any]] | None = None
+
+
+def _fast_ok(header: SessionHeader, ticks: list[dict[str, Any]], validate: bool) -> BlockColumns | None:
+    """The block's columns when every check passes in bulk (the usual case), else None."""
     ts = list(map(itemgetter("t"), ticks))
     if set(map(type, ts)) - {float, int}:
         return None
@@ -79,35 +95,42 @@ def _fast_ok(header: SessionHeader, ticks: list[dict[str, Any]], validate: bool)
     known = {g.index for g in header.gpus}
     if idx and (min(idx) < 0 or max(idx) > MAX_GPU_INDEX or (known and set(idx) - known)):
         return None
-    if any(len(g) != len({x["index"] for x in g}) for g in gl if len(g) > 1):
-        return None
+    if max(map(len, gl), default=0) > 1 and any(len(g) != len({x["index"] for x in g}) for g in gl if len(g) > 1):
+        return None  # (a block of at most one GPU entry per tick has no GPU twice in a tick: no Python sweep)
+    engine: list[Any] = list(map(dict.get, ticks, repeat("engine")))
+    fields = None
     if validate:
         if not gpu_columns_ok(flat):
             return None
-        engines: list[Any] = list(map(dict.get, ticks, repeat("engine")))
-        if set(map(type, engines)) != {dict}:
-            engines = [e for e in engines if type(e) is dict]
-        if engines and not _engines_ok(engines):
+        every = set(map(type, engine)) == {dict}
+        engines = engine if every else [e for e in engine if type(e) is dict]
+        fields = _engines_ok(engines) if engines else {}
+        if fields is None:
             return None
-    return t
+        fields = fields if every else None
+    return BlockColumns(ticks, t, engine, gl, flat, idx, fields)
 
 
-def _engines_ok(engines: list[dict[str, Any]]) -> bool:
+def _engines_ok(engines: list[dict[str, Any]]) -> dict[str, list[Any]] | None:
     """Every engine dict's numbers in range, its words strings, ``up`` a bool (column by column,
-    each read at C speed)."""
+    each read at C speed): the columns read, by field, when all pass, else None."""
     none = type(None)
+    out: dict[str, list[Any]] = {}
     for k in ENGINE_NUMBERS:
         vals: list[Any] = list(map(dict.get, engines, repeat(k)))
         types = set(map(type, vals))
         if types - _NUMBER_TYPES:
-            return False
-        nums = [v for v in vals if v is not None] if none in types else vals
+            return None
+        nums = list(compress(vals, map(is_not, vals, repeat(None)))) if none in types else vals
         if nums and not (min(nums) >= 0 and max(nums) <= 1e18):
-            return False
+            return None
+        out[k] = vals
     for k in ("kind", "phase", "error"):
-        if set(map(type, map(dict.get, engines, repeat(k)))) - _WORD_TYPES:
-            return False
-    return not set(map(type, map(dict.get, engines, repeat("up"), repeat(False)))) - {bool}
+        out[k] = list(map(dict.get, engines, repeat(k)))
+        if set(map(type, out[k])) - _WORD_TYPES:
+            return None
+    out["up"] = list(map(dict.get, engines, repeat("up"), repeat(False)))
+    return None if set(map(type, out["up"])) - {bool} else out
 
 
 _NUMBER_TYPES = frozenset({float, int, type(None)})
@@ -135,20 +158,24 @@ class TickChecker:
         self._limit: float | None = None
         self.latest_kept_t = float("-inf")  # the previous chunk's last kept tick (the slow path moves latest first)
         self._seg_pending = False  # a later header's segment has no kept tick yet
+        self.columns: BlockColumns | None = None  # the last chunk's, when it passed in bulk
 
     def feed(
         self, ticks: list[dict[str, Any]], line_numbers: Callable[[], list[int]], heads: Sequence[tuple[int, int]] = ()
     ) -> list[dict[str, Any]]:
-        """Check one chunk: ``heads`` are (position in ``ticks``, line) of the header lines among them."""
+        """Check one chunk: ``heads`` are (position in ``ticks``, line) of the header lines among them.
+        A chunk kept whole leaves the columns its check swept in ``columns``."""
+        self.columns = None
         if not ticks and not heads:
             return ticks
-        t = None
+        cols = None
         if not heads and not self._seg_pending:
-            t = _fast_ok(self.header, ticks, self.validate)
-            if t is not None and t.size and t[0] <= self.latest:
-                t = None
-        if t is not None:
-            self._fast(ticks, t, line_numbers)
+            cols = _fast_ok(self.header, ticks, self.validate)
+            if cols is not None and cols.t.size and cols.t[0] <= self.latest:
+                cols = None
+        if cols is not None:
+            self.columns = cols
+            self._fast(ticks, cols.t, line_numbers)
             return ticks
         self.all_fast = False
         return self._slow(ticks, line_numbers(), dict(heads))

@@ -5,12 +5,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
-
-from rich.cells import cell_len
-from rich.console import Console
-from rich.table import Table
-from rich.text import Text
+from typing import TYPE_CHECKING, Any
 
 from pcie_tui.analyze.analysis import Analysis
 from pcie_tui.analyze.answer import engine_only_headline, finding_lines
@@ -30,7 +25,12 @@ from pcie_tui.core.units import rate as fmt_rate
 from pcie_tui.core.vocab import BOUND_SHORT
 from pcie_tui.doctor.cli import render_linkmodel
 from pcie_tui.recording.reader import Recording, RowStream, SampleList, gc_paused, sample_from_row
+from pcie_tui.recording.timeline import BlockColumns
 from pcie_tui.sources.faults import fault_words
+
+if TYPE_CHECKING:  # rich is imported where the text report is drawn: `report --json` never needs it
+    from rich.console import Console
+    from rich.table import Table
 
 # report --json: bump when a field changes meaning or goes away (docs/report-json.md).
 SCHEMA_VERSION = 3
@@ -86,7 +86,7 @@ def report_file(
     with gc_paused():
         for rows in st.chunks():
             n += len(rows)
-            feed.rows(rows)
+            feed.rows(rows, st.columns_of(rows))
         rec.warnings, rec.segments, rec.gaps = st.warnings, st.segments, st.gaps
         out, an = feed.finish(rec)
     return out, an, rec, n
@@ -101,9 +101,10 @@ class ReportFeed:
         self.engine = EngineSessionFold()
         self.link = LinkModelReport(header)
 
-    def rows(self, rows: list[dict[str, Any]]) -> None:
-        self.analysis.feed_rows(rows)
-        self.engine.feed_rows(rows)
+    def rows(self, rows: list[dict[str, Any]], swept: BlockColumns | None = None) -> None:
+        """A block of checked raw ticks (``swept``: the columns the reader's check took from them)."""
+        self.analysis.feed_rows(rows, swept)
+        self.engine.feed_rows(rows, swept)
         if self.link.fold is not None:  # the link model needs Samples: only when there is a model to compare
             for s in map(sample_from_row, rows):
                 self.link.fold.feed(s)
@@ -216,6 +217,8 @@ def _render_gpu(report: dict[str, Any], g: dict[str, Any], info: GpuInfo | None,
 
 def _verdict_table(g: dict[str, Any]) -> Table:
     """Time in each saturation verdict and its share of the GPU's time."""
+    from rich.table import Table
+
     t = Table("saturated", "time", "share", box=None)
     total = sum(g["time_in_verdict_s"].values()) or 1.0
     for v, secs in g["time_in_verdict_s"].items():
@@ -226,6 +229,8 @@ def _verdict_table(g: dict[str, Any]) -> Table:
 
 def _use_table(g: dict[str, Any]) -> Table:
     """Peak, median and p95 of link, DRAM and SM use."""
+    from rich.table import Table
+
     st = Table("use", "peak", "median", "p95", box=None)
     st.columns[0].no_wrap = True
     q = ("peak", "median", "p95")
@@ -239,6 +244,8 @@ def _use_table(g: dict[str, Any]) -> Table:
 
 def _phase_table(report: dict[str, Any], g: dict[str, Any]) -> Table:
     """Per phase: ticks, the saturation verdict's shares, what held it back, link and DRAM medians."""
+    from rich.table import Table
+
     # "saturated" is the link/DRAM verdict alone; "held back by" is the attribution above (a link
     # far below capacity can still be what the phase waited on), so both stand side by side.
     held = {
@@ -259,6 +266,8 @@ def _phase_table(report: dict[str, Any], g: dict[str, Any]) -> Table:
 
 def _events_table(g: dict[str, Any], t0: float) -> Table:
     """The GPU's saturation events: resource, start (from the session's start), length, peak, mean."""
+    from rich.table import Table
+
     et = Table("saturated", "start", "dur", "peak", "mean", "dir", "phase", box=None)
     et.columns[6].no_wrap = True
     for e in g["events"]:
@@ -403,6 +412,9 @@ def _wrapped(console: Console, text: str) -> None:
     for it wraps at word boundaries with its continuation indented under its own start
     (rich's own wrapping would start the continuation at column 0). A number never parts from its
     unit: each pair is glued with :data:`GLUE` (one cell, not a space to rich) while wrapping."""
+    from rich.cells import cell_len
+    from rich.text import Text
+
     width = console.width
     for line in text.split("\n"):
         body = line.lstrip(" ")
