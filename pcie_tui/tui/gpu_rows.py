@@ -10,14 +10,19 @@ where they do not divide evenly. Lines that do not fit end in a "+N more" line (
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import cast
 
+from rich.console import Console
+from rich.segment import Segment
 from rich.style import Style
 from rich.text import Text
-from textual.widgets import Static
+from textual.geometry import Region, Size
+from textual.strip import Strip
+from textual.widget import Widget
 
 from pcie_tui.tui import fmt, spark
 from pcie_tui.tui.frame import GpuView
-from pcie_tui.tui.widgets import set_text, spark_share
+from pcie_tui.tui.widgets import spark_share
 
 # The stylesheet's saturation colours (app.tcss), for text drawn here.
 VERDICT_STYLE = {"link": "bold #ff2d2d", "memory": "bold #ffb000", "compute": "bold #b48cff", "none": "#5fd75f"}
@@ -100,7 +105,14 @@ def gpu_row(g: GpuView, width: int, history_ticks: int, inline_history: bool = T
 def _link_history(g: GpuView, width: int, history_ticks: int, rows: int = 1) -> list[Text]:
     """The busier link direction of each tick over the history, against the ceiling, shaded by phase:
     ``rows`` rows of ``width`` cells."""
-    hist = [a if b is None or (a is not None and a >= b) else b for a, b in zip(g.hist_tx, g.hist_rx, strict=True)]
+    tx, rx = g.hist_tx, g.hist_rx
+    if len(tx) != len(rx):
+        raise ValueError("the TX and RX histories differ in length")
+    hist: list[float | None]
+    if None in tx or None in rx:
+        hist = [a if b is None or (a is not None and a >= b) else b for a, b in zip(tx, rx, strict=True)]
+    else:  # no missing reading: the pairwise max in C
+        hist = list(map(max, cast("Sequence[float]", tx), cast("Sequence[float]", rx)))
     runs = spark.runs(hist, g.hist_phase, g.hist_start, width, rows, g.ceiling_Bps, history_ticks, hot_at=HOT_AT)
     out = []
     for row in runs:
@@ -124,11 +136,14 @@ def history_lines(g: GpuView, width: int, history_ticks: int, rows: int) -> list
     return out
 
 
-class GpuRows(Static):
-    """Every GPU on one line each; ``show`` with the frame's GPU views, ``room`` the lines it may take."""
+class GpuRows(Widget):
+    """Every GPU on one line each; ``show`` with the frame's GPU views, ``room`` the lines it may take.
+
+    Drawn line by line (issue 22: with 8 GPUs a Static's whole text was laid out anew twice a second): each
+    line is kept as Text and as the Strip drawn from it, and a frame repaints only the lines that changed."""
 
     def __init__(self, history_ticks: int) -> None:
-        super().__init__("", id="gpu-rows")
+        super().__init__(id="gpu-rows")
         self.history_ticks = history_ticks
         self.first = 0  # first GPU shown when they do not all fit (up/down move it)
         self.room = 0
@@ -137,6 +152,10 @@ class GpuRows(Static):
         self.complete = True  # every GPU has its line (no "+N more")
         self._rows = -1  # rows of text shown (lines and histories under them)
         self._last: tuple[Sequence[GpuView], int] | None = None
+        self._texts: list[Text] = []  # the lines shown
+        self._strips: dict[int, Strip] = {}  # the lines drawn, by row, at _strips_width
+        self._strips_width = -1
+        self._base: Style | None = None  # the widget's own style under the text (looked up once)
 
     def on_resize(self) -> None:
         if self._last is not None:  # the lines were fitted to the width before: again at this one
@@ -171,11 +190,46 @@ class GpuRows(Static):
         if fit < n:
             hidden = n - fit
             lines.append(Text(f"+{hidden} more GPU{'s' if hidden > 1 else ''} (up/down to scroll)", style="dim"))
-        set_text(self, Text("\n").join(lines))
-        if len(lines) != self._rows:  # its height (lines never wrap): a relayout only when their count changes
-            self._rows = len(lines)
-            self.refresh(layout=True)
+        self._set_lines(lines)
         self._title(n, width, any(under))
+
+    def _set_lines(self, lines: list[Text]) -> None:
+        """The lines to show: a relayout only when their count changes (lines never wrap), else a repaint of
+        the lines that changed."""
+        old = self._texts
+        self._texts = lines
+        if len(lines) != self._rows:
+            self._rows = len(lines)
+            self._strips.clear()
+            self.refresh(layout=True)
+            return
+        width = self.size.width
+        for y, (a, b) in enumerate(zip(old, lines, strict=True)):
+            if a != b or a.style != b.style:  # Text's == compares the characters and spans only
+                self._strips.pop(y, None)
+                self.refresh(Region(0, y, width, 1))
+
+    def get_content_height(self, container: Size, viewport: Size, width: int) -> int:
+        return len(self._texts)
+
+    def notify_style_update(self) -> None:
+        super().notify_style_update()
+        self._base = None  # the CSS changed (a theme): the lines are drawn anew
+        self._strips.clear()
+
+    def render_line(self, y: int) -> Strip:
+        """Line API: a line's Strip is built once per change of its text (or of the width)."""
+        width = self.size.width
+        if width != self._strips_width:
+            self._strips.clear()
+            self._strips_width = width
+        strip = self._strips.get(y)
+        if strip is None:
+            if self._base is None:
+                self._base = self.rich_style
+            text = self._texts[y] if y < len(self._texts) else Text()
+            strip = self._strips[y] = _strip(text, width, self._base, self.app.console)
+        return strip
 
     def _title(self, n: int, width: int, history: bool) -> None:
         """What the bars (and the charts under the lines) show: the longest form that fits the border."""
@@ -188,3 +242,12 @@ class GpuRows(Static):
         title = next((t for t in forms if len(t) <= width - 2), forms[-1])
         if self.border_title != title:
             self.border_title = title
+
+
+def _strip(text: Text, width: int, base: Style, console: Console) -> Strip:
+    """``text`` as one line on ``base``, at most ``width`` cells (the stylesheet's nowrap and ellipsis)."""
+    if text.cell_len > width:
+        text = text.copy()
+        text.truncate(width, overflow="ellipsis")
+    segments = [Segment(seg.text, base + seg.style if seg.style else base) for seg in text.render(console)]
+    return Strip(segments, text.cell_len)  # padded to the width by Textual, in the widget's background
