@@ -24,6 +24,8 @@ from pcie_tui.tui import fmt, spark
 from pcie_tui.tui.frame import GpuView
 from pcie_tui.tui.widgets import spark_share
 
+Line = tuple[Segment, ...]  # one line of the widget: its runs of text, each in its own style
+
 # The stylesheet's saturation colours (app.tcss), for text drawn here.
 VERDICT_STYLE = {"link": "bold #ff2d2d", "memory": "bold #ffb000", "compute": "bold #b48cff", "none": "#5fd75f"}
 BAR_STYLE, HOT_STYLE, EMPTY_STYLE = Style(color="#4fc3f7"), Style(color="#ff5252"), Style(color="grey35")
@@ -31,6 +33,7 @@ HOT_AT = 0.70  # a bar at or above this share of its ceiling is drawn hot (the p
 PARTS = " ▏▎▍▌▋▊▉█"
 BAR_MIN, BAR_MAX = 3, 12  # cells of one bar
 SPARK_MIN = 16  # a link history narrower than this is left out
+DIM, NO_STYLE = Style(dim=True), Style()
 HISTORY_LABEL = "  link "  # the first row of a GPU's link history under its line; the others indented as far
 
 
@@ -98,13 +101,13 @@ def gpu_row(g: GpuView, width: int, history_ticks: int, inline_history: bool = T
     room = width - out.cell_len - 6
     if inline_history and room >= SPARK_MIN:
         out.append(" link ", style="dim")
-        out.append_text(_link_history(g, room, history_ticks)[0])
+        out.append_text(_link_history(g, room, history_ticks))
     return out
 
 
-def _link_history(g: GpuView, width: int, history_ticks: int, rows: int = 1) -> list[Text]:
+def _link_runs(g: GpuView, width: int, history_ticks: int, rows: int = 1) -> list[list[tuple[str, Style]]]:
     """The busier link direction of each tick over the history, against the ceiling, shaded by phase:
-    ``rows`` rows of ``width`` cells."""
+    ``rows`` rows of ``width`` cells, as runs of (text, style) (:func:`pcie_tui.tui.spark.runs`)."""
     tx, rx = g.hist_tx, g.hist_rx
     if len(tx) != len(rx):
         raise ValueError("the TX and RX histories differ in length")
@@ -113,26 +116,27 @@ def _link_history(g: GpuView, width: int, history_ticks: int, rows: int = 1) -> 
         hist = [a if b is None or (a is not None and a >= b) else b for a, b in zip(tx, rx, strict=True)]
     else:  # no missing reading: the pairwise max in C
         hist = list(map(max, cast("Sequence[float]", tx), cast("Sequence[float]", rx)))
-    runs = spark.runs(hist, g.hist_phase, g.hist_start, width, rows, g.ceiling_Bps, history_ticks, hot_at=HOT_AT)
-    out = []
-    for row in runs:
-        line = Text()
-        for text, style in row:
-            line.append(text, style)
-        out.append(line)
-    return out
+    return spark.runs(hist, g.hist_phase, g.hist_start, width, rows, g.ceiling_Bps, history_ticks, hot_at=HOT_AT)
 
 
-def history_lines(g: GpuView, width: int, history_ticks: int, rows: int) -> list[Text]:
-    """A GPU's link history under its line, ``rows`` rows tall, labelled on its first row."""
+def _link_history(g: GpuView, width: int, history_ticks: int) -> Text:
+    """The link history in one row of ``width`` cells (:func:`_link_runs`)."""
+    line = Text()
+    for text, style in _link_runs(g, width, history_ticks)[0]:
+        line.append(text, style)
+    return line
+
+
+def history_lines(g: GpuView, width: int, history_ticks: int, rows: int) -> list[Line]:
+    """A GPU's link history under its line, ``rows`` rows tall, labelled on its first row, dim (as segments:
+    a Text of the same runs would only be cut into these again when drawn)."""
     if rows <= 0:
         return []
     pad = len(HISTORY_LABEL)
     out = []
-    for i, chart in enumerate(_link_history(g, max(1, width - pad), history_ticks, rows)):
-        line = Text(HISTORY_LABEL if i == 0 else " " * pad, style="dim")
-        line.append_text(chart)
-        out.append(line)
+    for i, chart in enumerate(_link_runs(g, max(1, width - pad), history_ticks, rows)):
+        label = Segment(HISTORY_LABEL if i == 0 else " " * pad, DIM)
+        out.append((label, *(Segment(text, DIM + style) for text, style in chart)))
     return out
 
 
@@ -152,7 +156,7 @@ class GpuRows(Widget):
         self.complete = True  # every GPU has its line (no "+N more")
         self._rows = -1  # rows of text shown (lines and histories under them)
         self._last: tuple[Sequence[GpuView], int] | None = None
-        self._texts: list[Text] = []  # the lines shown
+        self._texts: list[Line] = []  # the lines shown
         self._strips: dict[int, Strip] = {}  # the lines drawn, by row, at _strips_width
         self._strips_width = -1
         self._base: Style | None = None  # the widget's own style under the text (looked up once)
@@ -182,18 +186,20 @@ class GpuRows(Widget):
         self.first = max(0, min(self.first, n - fit))
         shown = gpus[self.first : self.first + fit]
         under = spark_share(self.history, len(shown), least=0) if fit == n else [0] * len(shown)
-        lines: list[Text] = []
+        console = self.app.console
+        lines: list[Line] = []
         for g, rows in zip(shown, under, strict=True):
-            lines.append(gpu_row(g, width, self.history_ticks, inline_history=rows == 0))
+            lines.append(tuple(gpu_row(g, width, self.history_ticks, inline_history=rows == 0).render(console)))
             lines += history_lines(g, width, self.history_ticks, rows)
         self.lines, self.complete = fit + (fit < n), fit == n
         if fit < n:
             hidden = n - fit
-            lines.append(Text(f"+{hidden} more GPU{'s' if hidden > 1 else ''} (up/down to scroll)", style="dim"))
+            more = Text(f"+{hidden} more GPU{'s' if hidden > 1 else ''} (up/down to scroll)", style="dim")
+            lines.append(tuple(more.render(console)))
         self._set_lines(lines)
         self._title(n, width, any(under))
 
-    def _set_lines(self, lines: list[Text]) -> None:
+    def _set_lines(self, lines: list[Line]) -> None:
         """The lines to show: a relayout only when their count changes (lines never wrap), else a repaint of
         the lines that changed."""
         old = self._texts
@@ -205,7 +211,7 @@ class GpuRows(Widget):
             return
         width = self.size.width
         for y, (a, b) in enumerate(zip(old, lines, strict=True)):
-            if a != b or a.style != b.style:  # Text's == compares the characters and spans only
+            if a != b:
                 self._strips.pop(y, None)
                 self.refresh(Region(0, y, width, 1))
 
@@ -227,8 +233,8 @@ class GpuRows(Widget):
         if strip is None:
             if self._base is None:
                 self._base = self.rich_style
-            text = self._texts[y] if y < len(self._texts) else Text()
-            strip = self._strips[y] = _strip(text, width, self._base, self.app.console)
+            line = self._texts[y] if y < len(self._texts) else ()
+            strip = self._strips[y] = _strip(line, width, self._base, self.app.console)
         return strip
 
     def _title(self, n: int, width: int, history: bool) -> None:
@@ -244,10 +250,11 @@ class GpuRows(Widget):
             self.border_title = title
 
 
-def _strip(text: Text, width: int, base: Style, console: Console) -> Strip:
-    """``text`` as one line on ``base``, at most ``width`` cells (the stylesheet's nowrap and ellipsis)."""
-    if text.cell_len > width:
-        text = text.copy()
-        text.truncate(width, overflow="ellipsis")
-    segments = [Segment(seg.text, base + seg.style if seg.style else base) for seg in text.render(console)]
-    return Strip(segments, text.cell_len)  # padded to the width by Textual, in the widget's background
+def _strip(line: Line, width: int, base: Style, console: Console) -> Strip:
+    """``line`` on ``base``, at most ``width`` cells (the stylesheet's nowrap and ellipsis)."""
+    strip = Strip([Segment(seg.text, base + seg.style if seg.style else base) for seg in line])
+    if strip.cell_length <= width:
+        return strip  # padded to the width by Textual, in the widget's background
+    text = Text.assemble(*((seg.text, seg.style or NO_STYLE) for seg in line))
+    text.truncate(width, overflow="ellipsis")
+    return _strip(tuple(text.render(console)), width, base, console)
