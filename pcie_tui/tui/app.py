@@ -104,6 +104,7 @@ class PcieTuiApp(KeyActions, SourceWorker, App[None]):
         self._gpu_rows = GpuRows(HISTORY_TICKS)
         self._size_now = (80, 24)  # (columns, rows) as last applied
         self._fitted: tuple[Any, ...] = ()  # what the last fit of the charts read (_fit_inputs)
+        self._fitted_ahead = (-1, -1)  # the rows set that it read (_rows_ahead)
         self._gpus_most = "60vh"  # #gpus' max height as set (the stylesheet's to begin with)
         self._compact = False  # every GPU on one line (GpuRows) instead of a panel each
         self._loop_held = False  # End on a looping replay: stop at the end until the next seek
@@ -222,6 +223,7 @@ class PcieTuiApp(KeyActions, SourceWorker, App[None]):
         side = self._main.has_class("-side")
         tall = self._height >= TALL_AT_ROWS
         self._fitted = self._fit_inputs()
+        self._fitted_ahead = self._rows_ahead()
         self.call_after_refresh(self._refit)  # a text laid out anew after this fit read its old height
         if self._compact:
             self._fit_lines(side, tall)
@@ -256,6 +258,10 @@ class PcieTuiApp(KeyActions, SourceWorker, App[None]):
             self._gpu_rows.lines if self._compact else tuple(p.fixed_rows for p in self._panels.values()),
         )
 
+    def _rows_ahead(self) -> tuple[int, int]:
+        """The rows of the headline and of the events box as set, before the layout lays them out."""
+        return self._headline_w.rows, self._events_w.rows_needed if self._events_w.display else 0
+
     def _refit(self) -> None:
         """Fit again where what the last fit read has changed since (a paused replay renders no more frames)."""
         if not self._stop.is_set() and self._fit_inputs() != self._fitted:
@@ -287,7 +293,7 @@ class PcieTuiApp(KeyActions, SourceWorker, App[None]):
         """The rows the GPU panels (or lines) may take on this screen: what the header, headline, position
         bar, events box, timeline and (stacked) engine panel leave."""
         height = self._height
-        other = 1 + self._headline_w.outer_size.height + self.query_one("#bottom").outer_size.height
+        other = 1 + self._headline_w.rows + self.query_one("#bottom").outer_size.height
         other += self._events_w.rows_needed if self._events_w.display else 0
         if self._main.has_class("-timeline"):
             other += TIMELINE_ROWS_MIN
@@ -350,6 +356,10 @@ class PcieTuiApp(KeyActions, SourceWorker, App[None]):
                 self._timeline_w.show(f)
             self._render_position()
             self._show_recording_state()
+        if self._rows_ahead() != self._fitted_ahead:
+            # A new event's taller box (or a headline's new height), known before the layout: the charts it
+            # shrinks are fitted now, so both are one relayout, not two.
+            self._fit_sparks()
         self.call_after_refresh(self._fit_sparks)  # the headline, engine or events may have changed rows
 
     def _render_position(self) -> None:

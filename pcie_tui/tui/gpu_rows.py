@@ -10,14 +10,21 @@ where they do not divide evenly. Lines that do not fit end in a "+N more" line (
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import cast
 
+from rich.console import Console
+from rich.segment import Segment
 from rich.style import Style
 from rich.text import Text
-from textual.widgets import Static
+from textual.geometry import Region, Size
+from textual.strip import Strip
+from textual.widget import Widget
 
 from pcie_tui.tui import fmt, spark
 from pcie_tui.tui.frame import GpuView
-from pcie_tui.tui.widgets import set_text, spark_share
+from pcie_tui.tui.widgets import spark_share
+
+Line = tuple[Segment, ...]  # one line of the widget: its runs of text, each in its own style
 
 # The stylesheet's saturation colours (app.tcss), for text drawn here.
 VERDICT_STYLE = {"link": "bold #ff2d2d", "memory": "bold #ffb000", "compute": "bold #b48cff", "none": "#5fd75f"}
@@ -26,6 +33,7 @@ HOT_AT = 0.70  # a bar at or above this share of its ceiling is drawn hot (the p
 PARTS = " ▏▎▍▌▋▊▉█"
 BAR_MIN, BAR_MAX = 3, 12  # cells of one bar
 SPARK_MIN = 16  # a link history narrower than this is left out
+DIM, NO_STYLE = Style(dim=True), Style()
 HISTORY_LABEL = "  link "  # the first row of a GPU's link history under its line; the others indented as far
 
 
@@ -93,42 +101,53 @@ def gpu_row(g: GpuView, width: int, history_ticks: int, inline_history: bool = T
     room = width - out.cell_len - 6
     if inline_history and room >= SPARK_MIN:
         out.append(" link ", style="dim")
-        out.append_text(_link_history(g, room, history_ticks)[0])
+        out.append_text(_link_history(g, room, history_ticks))
     return out
 
 
-def _link_history(g: GpuView, width: int, history_ticks: int, rows: int = 1) -> list[Text]:
+def _link_runs(g: GpuView, width: int, history_ticks: int, rows: int = 1) -> list[list[tuple[str, Style]]]:
     """The busier link direction of each tick over the history, against the ceiling, shaded by phase:
-    ``rows`` rows of ``width`` cells."""
-    hist = [a if b is None or (a is not None and a >= b) else b for a, b in zip(g.hist_tx, g.hist_rx, strict=True)]
-    runs = spark.runs(hist, g.hist_phase, g.hist_start, width, rows, g.ceiling_Bps, history_ticks, hot_at=HOT_AT)
-    out = []
-    for row in runs:
-        line = Text()
-        for text, style in row:
-            line.append(text, style)
-        out.append(line)
-    return out
+    ``rows`` rows of ``width`` cells, as runs of (text, style) (:func:`pcie_tui.tui.spark.runs`)."""
+    tx, rx = g.hist_tx, g.hist_rx
+    if len(tx) != len(rx):
+        raise ValueError("the TX and RX histories differ in length")
+    hist: list[float | None]
+    if None in tx or None in rx:
+        hist = [a if b is None or (a is not None and a >= b) else b for a, b in zip(tx, rx, strict=True)]
+    else:  # no missing reading: the pairwise max in C
+        hist = list(map(max, cast("Sequence[float]", tx), cast("Sequence[float]", rx)))
+    return spark.runs(hist, g.hist_phase, g.hist_start, width, rows, g.ceiling_Bps, history_ticks, hot_at=HOT_AT)
 
 
-def history_lines(g: GpuView, width: int, history_ticks: int, rows: int) -> list[Text]:
-    """A GPU's link history under its line, ``rows`` rows tall, labelled on its first row."""
+def _link_history(g: GpuView, width: int, history_ticks: int) -> Text:
+    """The link history in one row of ``width`` cells (:func:`_link_runs`)."""
+    line = Text()
+    for text, style in _link_runs(g, width, history_ticks)[0]:
+        line.append(text, style)
+    return line
+
+
+def history_lines(g: GpuView, width: int, history_ticks: int, rows: int) -> list[Line]:
+    """A GPU's link history under its line, ``rows`` rows tall, labelled on its first row, dim (as segments:
+    a Text of the same runs would only be cut into these again when drawn)."""
     if rows <= 0:
         return []
     pad = len(HISTORY_LABEL)
     out = []
-    for i, chart in enumerate(_link_history(g, max(1, width - pad), history_ticks, rows)):
-        line = Text(HISTORY_LABEL if i == 0 else " " * pad, style="dim")
-        line.append_text(chart)
-        out.append(line)
+    for i, chart in enumerate(_link_runs(g, max(1, width - pad), history_ticks, rows)):
+        label = Segment(HISTORY_LABEL if i == 0 else " " * pad, DIM)
+        out.append((label, *(Segment(text, DIM + style) for text, style in chart)))
     return out
 
 
-class GpuRows(Static):
-    """Every GPU on one line each; ``show`` with the frame's GPU views, ``room`` the lines it may take."""
+class GpuRows(Widget):
+    """Every GPU on one line each; ``show`` with the frame's GPU views, ``room`` the lines it may take.
+
+    Drawn line by line (issue 22: with 8 GPUs a Static's whole text was laid out anew twice a second): each
+    line is kept as Text and as the Strip drawn from it, and a frame repaints only the lines that changed."""
 
     def __init__(self, history_ticks: int) -> None:
-        super().__init__("", id="gpu-rows")
+        super().__init__(id="gpu-rows")
         self.history_ticks = history_ticks
         self.first = 0  # first GPU shown when they do not all fit (up/down move it)
         self.room = 0
@@ -137,6 +156,10 @@ class GpuRows(Static):
         self.complete = True  # every GPU has its line (no "+N more")
         self._rows = -1  # rows of text shown (lines and histories under them)
         self._last: tuple[Sequence[GpuView], int] | None = None
+        self._texts: list[Line] = []  # the lines shown
+        self._strips: dict[int, Strip] = {}  # the lines drawn, by row, at _strips_width
+        self._strips_width = -1
+        self._base: Style | None = None  # the widget's own style under the text (looked up once)
 
     def on_resize(self) -> None:
         if self._last is not None:  # the lines were fitted to the width before: again at this one
@@ -163,19 +186,56 @@ class GpuRows(Static):
         self.first = max(0, min(self.first, n - fit))
         shown = gpus[self.first : self.first + fit]
         under = spark_share(self.history, len(shown), least=0) if fit == n else [0] * len(shown)
-        lines: list[Text] = []
+        console = self.app.console
+        lines: list[Line] = []
         for g, rows in zip(shown, under, strict=True):
-            lines.append(gpu_row(g, width, self.history_ticks, inline_history=rows == 0))
+            lines.append(tuple(gpu_row(g, width, self.history_ticks, inline_history=rows == 0).render(console)))
             lines += history_lines(g, width, self.history_ticks, rows)
         self.lines, self.complete = fit + (fit < n), fit == n
         if fit < n:
             hidden = n - fit
-            lines.append(Text(f"+{hidden} more GPU{'s' if hidden > 1 else ''} (up/down to scroll)", style="dim"))
-        set_text(self, Text("\n").join(lines))
-        if len(lines) != self._rows:  # its height (lines never wrap): a relayout only when their count changes
-            self._rows = len(lines)
-            self.refresh(layout=True)
+            more = Text(f"+{hidden} more GPU{'s' if hidden > 1 else ''} (up/down to scroll)", style="dim")
+            lines.append(tuple(more.render(console)))
+        self._set_lines(lines)
         self._title(n, width, any(under))
+
+    def _set_lines(self, lines: list[Line]) -> None:
+        """The lines to show: a relayout only when their count changes (lines never wrap), else a repaint of
+        the lines that changed."""
+        old = self._texts
+        self._texts = lines
+        if len(lines) != self._rows:
+            self._rows = len(lines)
+            self._strips.clear()
+            self.refresh(layout=True)
+            return
+        width = self.size.width
+        for y, (a, b) in enumerate(zip(old, lines, strict=True)):
+            if a != b:
+                self._strips.pop(y, None)
+                self.refresh(Region(0, y, width, 1))
+
+    def get_content_height(self, container: Size, viewport: Size, width: int) -> int:
+        return len(self._texts)
+
+    def notify_style_update(self) -> None:
+        super().notify_style_update()
+        self._base = None  # the CSS changed (a theme): the lines are drawn anew
+        self._strips.clear()
+
+    def render_line(self, y: int) -> Strip:
+        """Line API: a line's Strip is built once per change of its text (or of the width)."""
+        width = self.size.width
+        if width != self._strips_width:
+            self._strips.clear()
+            self._strips_width = width
+        strip = self._strips.get(y)
+        if strip is None:
+            if self._base is None:
+                self._base = self.rich_style
+            line = self._texts[y] if y < len(self._texts) else ()
+            strip = self._strips[y] = _strip(line, width, self._base, self.app.console)
+        return strip
 
     def _title(self, n: int, width: int, history: bool) -> None:
         """What the bars (and the charts under the lines) show: the longest form that fits the border."""
@@ -188,3 +248,13 @@ class GpuRows(Static):
         title = next((t for t in forms if len(t) <= width - 2), forms[-1])
         if self.border_title != title:
             self.border_title = title
+
+
+def _strip(line: Line, width: int, base: Style, console: Console) -> Strip:
+    """``line`` on ``base``, at most ``width`` cells (the stylesheet's nowrap and ellipsis)."""
+    strip = Strip([Segment(seg.text, base + seg.style if seg.style else base) for seg in line])
+    if strip.cell_length <= width:
+        return strip  # padded to the width by Textual, in the widget's background
+    text = Text.assemble(*((seg.text, seg.style or NO_STYLE) for seg in line))
+    text.truncate(width, overflow="ellipsis")
+    return _strip(tuple(text.render(console)), width, base, console)

@@ -13,7 +13,7 @@ import zlib
 from collections import Counter
 from collections.abc import Sequence
 from functools import lru_cache
-from typing import Any
+from typing import Any, cast
 
 from rich.style import Style
 from rich.text import Text
@@ -35,6 +35,7 @@ PHASE_BG = {
 _PALETTE = ("#173d5c", "#5a3d12", "#1d4d2b", "#46265c", "#0f4a4a", "#5c1740", "#3d4a12", "#4a2a1a")
 # Phases that mean nothing is running get no shading.
 UNSHADED = frozenset({"idle", "gap"})
+BLANK = Style()  # a cell before the history starts
 
 
 def phase_bg(phase: str | None) -> str | None:
@@ -64,6 +65,7 @@ def buckets(
     last_cell = (end - 1) // per_cell if end > 0 else 0
     first_cell = last_cell - width + 1
     out: list[tuple[float | None, str | None, bool]] = []
+    whole = None not in values  # no missing reading: a cell's peak is max() of its slice, all in C
     for cell in range(first_cell, last_cell + 1):
         lo = max(cell * per_cell, start)
         hi = min((cell + 1) * per_cell, end)
@@ -71,7 +73,10 @@ def buckets(
             out.append((None, None, False))
             continue
         # Slices and filter/max run in C: this is redrawn for every sparkline at 10 Hz.
-        peak = max([v for v in values[lo - start : hi - start] if v is not None], default=None)
+        if whole:
+            peak: float | None = max(cast("Sequence[float]", values)[lo - start : hi - start])
+        else:
+            peak = max([v for v in values[lo - start : hi - start] if v is not None], default=None)
         if not phases:
             ph = None
         elif hi - lo == 1:
@@ -137,7 +142,7 @@ def _levels_and_styles(
     """Per cell: its bar level in eighths of a row (-1 blank, 0 missing: a dot) and its style (one
     object per distinct style, so neighbours of one style are found by identity)."""
     bar_style, hot_style, missing_style = bar_hot_missing
-    blank = Style()
+    blank = BLANK
     shades: dict[str | None, Style] = {}
     styled: dict[tuple[int, str | None], Style] = {}
     cell_levels: list[int] = []
@@ -149,7 +154,7 @@ def _levels_and_styles(
             continue
         bg = phase_bg(phase)
         if bg not in shades:
-            shades[bg] = Style(bgcolor=bg) if bg else Style()
+            shades[bg] = _shade(bg)
         if peak is None or not scale:
             key = (0, bg)
             if key not in styled:
@@ -165,6 +170,12 @@ def _levels_and_styles(
         cell_levels.append(max(round(frac * levels), 1))  # a reading (even zero) is the lowest bar
         cell_styles.append(styled[key])
     return cell_levels, cell_styles
+
+
+@lru_cache(maxsize=64)
+def _shade(bg: str | None) -> Style:
+    """The background of a phase's cells (one object per colour, not one per chart drawn)."""
+    return Style(bgcolor=bg) if bg else Style()
 
 
 @lru_cache(maxsize=256)

@@ -258,6 +258,16 @@ class HeadlineBar(Static):
         if not self.display:
             self.display = True
 
+    @property
+    def rows(self) -> int:
+        """The rows it takes, known before the layout: its height as :meth:`fit` set it while shown (the laid-out
+        height where none is set in rows)."""
+        if not self.display:
+            return 0
+        height = self.styles.height
+        cells = height.cells if height is not None else None
+        return cells if cells is not None else self.outer_size.height
+
     def fit(self) -> None:
         """Its lines wrapped to this width (after a resize too), never between a number and its unit
         (:func:`pcie_tui.core.units.wrap`), in as many rows as they take, :func:`headline_rows_max` at most. A shorter text
