@@ -6,6 +6,7 @@ had before it took chunks (tests/analyzer_reference.py, verbatim) and its plain-
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import json
 import math
@@ -161,7 +162,7 @@ def _close(a: Any, b: Any, path: str = "") -> None:
 
 
 def _event_state(e: Any) -> dict[str, Any]:
-    d = dict(vars(e))
+    d = dataclasses.asdict(e) if dataclasses.is_dataclass(e) else dict(vars(e))
     d["phases"] = list(d["phases"].items())  # insertion order decides Event.phase on ties
     return d
 

@@ -193,4 +193,31 @@ def test_retired_rows_keep_counts_seconds_peaks_and_means() -> None:
     means = ser.rep_means["link"].array()
     assert _close(float((means * ser.rep_n.array()).sum()), float(link[block].sum()), 1e-9)
     assert float(np.diff(series_array(ser, "t")).min()) >= 0  # still in time order
-    assert ser.retired_segments and ser.retired_segments[0]["start"] == t[0]
+    kept = retire.retired_segments(ser)
+    assert kept and kept[0]["start"] == t[0] and kept[-1]["end"] <= t[retire.RETIRE_TICKS]
+    assert sum(s["end"] - s["start"] for s in kept) == pytest.approx(t[retire.RETIRE_TICKS - 1] - t[0])
+
+
+def test_a_plot_of_a_long_session_draws_every_tick_and_the_report_is_the_same(
+    long_recording: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from pcie_tui.cli.main import main
+    from pcie_tui.plot import figure
+
+    drawn = []
+    monkeypatch.setattr(figure, "_phase_colours", _spy(figure._phase_colours, drawn))
+    assert main(["report", str(long_recording), "--json"]) == 0
+    alone = capsys.readouterr().out
+    assert main(["report", str(long_recording), "--json", "--plot", str(tmp_path / "t.svg")]) == 0
+    assert capsys.readouterr().out == alone  # the numbers are the report's
+    assert (tmp_path / "t.svg").stat().st_size > 0
+    (an,) = drawn
+    assert an.series[0].reps == 0 and len(an.series[0].t) >= N_TICKS  # the drawing's analysis: every tick
+
+
+def _spy(fn: Any, seen: list[Any]) -> Any:
+    def wrapped(an: Any, rows: Any) -> Any:
+        seen.append(an)
+        return fn(an, rows)
+
+    return wrapped

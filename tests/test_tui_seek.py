@@ -20,7 +20,7 @@ def _state(vm: ViewModel):
     return (
         vm.n,
         {i: (tr.verdict, tr.last_util) for i, tr in an.trackers.items()},
-        [vars(e) for e in an.events],
+        [dataclasses.asdict(e) for e in an.events],
         vm.answer().to_json(),
         _frame(vm),
     )

@@ -76,7 +76,7 @@ def _max(cur: float | None, a: np.ndarray, fn: Any = np.max) -> float | None:
     return v if cur is None else (max(cur, v) if fn is np.max else min(cur, v))
 
 
-@dataclass
+@dataclass(slots=True)
 class _Stretch:
     """What a throttled stretch's line in the report needs, summed tick by tick (no per-tick columns)."""
 
@@ -89,6 +89,16 @@ class _Stretch:
     power: Counter[float] = field(default_factory=Counter)
     limit: Counter[float] = field(default_factory=Counter)
     temp_max: float | None = None
+    medians: tuple[float | None, ...] | None = None  # once closed: clock, power and limit medians (_seal)
+
+    def median(self, k: int) -> float | None:
+        """The median of the clock (0), power (1) or limit (2) readings of its ticks."""
+        if self.medians is not None:
+            return self.medians[k]
+        return counter_median((self.clock, self.power, self.limit)[k])
+
+
+_SEALED: Counter[float] = Counter()  # a closed stretch's (empty, never written) counters
 
 
 @dataclass
@@ -106,7 +116,7 @@ class _Gpu:
     stretches: list[_Stretch] = field(default_factory=list)
 
 
-@dataclass
+@dataclass(slots=True)
 class ThrottleEvent:
     """One throttled stretch as it grows tick by tick (what the TUI's events box lists)."""
 
@@ -310,6 +320,8 @@ class Heat:
                     ev.open = False
                 ev = self._open[gi] = ThrottleEvent(gi, tj, tj)
                 self.events.append(ev)
+                if self.gpus[gi].stretches:
+                    _seal(self.gpus[gi].stretches[-1])
                 self.gpus[gi].stretches.append(_Stretch(tj, tj))
             ev.end = tj
             ev.mask |= clocks.throttling(int(mask[j]))
@@ -489,11 +501,11 @@ class Heat:
             "reasons": {k: counts[k] / st.ticks for k in reasons},
             "reason": reasons[0] if reasons else "clock under its maximum",
             "phase": None if phase == "None" else phase,
-            "sm_clock_MHz": counter_median(st.clock),
+            "sm_clock_MHz": st.median(0),
             "sm_clock_max_MHz": self.max_clock.get(gi),
             "temp_max_C": st.temp_max,
-            "power_W": counter_median(st.power),
-            "power_limit_W": counter_median(st.limit),
+            "power_W": st.median(1),
+            "power_limit_W": st.median(2),
         }
 
     def _phases(self) -> dict[str, dict[str, Any]]:
@@ -547,6 +559,13 @@ def _place(sums: dict[bool, list[float]], t: np.ndarray, thr: np.ndarray, end: f
         acc = sums[bool(thr[a:b].mean() > 0.5)]
         acc[0] += ms / 1e3
         acc[1] += n - 1
+
+
+def _seal(st: _Stretch) -> None:
+    """A stretch that has closed keeps of its clocks and power only their medians (what its line shows): a
+    day-long session's stretches stay a few hundred bytes each."""
+    st.medians = (st.median(0), st.median(1), st.median(2))
+    st.clock = st.power = st.limit = _SEALED
 
 
 def _add_tick(st: _Stretch, t: float, mask: int, phase: str, val: dict[str, np.ndarray], j: int) -> None:

@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from pcie_tui.analyze.series import Col, GpuSeries, segments, tick_weights
-from pcie_tui.analyze.verdict import GPU_BUSY_DRAM, GPU_BUSY_SM
+from pcie_tui.analyze.verdict import GPU_BUSY_DRAM, GPU_BUSY_SM, VERDICTS
 
 EXACT_TICKS = 16_384  # the newest ticks of a GPU kept exact
 RETIRE_TICKS = 4_096  # ticks retired at a time
@@ -62,8 +62,8 @@ def retire(ser: GpuSeries, codes: np.ndarray, rate_cuts: tuple[float, ...] = ())
     miss = np.where(np.isnan(missing), -1, missing).astype(np.int64)
     rate = np.nan_to_num(cols["link_Bps"])
     sides = [(rate >= cut).astype(np.int64) for cut in rate_cuts]
-    key = np.stack([phase, block_codes.astype(np.int64), miss, sm.astype(np.int64), dram.astype(np.int64), *sides])
-    _, group = np.unique(key, axis=1, return_inverse=True)
+    parts = [phase, block_codes.astype(np.int64), miss + 1, sm.astype(np.int64), dram.astype(np.int64), *sides]
+    _, group = np.unique(_packed(parts), return_inverse=True)
     group = group.reshape(-1)
     reps = _summarise(group, cols, w)
     rows = _group_rows(group)
@@ -81,6 +81,15 @@ def retire(ser: GpuSeries, codes: np.ndarray, rate_cuts: tuple[float, ...] = ())
     ser.rep_w.extend(reps["w"][order])
     ser.reps += n_rep
     ser.retired_last_t = float(t[-1])
+
+
+def _packed(parts: list[np.ndarray]) -> np.ndarray:
+    """Non-negative integer columns as one int64 key per tick (mixed radix: each column's largest value
+    + 1), so grouping is a 1-D unique (a unique over rows is several times slower)."""
+    key = np.zeros(parts[0].size, dtype=np.int64)
+    for p in parts:
+        key = key * (int(p.max(initial=0)) + 1) + p
+    return key
 
 
 def _group_rows(group: np.ndarray) -> np.ndarray:
@@ -142,19 +151,28 @@ def _middles(sv: np.ndarray, rep_of: np.ndarray, n_rep: int, groups: tuple[np.nd
 def _keep_segments(ser: GpuSeries, t: np.ndarray, codes: np.ndarray) -> None:
     """Append the block's verdict segments to the retired ones (a run that goes on is joined)."""
     segs = segments(t.tolist(), codes)
-    kept = ser.retired_segments
-    if kept and segs:
-        if kept[-1]["saturated"] == segs[0]["saturated"]:
-            kept[-1]["end"] = segs[0]["end"]
+    start, end, code = ser.retired_segments
+    if len(start) and segs:
+        first = VERDICTS.index(segs[0]["saturated"])
+        if int(code.array()[-1]) == first:
+            end.array()[-1] = segs[0]["end"]
             segs = segs[1:]
         else:
-            kept[-1]["end"] = segs[0]["start"]
-    kept.extend(segs)
+            end.array()[-1] = segs[0]["start"]
+    start.extend([s["start"] for s in segs])
+    end.extend([s["end"] for s in segs])
+    code.extend([VERDICTS.index(s["saturated"]) for s in segs])
+
+
+def retired_segments(ser: GpuSeries) -> list[dict[str, Any]]:
+    """The retired ticks' verdict segments, as :func:`~pcie_tui.analyze.series.segments` gives them."""
+    start, end, code = (c.array().tolist() for c in ser.retired_segments)
+    return [{"start": a, "end": b, "saturated": VERDICTS[c]} for a, b, c in zip(start, end, code, strict=True)]
 
 
 def joined_segments(ser: GpuSeries, tail: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The retired segments and the exact ticks' ones as one timeline (the run at the seam joined)."""
-    kept = [dict(s) for s in ser.retired_segments]
+    kept = retired_segments(ser)
     if not kept:
         return tail
     if not tail:

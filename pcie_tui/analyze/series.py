@@ -189,7 +189,8 @@ class GpuSeries:
     rep_n: Col = field(default_factory=Col)
     rep_w: Col = field(default_factory=Col)
     rep_means: dict[str, Col] = field(default_factory=dict)  # per column, each summarised row's mean
-    retired_segments: list[dict[str, Any]] = field(default_factory=list)
+    # the retired ticks' verdict segments: start and end times, verdict code (an index into VERDICTS)
+    retired_segments: tuple[Col, Col, Col] = field(default_factory=lambda: (Col(), Col(), Col(np.int8)))
     retired_last_t: float | None = None
 
 

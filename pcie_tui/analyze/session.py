@@ -83,6 +83,7 @@ class SessionAnalyzer:
         # Link rates (B/s) where what bound a tick changes (the attribution's transfer floors): a long
         # session's summarised ticks are grouped by the side of each they fell on (analyze/retire.py).
         self.rate_cuts: Callable[[int], tuple[float, ...]] = lambda _index: ()
+        self.exact = False  # True: retire nothing (a plot that draws every tick of a long recording)
 
     @property
     def version(self) -> int:
@@ -158,7 +159,9 @@ class SessionAnalyzer:
             if self.keep_series:
                 codes = verdict_codes(len(tl), spans)
                 self._extend(self.series[gi], tl, codes, u, ph, cols[COL["mem_used_bytes"]])
-                while due(self.series[gi]):  # a long session: its oldest ticks summarised (analyze/retire.py)
+                while not self.exact and due(
+                    self.series[gi]
+                ):  # a long session: its oldest ticks summarised (analyze/retire.py)
                     retire(self.series[gi], self._label_codes(gi, self.series[gi].t), self.rate_cuts(gi))
         opened.sort(key=lambda x: (x[0], x[1]))
         out = [e for _p, _r, e in opened]

@@ -359,7 +359,7 @@ def last_utilisation(u: dict[str, np.ndarray]) -> Utilisation:
     )
 
 
-@dataclass
+@dataclass(slots=True)
 class Event:
     """A period during which one resource of one GPU was saturated."""
 

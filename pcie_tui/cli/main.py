@@ -330,6 +330,8 @@ def cmd_report(args: argparse.Namespace) -> int:
         raise
     if plot is not None:
         report, analyzer = build_report(rec)
+        if any(s.reps for s in analyzer.series.values()):  # a long session: the plot draws every tick
+            analyzer = build_report(rec, exact=True)[1]
     _print_report(report, rec, args.json)
     if plot_error is not None:
         sys.stdout.flush()  # the report is out before the error line

@@ -36,11 +36,15 @@ if TYPE_CHECKING:  # rich is imported where the text report is drawn: `report --
 SCHEMA_VERSION = 3
 
 
-def build_report(rec: Recording, thresholds: Thresholds = DEFAULT_THRESHOLDS) -> tuple[dict[str, Any], SessionAnalyzer]:
+def build_report(
+    rec: Recording, thresholds: Thresholds = DEFAULT_THRESHOLDS, exact: bool = False
+) -> tuple[dict[str, Any], SessionAnalyzer]:
+    """The report of a recording held whole; ``exact``: a long session's oldest ticks are not summarised
+    (analyze/retire.py), for a plot that draws every tick (the report's numbers come from the default)."""
     # No cyclic GC meanwhile: a long recording's raw ticks are millions of objects, and every
     # full collection rescans them all (a third of the report's time on a 1-hour 8-GPU file).
     with gc_paused():
-        return _build_report(rec, thresholds)
+        return _build_report(rec, thresholds, exact)
 
 
 def with_stored_calibration(rec: Recording) -> None:
@@ -58,11 +62,12 @@ def with_stored_calibration(rec: Recording) -> None:
         rec.header = dataclasses.replace(hdr, gpus=gpus, extra={**hdr.extra, "calibration_applied": note})
 
 
-def _build_report(rec: Recording, thresholds: Thresholds) -> tuple[dict[str, Any], SessionAnalyzer]:
+def _build_report(rec: Recording, thresholds: Thresholds, exact: bool) -> tuple[dict[str, Any], SessionAnalyzer]:
     with_stored_calibration(rec)
     # A recording read from a file is fed to the analyzer from its raw ticks (no Samples built: a
     # replay without a screen).
     feed = ReportFeed(rec.header, thresholds)
+    feed.analysis.session.exact = exact
     samples = rec.samples
     if rec.rows is not None and isinstance(samples, SampleList) and not samples.built:
         feed.rows(rec.rows)
