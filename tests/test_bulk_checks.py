@@ -55,3 +55,16 @@ def test_gpu_matrix_of_present_fields_reads_every_number(none: bool) -> None:
     for k in present:
         want[keys.index(k)] = np.array([d[k] for d in flat], dtype=np.float64)
     np.testing.assert_array_equal(got, want)
+
+
+def test_up_readings_as_up_fields() -> None:
+    """from_rows' engine readings of a block whose "up" the check swept: what engine_bytes.up_fields gives."""
+    from pcie_tui.analyze.columns import up_readings
+    from pcie_tui.analyze.engine_bytes import up_fields
+
+    engines = [{"up": i % 3 != 0, "kind": "x"} for i in range(10)]
+    ups = [e["up"] for e in engines]
+    got = up_readings(engines, ups)
+    assert got == up_fields(engines)
+    assert all(a is b for a, b in zip(got, up_fields(engines), strict=True))
+    assert up_readings([], []) == []
