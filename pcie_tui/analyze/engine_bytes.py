@@ -103,7 +103,7 @@ def chunk_up_fields(ch: Chunk) -> list[dict[str, Any] | None]:
 
 def _has_counters(xs: list[dict[str, Any] | None]) -> list[bool]:
     """Whether each reading (None: the engine did not answer) exposes any of the counters."""
-    live = list(compress(xs, map(is_not, xs, repeat(None))))
+    live: list[dict[str, Any]] = list(compress(xs, map(is_not, xs, repeat(None))))  # type: ignore[arg-type]
     if _KEYS.isdisjoint(chain.from_iterable(live)):  # one sweep over the block's keys: most engines expose none
         return [False] * len(xs)
     none = list(map(_KEYS.isdisjoint, live))

@@ -44,7 +44,7 @@ class RequestWaits:
 
     def feed_chunk(self, ch: Chunk) -> None:
         ups = chunk_up_fields(ch)
-        xs = list(compress(ups, map(is_not, ups, repeat(None))))
+        xs: list[dict[str, Any]] = list(compress(ups, map(is_not, ups, repeat(None))))  # type: ignore[arg-type]
         cached = list(map(itemgetter(CACHED), compress(xs, map(dict.__contains__, xs, repeat(CACHED)))))
         if cached:
             self._cached(cached if set(map(type, cached)) <= {float, int} else list(map(_num, cached)))
