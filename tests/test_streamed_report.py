@@ -138,3 +138,21 @@ def test_a_block_checked_tick_by_tick_hands_on_no_columns(tmp_path: Path) -> Non
     st_ = RowStream(path)
     kept = [(rows, st_.columns_of(rows)) for rows in st_.chunks()]
     assert [len(r) for r, _ in kept] == [2] and kept[0][1] is None  # time went back: checked alone
+
+
+@pytest.mark.parametrize("path", RECORDINGS[:3], ids=lambda p: p.name)
+def test_session_feed_rows_takes_the_checks_sweeps(path: Path) -> None:
+    """SessionAnalyzer.feed_rows given the reader's swept columns ends as it does from the rows alone."""
+    from pcie_tui.analyze.session import SessionAnalyzer
+
+    st_ = RowStream(path, block_bytes=1 << 16)
+    handed, fresh = SessionAnalyzer(st_.header), SessionAnalyzer(st_.header)
+    for rows in st_.chunks():
+        swept = st_.columns_of(rows)
+        assert swept is not None
+        assert handed.feed_rows(rows, 700, swept) is handed
+        fresh.feed_rows(list(rows), 700)
+    handed.finish()
+    fresh.finish()
+    assert _json(handed.summary()) == _json(fresh.summary())
+    assert [e.to_json() for e in handed.events] == [e.to_json() for e in fresh.events]

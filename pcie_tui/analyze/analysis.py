@@ -14,7 +14,6 @@ from typing import Any
 
 from pcie_tui.analyze.answer import answer
 from pcie_tui.analyze.attribution import BOUNDS, gpu_ceilings, tick_bounds, transfer_floors_Bps
-from pcie_tui.analyze.columns import CHUNK_TICKS, from_rows
 from pcie_tui.analyze.result import Answer
 from pcie_tui.analyze.session import SessionAnalyzer
 from pcie_tui.analyze.verdict import DEFAULT_THRESHOLDS, Thresholds
@@ -51,11 +50,7 @@ class Analysis:
 
     def feed_rows(self, rows: Sequence[dict[str, Any]], swept: BlockColumns | None = None) -> None:
         """Raw tick dicts (``swept``: the columns the reader's check already took from them)."""
-        if swept is None:
-            self.session.feed_rows(rows)
-            return
-        for ch in from_rows(rows, CHUNK_TICKS, swept):  # as SessionAnalyzer.feed_rows, the sweeps reused
-            self.session.feed_chunk(ch)
+        self.session.feed_rows(rows, swept=swept)
 
     def finish(self) -> None:
         """The source ended: close open events; the answer is final from now on."""

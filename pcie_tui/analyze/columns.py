@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from itertools import chain, repeat
-from operator import attrgetter, itemgetter
+from itertools import chain, compress, repeat
+from operator import attrgetter, itemgetter, not_
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -139,9 +139,9 @@ def from_rows(
     fields = swept.engine_fields if swept is not None else None
     if fields is not None:  # every tick has an engine reading: its phase (and whether it answered) known
         phase = [p or None for p in fields["phase"]]
-        all_up = False not in fields["up"]
+        ups: list[bool] | None = fields["up"]
     else:
-        phase, all_up = _row_phases(rows, engine), False
+        phase, ups = _row_phases(rows, engine), None
     counts = np.fromiter(map(len, glists), dtype=np.int64, count=n)
     cols = _columns(flat)
     offs = np.concatenate(([0], np.cumsum(counts))).tolist()
@@ -152,10 +152,17 @@ def from_rows(
         tick_of = np.repeat(np.arange(b - a), c)
         eng = engine[a:b]
         single = bool((c == 1).all())
-        # every reading up: what engine_bytes.chunk_up_fields would work out, given at once
-        yield Chunk(
-            t[a:b], phase[a:b], eng, tick_of, index[fa:fb], cols[:, fa:fb], single, list(eng) if all_up else None
-        )
+        # each reading's "up" known: what engine_bytes.chunk_up_fields would work out, given at once
+        up = None if ups is None else up_readings(eng, ups[a:b])
+        yield Chunk(t[a:b], phase[a:b], eng, tick_of, index[fa:fb], cols[:, fa:fb], single, up)
+
+
+def up_readings(engines: list[dict[str, Any]], ups: list[bool]) -> list[dict[str, Any] | None]:
+    """Each engine dict where its ``up`` (a bool each) is True, else None; a sweep only over those down."""
+    out: list[dict[str, Any] | None] = list(engines)
+    for i in compress(range(len(ups)), map(not_, ups)):
+        out[i] = None
+    return out
 
 
 def _row_phases(rows: Sequence[dict[str, Any]], engine: list[Any]) -> list[Any]:

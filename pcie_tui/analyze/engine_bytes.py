@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from itertools import repeat
-from operator import is_, not_
+from itertools import chain, compress, repeat
+from operator import is_, is_not, not_
 from typing import Any
 
 import numpy as np
@@ -103,8 +103,9 @@ def chunk_up_fields(ch: Chunk) -> list[dict[str, Any] | None]:
 
 def _has_counters(xs: list[dict[str, Any] | None]) -> list[bool]:
     """Whether each reading (None: the engine did not answer) exposes any of the counters."""
-    live = [x for x in xs if x is not None]
-    # One sweep over each reading's keys (not one lookup sweep per counter): most engines expose none.
+    live: list[dict[str, Any]] = list(compress(xs, map(is_not, xs, repeat(None))))  # type: ignore[arg-type]
+    if _KEYS.isdisjoint(chain.from_iterable(live)):  # one sweep over the block's keys: most engines expose none
+        return [False] * len(xs)
     none = list(map(_KEYS.isdisjoint, live))
     has = [False] * len(live) if all(none) else list(map(not_, none))
     if len(live) == len(xs):

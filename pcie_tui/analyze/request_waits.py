@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from itertools import compress, repeat
-from operator import itemgetter
+from operator import is_not, itemgetter
 from typing import Any
 
 from pcie_tui.analyze.columns import Chunk
@@ -43,7 +43,8 @@ class RequestWaits:
         self._cached_sum = 0.0
 
     def feed_chunk(self, ch: Chunk) -> None:
-        xs = [x for x in chunk_up_fields(ch) if x is not None]
+        ups = chunk_up_fields(ch)
+        xs: list[dict[str, Any]] = list(compress(ups, map(is_not, ups, repeat(None))))  # type: ignore[arg-type]
         cached = list(map(itemgetter(CACHED), compress(xs, map(dict.__contains__, xs, repeat(CACHED)))))
         if cached:
             self._cached(cached if set(map(type, cached)) <= {float, int} else list(map(_num, cached)))

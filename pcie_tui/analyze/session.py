@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from itertools import islice
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -50,6 +50,9 @@ from pcie_tui.analyze.verdict import (
     utilisation_columns,
 )
 from pcie_tui.core.model import Sample, SessionHeader
+
+if TYPE_CHECKING:
+    from pcie_tui.recording.timeline import BlockColumns
 
 
 class SessionAnalyzer:
@@ -108,9 +111,12 @@ class SessionAnalyzer:
             self.feed_chunk(from_samples(batch))
         return self
 
-    def feed_rows(self, rows: Sequence[dict[str, Any]], chunk: int | None = None) -> SessionAnalyzer:
-        """Process a recording's raw tick dicts (no Samples built) in chunks of ``chunk`` ticks."""
-        for ch in from_rows(rows, chunk or CHUNK_TICKS):
+    def feed_rows(
+        self, rows: Sequence[dict[str, Any]], chunk: int | None = None, swept: BlockColumns | None = None
+    ) -> SessionAnalyzer:
+        """Process a recording's raw tick dicts (no Samples built) in chunks of ``chunk`` ticks (``swept``: the
+        columns the reader's check already took from these very rows)."""
+        for ch in from_rows(rows, chunk or CHUNK_TICKS, swept):
             self.feed_chunk(ch)
         return self
 
