@@ -287,6 +287,11 @@ def median_of(v: np.ndarray) -> float | None:
     return float((p[k - 1] + p[k]) / 2)
 
 
+def _rows_median(counts: np.ndarray | None, sel: np.ndarray, a: np.ndarray) -> float | None:
+    """The median of ``a``'s rows ``sel``, each counted as many ticks as it stands for (``counts``; None: one)."""
+    return median_weighted(a[sel], counts[sel]) if counts is not None else median_of(a[sel])
+
+
 def _finding(
     index: int,
     phase: str,
@@ -297,23 +302,18 @@ def _finding(
     c: Ceilings,
     staged: bool | None,
 ) -> Finding:
-    """One phase's finding (``m``: its ticks) from the per-tick bound masks (``by_bound[i]``: the ticks
-    bound by BOUNDS[i]) and readings; ``weights``: the seconds each row stands for, and how many ticks
-    (None: one each; see analyze/retire.py)."""
+    """One phase's finding (``m``: its ticks) from the ticks of each bound (``by_bound[i]``: BOUNDS[i]) and readings;
+    ``weights``: the seconds each row stands for, and how many ticks (None: one each; see analyze/retire.py)."""
     w, counts = weights
-
-    def _median(sel: np.ndarray, a: np.ndarray) -> float | None:
-        return median_weighted(a[sel], counts[sel]) if counts is not None else median_of(a[sel])
-
     dur = float(w[m].sum())
     secs = {b: float(w[m & by_bound[i]].sum()) for i, b in enumerate(BOUNDS)}
     bound = max(secs, key=secs.__getitem__)
     bm = m & by_bound[BOUNDS.index(bound)]
     rate = cols["link_Bps"]
-    link_Bps = _median(bm, rate)
+    link_Bps = _rows_median(counts, bm, rate)
     used = cols["mem_used"][m]
     tm = m & by_bound[BOUNDS.index("transfer")]
-    transfer_Bps = link_Bps if bound == "transfer" else _median(tm, rate)
+    transfer_Bps = link_Bps if bound == "transfer" else _rows_median(counts, tm, rate)
     if staged is None:
         staged = staged_by_pattern(transfer_Bps, c)
     f = Finding(
@@ -326,8 +326,8 @@ def _finding(
         shares={b: (s / dur if dur > 0 else 0.0) for b, s in secs.items()},
         link_Bps=link_Bps,
         link_of_pinned=(link_Bps / c.pinned_Bps) if link_Bps is not None and c.pinned_Bps else None,
-        sm_util=_median(bm, cols["compute"]),
-        dram_util=_median(bm, cols["memory"]),
+        sm_util=_rows_median(counts, bm, cols["compute"]),
+        dram_util=_rows_median(counts, bm, cols["memory"]),
         dram_basis="gpm",
         work_basis="engine",
         ceilings=c,
