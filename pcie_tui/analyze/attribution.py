@@ -262,9 +262,10 @@ def _gpu_findings(
     staged = None if facts is None or facts.host_pinned is None else facts.host_pinned is False
     work = "engine" if header.engine else "label"
     found = []
+    by_bound = [codes == i for i in range(len(BOUNDS))]  # each bound's ticks, once for every phase
     for k, phase in enumerate(names):
         m = pcode == k
-        f = _finding(index, phase, m, codes, (w, counts), cols, c, staged)
+        f = _finding(index, phase, m, by_bound, (w, counts), cols, c, staged)
         f.dram_basis = "proxy" if ser.memory_proxy else "gpm"
         f.work_basis = work
         f.vram_total_bytes = vram_total
@@ -272,33 +273,49 @@ def _gpu_findings(
     return found
 
 
+def median_of(v: np.ndarray) -> float | None:
+    """``np.median`` of the non-NaN values of ``v`` (None: none), the same value by the same partition, without
+    np.median's checks and dispatch (the answer takes some 25 medians a GPU, up to once a second)."""
+    v = v[~np.isnan(v)]
+    n = v.size
+    if n == 0:
+        return None
+    k = n // 2
+    if n % 2:
+        return float(np.partition(v, k)[k])
+    p = np.partition(v, (k - 1, k))
+    return float((p[k - 1] + p[k]) / 2)
+
+
+def _rows_median(counts: np.ndarray | None, sel: np.ndarray, a: np.ndarray) -> float | None:
+    """The median of ``a``'s rows ``sel``, each counted as many ticks as it stands for (``counts``; None: one)."""
+    return median_weighted(a[sel], counts[sel]) if counts is not None else median_of(a[sel])
+
+
 def _finding(
     index: int,
     phase: str,
     m: np.ndarray,
-    codes: np.ndarray,
+    by_bound: list[np.ndarray],
     weights: tuple[np.ndarray, np.ndarray | None],
     cols: dict[str, np.ndarray],
     c: Ceilings,
     staged: bool | None,
 ) -> Finding:
-    """One phase's finding (``m``: its ticks) from the per-tick bound codes and readings; ``weights``: the
-    seconds each row stands for, and how many ticks (None: one each; see analyze/retire.py)."""
+    """One phase's finding (``m``: its ticks) from the ticks of each bound (``by_bound[i]``: BOUNDS[i]) and readings;
+    ``weights``: the seconds each row stands for, and how many ticks (None: one each; see analyze/retire.py)."""
     w, counts = weights
-
-    def _median(sel: np.ndarray, a: np.ndarray) -> float | None:
-        return median_weighted(a[sel], counts[sel] if counts is not None else None)
-
     dur = float(w[m].sum())
-    secs = {b: float(w[m & (codes == i)].sum()) for i, b in enumerate(BOUNDS)}
+    secs = {b: float(w[m & by_bound[i]].sum()) for i, b in enumerate(BOUNDS)}
     bound = max(secs, key=secs.__getitem__)
-    bm = m & (codes == BOUNDS.index(bound))
+    bm = m & by_bound[BOUNDS.index(bound)]
     rate = cols["link_Bps"]
-    link_Bps = _median(bm, rate)
+    link_Bps = _rows_median(counts, bm, rate)
     used = cols["mem_used"][m]
-    tm = m & (codes == BOUNDS.index("transfer"))
+    tm = m & by_bound[BOUNDS.index("transfer")]
+    transfer_Bps = link_Bps if bound == "transfer" else _rows_median(counts, tm, rate)
     if staged is None:
-        staged = staged_by_pattern(_median(tm, rate), c)
+        staged = staged_by_pattern(transfer_Bps, c)
     f = Finding(
         gpu=index,
         phase=phase,
@@ -309,18 +326,18 @@ def _finding(
         shares={b: (s / dur if dur > 0 else 0.0) for b, s in secs.items()},
         link_Bps=link_Bps,
         link_of_pinned=(link_Bps / c.pinned_Bps) if link_Bps is not None and c.pinned_Bps else None,
-        sm_util=_median(bm, cols["compute"]),
-        dram_util=_median(bm, cols["memory"]),
+        sm_util=_rows_median(counts, bm, cols["compute"]),
+        dram_util=_rows_median(counts, bm, cols["memory"]),
         dram_basis="gpm",
         work_basis="engine",
         ceilings=c,
         vram_used_bytes=float(np.nanmax(used)) if np.any(~np.isnan(used)) else None,
         vram_total_bytes=None,
         transfer_s=secs["transfer"],
-        transfer_Bps=_median(tm, rate),
+        transfer_Bps=transfer_Bps,
         transfer_staged=staged,
     )
-    um = m & (codes == BOUNDS.index("unknown"))
+    um = m & by_bound[BOUNDS.index("unknown")]
     if um.any():
         f.unknown_why = missing_words(cols["missing"][um], w[um])
     if f.ticks < MIN_TICKS_TO_JUDGE and bound not in ("idle", "unknown"):

@@ -11,6 +11,8 @@ ticks give the same result.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from pcie_tui.core.model import GpuInfo, pcie_capacity_Bps
@@ -31,6 +33,8 @@ class SuspectFilter:
     def apply(self, info: GpuInfo | None, cols: np.ndarray, gen: int, width: int) -> tuple[np.ndarray, np.ndarray]:
         """``cols`` with impossible or stuck PCIe readings (rows 0 RX and 1 TX) set to NaN, and their bits per
         GPU-sample. ``gen``/``width``: the rows holding the link's generation and width."""
+        if cols.shape[1] == 1:
+            return self._apply_one(info, cols, gen, width)
         theo = _theoretical(info, cols[gen], cols[width])
         bits = np.zeros(cols.shape[1])
         out = cols
@@ -45,6 +49,30 @@ class SuspectFilter:
                 out[d, bad | stuck] = np.nan
                 bits += bad * bad_bit + stuck * stuck_bit
         return out, bits
+
+    def _apply_one(self, info: GpuInfo | None, cols: np.ndarray, gen: int, width: int) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`apply` of a single GPU-sample (a live or replayed tick), in plain floats: the same values,
+        without a dozen numpy calls on arrays of one."""
+        col = cols[:, 0].tolist()
+        fallback = None if info is None else info.link.capacity_Bps or info.link.max_capacity_Bps
+        theo = float(fallback) if fallback else math.inf
+        g, w = col[gen], col[width]
+        if not (math.isnan(g) or math.isnan(w)):
+            theo = float(pcie_capacity_Bps(int(g), int(w)) or theo)
+        bits = 0
+        out = cols
+        for d, (bad_bit, stuck_bit) in enumerate(((BAD_RX, STUCK_RX), (BAD_TX, STUCK_TX))):
+            x = col[d]
+            bad = x < 0 or x > IMPOSSIBLE_OVER * theo
+            run = self._run[d] + 1 if x == self._last[d] and x != 0 else 0
+            self._last[d], self._run[d] = x, run
+            stuck = run >= STUCK_TICKS - 1
+            if bad or stuck:
+                if out is cols:
+                    out = cols.copy()
+                out[d, 0] = np.nan
+                bits += bad * bad_bit + stuck * stuck_bit
+        return out, np.array([float(bits)])
 
     def _stuck(self, d: int, x: np.ndarray) -> np.ndarray:
         """Samples that repeat the one before exactly (non-zero) for STUCK_TICKS in a row or more."""
