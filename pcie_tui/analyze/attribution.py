@@ -112,17 +112,18 @@ def staged_by_pattern(transfer_Bps: float | None, c: Ceilings) -> bool:
 
 def transfer_floor_Bps(c: Ceilings, facts: EngineFacts | None) -> float:
     """Host<->GPU rate above which a GPU-idle tick is transfer-bound."""
-    if facts is not None and facts.host_pinned is True and c.pinned_Bps:
-        return max(TRANSFER_MIN_Bps, TRANSFER_OF_PINNED * c.pinned_Bps)
-    return max(TRANSFER_MIN_Bps, TRANSFER_OF_PAGEABLE * (c.pageable_Bps or DEFAULT_PAGEABLE_Bps))
+    return _transfer_floor(c, pinned=facts is not None and facts.host_pinned is True)
 
 
 def transfer_floors_Bps(c: Ceilings) -> tuple[float, ...]:
     """Every rate :func:`transfer_floor_Bps` may cut at with these ceilings, whatever the engine's facts say."""
-    floors = {max(TRANSFER_MIN_Bps, TRANSFER_OF_PAGEABLE * (c.pageable_Bps or DEFAULT_PAGEABLE_Bps))}
-    if c.pinned_Bps:
-        floors.add(max(TRANSFER_MIN_Bps, TRANSFER_OF_PINNED * c.pinned_Bps))
-    return tuple(sorted(floors))
+    return tuple(sorted({_transfer_floor(c, pinned=False), _transfer_floor(c, pinned=True)}))
+
+
+def _transfer_floor(c: Ceilings, pinned: bool) -> float:
+    if pinned and c.pinned_Bps:
+        return max(TRANSFER_MIN_Bps, TRANSFER_OF_PINNED * c.pinned_Bps)
+    return max(TRANSFER_MIN_Bps, TRANSFER_OF_PAGEABLE * (c.pageable_Bps or DEFAULT_PAGEABLE_Bps))
 
 
 def gpu_ceilings(analyzer: SessionAnalyzer, index: int) -> Ceilings:
@@ -273,23 +274,9 @@ def _gpu_findings(
     return found
 
 
-def median_of(v: np.ndarray) -> float | None:
-    """``np.median`` of the non-NaN values of ``v`` (None: none), the same value by the same partition, without
-    np.median's checks and dispatch (the answer takes some 25 medians a GPU, up to once a second)."""
-    v = v[~np.isnan(v)]
-    n = v.size
-    if n == 0:
-        return None
-    k = n // 2
-    if n % 2:
-        return float(np.partition(v, k)[k])
-    p = np.partition(v, (k - 1, k))
-    return float((p[k - 1] + p[k]) / 2)
-
-
-def _rows_median(counts: np.ndarray | None, sel: np.ndarray, a: np.ndarray) -> float | None:
-    """The median of ``a``'s rows ``sel``, each counted as many ticks as it stands for (``counts``; None: one)."""
-    return median_weighted(a[sel], counts[sel]) if counts is not None else median_of(a[sel])
+def _sel(counts: np.ndarray | None, m: np.ndarray) -> np.ndarray | None:
+    """The tick counts of rows ``m`` (None: every row one tick)."""
+    return counts[m] if counts is not None else None
 
 
 def _finding(
@@ -310,10 +297,10 @@ def _finding(
     bound = max(secs, key=secs.__getitem__)
     bm = m & by_bound[BOUNDS.index(bound)]
     rate = cols["link_Bps"]
-    link_Bps = _rows_median(counts, bm, rate)
+    link_Bps = median_weighted(rate[bm], _sel(counts, bm))
     used = cols["mem_used"][m]
     tm = m & by_bound[BOUNDS.index("transfer")]
-    transfer_Bps = link_Bps if bound == "transfer" else _rows_median(counts, tm, rate)
+    transfer_Bps = link_Bps if bound == "transfer" else median_weighted(rate[tm], _sel(counts, tm))
     if staged is None:
         staged = staged_by_pattern(transfer_Bps, c)
     f = Finding(
@@ -326,8 +313,8 @@ def _finding(
         shares={b: (s / dur if dur > 0 else 0.0) for b, s in secs.items()},
         link_Bps=link_Bps,
         link_of_pinned=(link_Bps / c.pinned_Bps) if link_Bps is not None and c.pinned_Bps else None,
-        sm_util=_rows_median(counts, bm, cols["compute"]),
-        dram_util=_rows_median(counts, bm, cols["memory"]),
+        sm_util=median_weighted(cols["compute"][bm], _sel(counts, bm)),
+        dram_util=median_weighted(cols["memory"][bm], _sel(counts, bm)),
         dram_basis="gpm",
         work_basis="engine",
         ceilings=c,

@@ -165,10 +165,9 @@ class SessionAnalyzer:
             if self.keep_series:
                 codes = verdict_codes(len(tl), spans)
                 self._extend(self.series[gi], tl, codes, u, ph, cols[COL["mem_used_bytes"]])
-                while not self.exact and due(
-                    self.series[gi]
-                ):  # a long session: its oldest ticks summarised (analyze/retire.py)
-                    retire(self.series[gi], self._label_codes(gi, self.series[gi].t), self.rate_cuts(gi))
+                ser = self.series[gi]
+                while not self.exact and due(ser):  # a long session: its oldest ticks summarised (retire.py)
+                    retire(ser, self._label_codes(gi, ser.t), self.rate_cuts(gi))
         opened.sort(key=lambda x: (x[0], x[1]))
         out = [e for _p, _r, e in opened]
         self.events.extend(out)
