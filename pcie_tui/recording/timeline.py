@@ -114,19 +114,31 @@ def _fast_ok(header: SessionHeader, ticks: list[dict[str, Any]], validate: bool)
 def _engines_ok(engines: list[dict[str, Any]]) -> dict[str, list[Any]] | None:
     """Every engine dict's numbers in range, its words strings, ``up`` a bool (column by column,
     each read at C speed): the columns read, by field, when all pass, else None."""
-    out: dict[str, list[Any]] = {}
+    out = _engine_columns(engines)
     for k in ENGINE_NUMBERS:
-        vals: list[Any] = list(map(dict.get, engines, repeat(k)))
+        vals = out[k]
         types = set(map(type, vals))
         if types - _NUMBER_TYPES or not numbers_in_range(vals, types):
             return None
-        out[k] = vals
-    for k in ("kind", "phase", "error"):
-        out[k] = list(map(dict.get, engines, repeat(k)))
-        if set(map(type, out[k])) - _WORD_TYPES:
-            return None
-    out["up"] = list(map(dict.get, engines, repeat("up"), repeat(False)))
+    if any(not _WORD_TYPES.issuperset(map(type, out[k])) for k in ("kind", "phase", "error")):
+        return None
     return None if set(map(type, out["up"])) - {bool} else out
+
+
+def _engine_columns(engines: list[dict[str, Any]]) -> dict[str, list[Any]]:
+    """The fields the check reads, of every engine dict, by field (None where absent; ``up`` False where
+    absent). The usual block (every dict holds the numbers, kind, phase and up) is read in one itemgetter
+    sweep and a transposition."""
+    try:
+        got: list[list[Any]] = list(map(list, zip(*map(_ENGINE_GET, engines), strict=True))) if engines else []
+    except KeyError:
+        got = []
+    if len(got) != len(_ENGINE_KEYS):
+        got = [list(map(dict.get, engines, repeat(k))) for k in _ENGINE_KEYS[:-1]]
+        got.append(list(map(dict.get, engines, repeat("up"), repeat(False))))
+    out = dict(zip(_ENGINE_KEYS, got, strict=True))
+    out["error"] = list(map(dict.get, engines, repeat("error")))
+    return out
 
 
 def numbers_in_range(vals: list[Any], types: set[type]) -> bool:
@@ -139,6 +151,8 @@ def numbers_in_range(vals: list[Any], types: set[type]) -> bool:
     return not nums or (min(nums) >= 0 and max(nums) <= 1e18)  # ints compared exactly, as Python does
 
 
+_ENGINE_KEYS = (*ENGINE_NUMBERS, "kind", "phase", "up")
+_ENGINE_GET = itemgetter(*_ENGINE_KEYS)
 _NUMBER_TYPES = frozenset({float, int, type(None)})
 _WORD_TYPES = frozenset({str, type(None)})
 

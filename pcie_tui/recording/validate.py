@@ -23,7 +23,7 @@ from __future__ import annotations
 import math
 import operator
 from dataclasses import replace
-from itertools import chain, repeat
+from itertools import repeat
 from operator import itemgetter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -267,79 +267,69 @@ def _show(v: Any) -> str:
 def gpu_columns_ok(flat: list[dict[str, Any]]) -> bool:
     """Whether every known field of every raw GPU dict passes, checked in a few C-level sweeps.
 
-    The common case (a clean recording) costs one itemgetter sweep, one type sweep and one
-    numpy range check; any doubt sends the caller to :func:`clean_gpu_dict` per dict. Rows
-    never hold NaN here: orjson yields none, and the stdlib path scrubs them as it parses.
+    The common case (a clean recording) costs one itemgetter sweep, a transposition, a type sweep per
+    field that holds a value and a numpy range check of those fields; any doubt sends the caller to
+    :func:`clean_gpu_dict` per dict. Rows never hold NaN here: orjson yields none, and the stdlib path
+    scrubs them as it parses.
     """
     if not flat:
         return True
-    keys, all_keys = _columns_spec()
+    keys = _columns_spec()[0]
     import numpy as np  # here, not at import: the live recorder validates scalars only
 
-    a = _matrix(flat, keys, all_keys)
-    if a is None or a.shape != (len(flat), len(keys)):
+    got = _matrix(flat, keys)
+    if got is None:
         return False
+    m, read = got
     lo, hi, int_cols, allowed = _bounds()
     with np.errstate(invalid="ignore"):
-        bad = (a < lo) | (a > hi)
-        if bool(bad.any()):
-            return False
-        ints = a[:, int_cols]
-        if not bool(np.all((ints == np.floor(ints)) | np.isnan(ints))):
-            return False
-    for col, ok in allowed:
-        w = a[:, col]
-        if not bool(np.isin(w[~np.isnan(w)], ok).all()):
-            return False
+        for i in read:  # a field absent or null everywhere is NaN: nothing to check
+            row = m[i]
+            if bool((row < lo[i]).any()) or bool((row > hi[i]).any()):
+                return False
+            if i in int_cols and not bool(np.all((row == np.floor(row)) | np.isnan(row))):
+                return False
+            ok = allowed.get(i)
+            if ok is not None and not bool(np.isin(row[~np.isnan(row)], ok).all()):
+                return False
     global _last
-    _last = (tuple(flat), a, keys)  # the dicts themselves: their ids cannot be reused while held
+    _last = (tuple(flat), m, keys)  # the dicts themselves: their ids cannot be reused while held
     return True
 
 
-def _matrix(flat: list[dict[str, Any]], keys: tuple[str, ...], all_keys: itemgetter[Any]) -> Any:
-    """Samples x ``keys`` as floats (None -> NaN), or None where a value is not a number."""
+def _matrix(flat: list[dict[str, Any]], keys: tuple[str, ...]) -> tuple[np.ndarray, list[int]] | None:
+    """``keys`` x samples as floats (None and absent -> NaN) and the rows that hold a value, or None where a
+    value is not a number. The usual case: every dict holds the very same keys (the first one's), so one
+    itemgetter sweep and a transposition give every present field's column; else a column per known key."""
     import numpy as np
 
-    try:
-        rows: Any = list(map(all_keys, flat))
-    except KeyError:  # rows written only when known (link state, heat, link health) are absent
-        return _matrix_of_present(flat, keys)
-    if set(map(type, chain.from_iterable(rows))) - _NUM_TYPES:
-        return None
-    a = np.array(rows, dtype=np.float64)
-    return a[:, None] if a.ndim == 1 else a  # one column: itemgetter of one key gives scalars, not tuples
-
-
-def _matrix_of_present(flat: list[dict[str, Any]], keys: tuple[str, ...]) -> Any:
-    """:func:`_matrix` where some fields are left out. The usual case: every dict holds the very same
-    keys (the first one's: its known fields and ``index``), so only those columns are read and the rest
-    are NaN; else a column per known key."""
-    import numpy as np
-
+    n = len(flat)
     first = flat[0]
     present = [k for k in keys if k in first]
-    same = bool(present) and len(first) == len(present) + ("index" in first) and set(map(len, flat)) == {len(first)}
-    try:
-        rows: Any = list(map(itemgetter(*present), flat)) if same else None
-    except KeyError:
-        rows = None
-    if rows is None:
+    others = [k for k in first if k not in present]  # ``index`` and any unknown field: they fix the key set
+    cols: list[Any] | None = None
+    if present and set(map(len, flat)) == {len(first)}:
+        try:
+            rows = list(map(itemgetter(*present, *others), flat))
+        except KeyError:
+            rows = None
+        if rows is not None:  # every dict has exactly the first one's keys
+            cols = list(zip(*rows, strict=True)) if len(present) + len(others) > 1 else [rows]
+    if cols is None:
+        present = list(keys)
         cols = [list(map(dict.get, flat, repeat(k))) for k in keys]
-        if set(map(type, chain.from_iterable(cols))) - _NUM_TYPES:
+    m = np.full((len(keys), n), np.nan)
+    read: list[int] = []
+    for k, col in zip(present, cols, strict=False):  # (the columns of ``others`` come last: left out)
+        none = col.count(None)
+        if none == n:
+            continue
+        if not _NUM_TYPES.issuperset(map(type, col)):
             return None
-        return np.array(cols, dtype=np.float64).T
-    types = set(map(type, rows if len(present) == 1 else chain.from_iterable(rows)))
-    if types - _NUM_TYPES:
-        return None
-    if type(None) in types:
-        got = np.array(rows, dtype=np.float64)  # None -> NaN
-    else:  # numbers only: read at C speed without numpy's discovery of the nesting
-        got = np.fromiter(
-            rows if len(present) == 1 else chain.from_iterable(rows), np.float64, len(flat) * len(present)
-        )
-    a = np.full((len(flat), len(keys)), np.nan)
-    a[:, [keys.index(k) for k in present]] = got.reshape(len(flat), len(present))
-    return a
+        i = keys.index(k)
+        m[i] = col if none else np.fromiter(col, np.float64, n)  # (None -> NaN)
+        read.append(i)
+    return m, read
 
 
 def cached_columns(flat: list[dict[str, Any]], keys: tuple[str, ...]) -> np.ndarray | None:
@@ -360,29 +350,28 @@ def cached_columns(flat: list[dict[str, Any]], keys: tuple[str, ...]) -> np.ndar
         return None
     _last = None
     if keys == built[: len(keys)]:
-        return a[:, : len(keys)].T
-    return a[:, [built.index(k) for k in keys]].T
+        return a[: len(keys)]
+    return a[[built.index(k) for k in keys]]
 
 
 @metrics.per_table
-def _columns_spec() -> tuple[tuple[str, ...], itemgetter[Any]]:
-    """The checked GPU fields (the metrics table, in its order) and one getter of them all."""
-    keys = metrics.names()
-    return keys, itemgetter(*keys)
+def _columns_spec() -> tuple[tuple[str, ...]]:
+    """The checked GPU fields (the metrics table, in its order)."""
+    return (metrics.names(),)
 
 
 @metrics.per_table
-def _bounds() -> tuple[np.ndarray, np.ndarray, list[int], list[tuple[int, np.ndarray]]]:
-    """Per-column bounds (a clamped row's upper bound is its clamp: above it, the per-dict path clamps),
-    the integer columns, and (column, valid values) for rows with a fixed set."""
+def _bounds() -> tuple[np.ndarray, np.ndarray, frozenset[int], dict[int, np.ndarray]]:
+    """Per-field bounds (a clamped row's upper bound is its clamp: above it, the per-dict path clamps),
+    the integer fields, and the valid values of fields with a fixed set (by position in the table)."""
     import numpy as np
 
     table = metrics.table()
     return (
         np.array([m.lo for m in table]),
         np.array([m.clamp if m.clamp is not None else m.hi for m in table]),
-        [i for i, m in enumerate(table) if m.integer],
-        [(i, np.array(sorted(m.allowed), dtype=np.float64)) for i, m in enumerate(table) if m.allowed is not None],
+        frozenset(i for i, m in enumerate(table) if m.integer),
+        {i: np.array(sorted(m.allowed), dtype=np.float64) for i, m in enumerate(table) if m.allowed is not None},
     )
 
 
