@@ -92,6 +92,7 @@ def report_file(
         for rows in st.chunks():
             n += len(rows)
             feed.rows(rows, st.columns_of(rows))
+            del rows  # gone before the next block is parsed (RowStream.chunks)
         rec.warnings, rec.segments, rec.gaps = st.warnings, st.segments, st.gaps
         out, an = feed.finish(rec)
     return out, an, rec, n
