@@ -18,7 +18,7 @@ from __future__ import annotations
 from array import array
 from collections.abc import Iterable, Mapping, Sequence
 from itertools import compress, repeat
-from operator import itemgetter
+from operator import is_not, itemgetter
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -68,7 +68,8 @@ class _CounterFold:
         self.total: float | None = None
 
     def add(self, values: Iterable[float | None]) -> None:
-        reads = [v for v in values if v is not None]
+        vals = values if isinstance(values, list) else list(values)
+        reads = list(compress(vals, map(is_not, vals, repeat(None)))) if None in vals else vals[:]
         if not reads:
             return
         if self.prev is not None:

@@ -40,6 +40,8 @@ ENGINE_STRINGS = ("phase", "error")
 MAX_GPU_INDEX = 4096
 
 _NUM_TYPES = frozenset({float, int, type(None)})
+_NONE = type(None)
+_NONE_ONLY = {_NONE}
 _INT_TYPES = frozenset({int, type(None)})
 
 
@@ -321,13 +323,13 @@ def _matrix(flat: list[dict[str, Any]], keys: tuple[str, ...]) -> tuple[np.ndarr
     m = np.full((len(keys), n), np.nan)
     read: list[int] = []
     for k, col in zip(present, cols, strict=False):  # (the columns of ``others`` come last: left out)
-        none = col.count(None)
-        if none == n:
+        types = set(map(type, col))
+        if types == _NONE_ONLY:
             continue
-        if not _NUM_TYPES.issuperset(map(type, col)):
+        if types - _NUM_TYPES:
             return None
         i = keys.index(k)
-        m[i] = col if none else np.fromiter(col, np.float64, n)  # (None -> NaN)
+        m[i] = col if _NONE in types else np.fromiter(col, np.float64, n)  # (None -> NaN)
         read.append(i)
     return m, read
 
