@@ -338,6 +338,8 @@ def test_old_events_fold_into_counts_that_add_up(heat_both) -> None:
     assert an.events_count() == an_exact.events_count()
     for k in ("duration_s", "ticks", "first_start", "last_end", "peak_util"):  # what the JSON says of them
         assert all(f[k] is not None for f in g["events_folded"])
+    n = len(ge["events"]) - len(g["events"])
+    assert f"and {n:,} more saturation events" in fold.folded_events_line(g["events_folded"])  # the text says so
 
 
 def test_old_stretches_fold_into_counts_that_add_up(heat_both) -> None:

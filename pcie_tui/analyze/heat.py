@@ -45,7 +45,7 @@ TOKEN_PHASE = {
 STEP_TICKS = 2000  # a tick's span is the median spacing of a GPU's last this many readings (_step)
 REQUEST_TICKS = 36_000  # the newest session ticks kept to place a finished request's decode (an hour at 10 Hz)
 REQUEST_IDS = 8192  # the newest request identities kept to drop a request a later scrape repeats
-EVENTS_KEPT = 256  # the newest throttled stretches the events box keeps as events (it shows 200 at most)
+EVENTS_KEPT = 200  # the newest throttled stretches kept as events (what the events box shows at most)
 
 
 def counter_median(c: Counter[float]) -> float | None:
@@ -256,7 +256,7 @@ class Heat:
         """As a GPU's series retires its ticks (analyze/retire.py), stretches that ended before the session's
         tick ``EXACT_TICKS`` back (counted in ``RETIRE_TICKS``) are folded, a GPU's longest kept whole; and
         the events box's oldest stretches beyond :data:`EVENTS_KEPT` are no longer listed."""
-        if len(self.events) > 2 * EVENTS_KEPT:  # a half at a time: amortised
+        if len(self.events) > EVENTS_KEPT + EVENTS_KEPT // 4:  # a fifth at a time: amortised
             drop = len(self.events) - EVENTS_KEPT
             self._events_dropped += drop
             del self.events[:drop]
@@ -375,9 +375,13 @@ class Heat:
         dt[(dt <= 0) | (dt > MAX_DT_S)] = 0.0
         self._t_prev = ch.t[-1]
         self._span = (self._span[0] if self._span else ch.t[0], ch.t[-1])
+        had = len(self._recent_t)
         self._recent_t.extend(ch.t)
         self._recent_thr.extend(thr)
-        if len(self._recent_t) > 2 * REQUEST_TICKS:  # dropped a half at a time: amortised, and bounded
+        if had < retire.RETIRE_TICKS <= len(self._recent_t):  # the room its bound needs, at once (as a series')
+            self._recent_t.reserve(REQUEST_TICKS + REQUEST_TICKS // 8 + 1)
+            self._recent_thr.reserve(REQUEST_TICKS + REQUEST_TICKS // 8 + 1)
+        if len(self._recent_t) > REQUEST_TICKS + REQUEST_TICKS // 8:  # an eighth at a time: amortised, bounded
             self._recent_t.drop_first(len(self._recent_t) - REQUEST_TICKS)
             self._recent_thr.drop_first(len(self._recent_thr) - REQUEST_TICKS)
         # A session without phases (GPU only, no labels) is compared as one: "unlabelled", as the headline says.

@@ -44,8 +44,23 @@ RETIRE_TICKS = 4_096  # ticks retired at a time
 STRATUM = 32  # ticks a summary row stands for, at most
 COLUMNS = ("t", "link", "link_Bps", "memory", "compute", "mem_used", "pcie_ceiling")
 MEANS = ("link", "link_Bps", "memory", "compute")  # columns whose strata keep their mean too
-MAX_REPS = 4_096  # summary rows a GPU keeps at most, about: past it, a group's rows are merged pairwise
+MAX_REPS = 2_048  # summary rows a GPU keeps at most, about: past it, a group's rows are merged pairwise
 MIN_GROUP_ROWS = 64  # a group keeps at least this many rows (its quantiles within 1/64 of its ticks' rank)
+
+
+def reserve(ser: GpuSeries) -> None:
+    """A series that reached :data:`RETIRE_TICKS` ticks gets the room its bound needs at once (exact ticks, summary
+    rows, and a block's rows past :data:`MAX_REPS`): from then on it allocates nothing (a live session's steady
+    state), its memory resident from here rather than growing as the exact window fills."""
+    rows = EXACT_TICKS + RETIRE_TICKS + MAX_REPS + RETIRE_TICKS // 8
+    if rows > 1 << 20:  # held to no bound of that size (a test's "retire nothing"): room as it comes
+        return
+    for k in (*COLUMNS, "missing"):
+        getattr(ser, k).reserve(rows)
+    ser.phase.codes.reserve(rows)
+    ser.verdict.codes.reserve(rows)
+    for col in (ser.rep_n, ser.rep_w, *(ser.rep_means.setdefault(k, Col()) for k in MEANS)):
+        col.reserve(MAX_REPS + RETIRE_TICKS // 8)
 
 
 def due(ser: GpuSeries) -> bool:

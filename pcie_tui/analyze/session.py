@@ -26,7 +26,7 @@ from pcie_tui.analyze.heat import Heat
 from pcie_tui.analyze.link_health import LinkHealth
 from pcie_tui.analyze.quantiles import quantile  # noqa: F401  (re-exported: one quantile)
 from pcie_tui.analyze.request_waits import RequestWaits
-from pcie_tui.analyze.retire import crowded, due, joined_segments, merge, retire
+from pcie_tui.analyze.retire import RETIRE_TICKS, crowded, due, joined_segments, merge, reserve, retire
 from pcie_tui.analyze.series import (
     GpuSeries,
     Times,
@@ -167,13 +167,10 @@ class SessionAnalyzer:
             op, _closed, spans = tr.advance(t, u, ph, tl)
             opened += [(i if pos is None else int(pos[i]), ri, e) for i, ri, e in op]
             if self.keep_series:
-                codes = verdict_codes(len(tl), spans)
-                self._extend(self.series[gi], tl, codes, u, ph, cols[COL["mem_used_bytes"]])
                 ser = self.series[gi]
-                while not self.exact and due(ser):  # a long session: its oldest ticks summarised (retire.py)
-                    retire(ser, self._label_codes(gi, ser.t), self.rate_cuts(gi))
-                    if crowded(ser):  # and the summary rows merged as they age
-                        merge(ser, self.rate_cuts(gi))
+                had = len(ser.t)
+                self._extend(ser, tl, verdict_codes(len(tl), spans), u, ph, cols[COL["mem_used_bytes"]])
+                if not self.exact and self._bound(gi, had):
                     retired.append(gi)
         opened.sort(key=lambda x: (x[0], x[1]))
         out = [e for _p, _r, e in opened]
@@ -182,6 +179,21 @@ class SessionAnalyzer:
             ser = self.series[gi]
             self.events = fold_events(self.events, gi, float(ser.t.array()[ser.reps]), self.folded.setdefault(gi, {}))
         return out
+
+    def _bound(self, gi: int, had: int) -> bool:
+        """A long session's series kept bounded (retire.py), after a chunk took it from ``had`` ticks: the room
+        its bound needs reserved at once, its oldest ticks summarised, the summary rows merged as they age.
+        True when it retired ticks."""
+        ser = self.series[gi]
+        if had < RETIRE_TICKS <= len(ser.t):
+            reserve(ser)
+        retired = False
+        while due(ser):
+            retire(ser, self._label_codes(gi, ser.t), self.rate_cuts(gi))
+            if crowded(ser):
+                merge(ser, self.rate_cuts(gi))
+            retired = True
+        return retired
 
     def _phases(self, ch: Chunk) -> None:
         """Apply the session's phase rule to a chunk's phases (in place), from its first engine tick on."""
