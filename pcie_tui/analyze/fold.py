@@ -116,6 +116,6 @@ def folded_events_line(folded: list[dict[str, Any]]) -> str:
         for f in folded
     )
     return (
-        f"  and {n:,} more saturation events, older and shorter than those listed, counted rather than listed "
-        f"(--json: events_folded): {kinds}"
+        f"  and {n:,} more saturation events (older ones, none longer than the old ones listed), counted rather "
+        f"than listed (--json: events_folded): {kinds}"
     )
