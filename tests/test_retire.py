@@ -8,6 +8,7 @@ from __future__ import annotations
 import gzip
 import json
 import math
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +16,8 @@ import numpy as np
 import orjson
 import pytest
 
-from pcie_tui.analyze import retire
+from pcie_tui.analyze import fold, retire
+from pcie_tui.analyze.health_lines import heat_lines
 from pcie_tui.analyze.series import GpuSeries, series_array, series_counts, series_weights, tick_weights
 from pcie_tui.analyze.verdict import DEFAULT_THRESHOLDS, VERDICTS
 from pcie_tui.recording.reader import read_recording
@@ -61,6 +63,25 @@ def both(long_recording: Path) -> tuple[dict[str, Any], Any, dict[str, Any], Any
     return finite_json(summarised), an, finite_json(exact), an_exact
 
 
+def _merging() -> pytest.MonkeyPatch:
+    """Bounds low enough that summary rows merge and old events fold, often, in 45,000 ticks."""
+    mp = pytest.MonkeyPatch()
+    mp.setattr(retire, "MAX_REPS", 400)
+    mp.setattr(fold, "KEEP_LONGEST", 4)
+    return mp
+
+
+@pytest.fixture(scope="module")
+def merged(long_recording: Path) -> tuple[dict[str, Any], Any]:
+    """(report, analyzer) with the summary rows merged as they age and old events folded (:func:`_merging`)."""
+    mp = _merging()
+    try:
+        out, an, _, _ = report_file(long_recording)
+    finally:
+        mp.undo()
+    return finite_json(out), an
+
+
 def _close(a: Any, b: Any, rel: float = 1e-5) -> bool:
     return math.isclose(a, b, rel_tol=rel, abs_tol=1e-9)
 
@@ -97,6 +118,22 @@ def _rank_ok(value: float, exact: np.ndarray, q: float, slack: float = 0.02) -> 
 
 def test_the_summary_says_what_the_exact_one_says(both) -> None:
     s, _, e, an_exact = both
+    _says_what_the_exact_one_says(s, e, an_exact)
+
+
+def test_merged_rows_say_what_the_exact_one_says(both, merged) -> None:
+    _, an_plain, e, an_exact = both
+    s, an = merged
+    ser = an.series[0]
+    assert ser.reps < an_plain.series[0].reps  # merged: fewer rows ...
+    assert ser.reps <= 400 + 400  # ... held near the bound (400 here), past it by at most a block's rows
+    assert int(series_counts(ser).sum()) == len(an_exact.series[0].t)  # every tick counted once
+    assert _close(float(series_weights(ser).sum()), float(series_weights(an_exact.series[0]).sum()))
+    _says_what_the_exact_one_says(s, e, an_exact)
+    test_findings_headline_and_whatif_stay((s, None, e, None))
+
+
+def _says_what_the_exact_one_says(s: dict[str, Any], e: dict[str, Any], an_exact: Any) -> None:
     assert s["ticks"] == e["ticks"] and _close(s["duration_s"], e["duration_s"])
     g, ge = s["gpus"][0], e["gpus"][0]
     assert len(g["verdicts"]) == len(ge["verdicts"])
@@ -153,17 +190,26 @@ def _numbers_close(a: Any, b: Any, rel: float) -> None:
         assert a == b
 
 
-@pytest.mark.parametrize("chunk", [1_000, 7_777])
-def test_where_the_chunks_fall_does_not_matter(long_recording: Path, both, chunk: int) -> None:
-    s = both[0]
-    rec = read_recording(long_recording, warn=False)
-    rows = [orjson.loads(raw) for raw in long_recording.read_bytes().splitlines()[1:]]
+@pytest.mark.parametrize(("chunk", "merging"), [(1_000, False), (7_777, False), (1_000, True), (7_777, True)])
+def test_where_the_chunks_fall_does_not_matter(long_recording: Path, both, merged, chunk: int, merging: bool) -> None:
+    s = merged[0] if merging else both[0]
+    mp = _merging() if merging else pytest.MonkeyPatch()
+    try:
+        out = _fed_in_chunks(long_recording, chunk)
+    finally:
+        mp.undo()
+    assert json.dumps(finite_json(out), sort_keys=True) == json.dumps(s, sort_keys=True)
+
+
+def _fed_in_chunks(path: Path, chunk: int) -> dict[str, Any]:
+    rec = read_recording(path, warn=False)
+    rows = [orjson.loads(raw) for raw in path.read_bytes().splitlines()[1:]]
     with_stored_calibration(rec)  # as report_file does
     feed = ReportFeed(rec.header, DEFAULT_THRESHOLDS)
     for i in range(0, len(rows), chunk):
         feed.rows(rows[i : i + chunk])
     out, _ = feed.finish(rec)
-    assert json.dumps(finite_json(out), sort_keys=True) == json.dumps(s, sort_keys=True)
+    return out  # type: ignore[no-any-return]
 
 
 def test_retired_rows_keep_counts_seconds_peaks_and_means() -> None:
@@ -221,3 +267,114 @@ def _spy(fn: Any, seen: list[Any]) -> Any:
         return fn(an, rows)
 
     return wrapped
+
+
+def _tallies(events: Any, folded: dict[Any, Any]) -> dict[Any, list[Any]]:
+    """Per resource and phase: how many events, their ticks, exact seconds and use, the highest peak."""
+    out: dict[Any, list[Any]] = {}
+    for e in events:
+        t = out.setdefault((e.resource, e.phase), [0, 0, Fraction(0), Fraction(0), None])
+        t[0] += 1
+        t[1] += e.n
+        t[2] += Fraction(e.end) - Fraction(e.start)
+        t[3] += Fraction(e.sum_util)
+        t[4] = e.peak_util if t[4] is None else max(t[4], e.peak_util)
+    for key, f in folded.items():
+        t = out.setdefault(key, [0, 0, Fraction(0), Fraction(0), None])
+        t[:4] = [t[0] + f.count, t[1] + f.ticks, t[2] + f.seconds, t[3] + f.util]
+        t[4] = f.peak if t[4] is None else max(t[4], f.peak)
+    return out
+
+
+HEAT_SOURCE = SOURCE.parent / "h100-heat.jsonl.gz"  # the H100 under sustained load: a stretch, an event a run
+HEAT_TICKS = 30_000  # three blocks retired
+
+
+@pytest.fixture(scope="module")
+def heat_recording(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The H100 heat capture repeated (times shifted)."""
+    with gzip.open(HEAT_SOURCE) as f:
+        lines = [orjson.loads(raw) for raw in f]
+    header, ticks = lines[0], [d for d in lines[1:] if "t" in d and "gpus" in d]
+    span = ticks[-1]["t"] - ticks[0]["t"] + 0.1
+    path = tmp_path_factory.mktemp("heat") / "heat.jsonl"
+    with path.open("wb") as out:
+        out.write(orjson.dumps(header) + b"\n")
+        for n in range(HEAT_TICKS):
+            k, d = divmod(n, len(ticks))
+            out.write(orjson.dumps(dict(ticks[d], t=ticks[d]["t"] + k * span)) + b"\n")
+    return path
+
+
+@pytest.fixture(scope="module")
+def heat_both(heat_recording: Path) -> tuple[dict[str, Any], Any, dict[str, Any], Any]:
+    """(report, analyzer) with old events and stretches folded (a GPU keeps its 3 longest old ones whole),
+    and the same with nothing retired or folded."""
+    path = heat_recording
+    mp = pytest.MonkeyPatch()
+    mp.setattr(fold, "KEEP_LONGEST", 3)
+    try:
+        folded, an, _, _ = report_file(path)
+        mp.setattr(retire, "EXACT_TICKS", 10**9)
+        exact, an_exact, _, _ = report_file(path)
+    finally:
+        mp.undo()
+    return finite_json(folded), an, finite_json(exact), an_exact
+
+
+def test_old_events_fold_into_counts_that_add_up(heat_both) -> None:
+    """Saturation events that ended before the oldest exact tick: the longest kept whole, the rest counted per
+    resource and phase; kept and counted together are what the unfolded analysis has, exactly."""
+    s, an, e, an_exact = heat_both
+    assert an.folded.get(0) and len(an.events) < len(an_exact.events)
+    assert _tallies(an.events, an.folded[0]) == _tallies(an_exact.events, {})
+    g, ge = s["gpus"][0], e["gpus"][0]
+    assert "events_folded" not in ge
+    assert len(g["events"]) + sum(f["events"] for f in g["events_folded"]) == len(ge["events"])
+    longest = max(an_exact.events, key=lambda x: x.end - x.start)
+    assert longest.to_json() in g["events"]  # the longest stay listed
+    first = an.series[0].t.array()[an.series[0].reps]
+    assert all(x in g["events"] for x in ge["events"] if x["end"] >= first)  # and every one since the oldest exact tick
+    assert an.events_count() == an_exact.events_count()
+    for k in ("duration_s", "ticks", "first_start", "last_end", "peak_util"):  # what the JSON says of them
+        assert all(f[k] is not None for f in g["events_folded"])
+    n = len(ge["events"]) - len(g["events"])
+    assert f"and {n:,} more saturation events" in fold.folded_events_line(g["events_folded"])  # the text says so
+
+
+def test_old_stretches_fold_into_counts_that_add_up(heat_both) -> None:
+    """Throttled stretches likewise: a GPU's longest old ones listed, the rest counted per reason and phase;
+    listed and counted add up to the unfolded analysis' stretches, and the heat figures do not move."""
+    s, an, e, _ = heat_both
+    h, he = s["heat"], e["heat"]
+    assert h["stretches_folded"] and "stretches_folded" not in he and len(h["stretches"]) < len(he["stretches"])
+    for k in ("gpus", "phases", "lost_s", "lost_share"):
+        assert h[k] == he[k], k
+    sums: dict[Any, list[float]] = {}
+    for st in he["stretches"]:
+        x = sums.setdefault((st["gpu"], st["reason"], st["phase"]), [0, 0, 0.0])
+        x[0], x[1], x[2] = x[0] + 1, x[1] + st["ticks"], x[2] + st["duration_s"]
+    for st in h["stretches"]:
+        x = sums[(st["gpu"], st["reason"], st["phase"])]
+        x[0], x[1], x[2] = x[0] - 1, x[1] - st["ticks"], x[2] - st["duration_s"]
+    for f in h["stretches_folded"]:
+        x = sums[(f["gpu"], f["reason"], f["phase"])]
+        x[0], x[1], x[2] = x[0] - f["stretches"], x[1] - f["ticks"], x[2] - f["duration_s"]
+    assert all(x[0] == 0 and x[1] == 0 and abs(x[2]) < 1e-6 for x in sums.values()), sums
+    assert all(st in he["stretches"] for st in h["stretches"])  # the listed ones, whole
+    lines = heat_lines(h, s["start"])
+    assert any(f"of {len(he['stretches'])}; --json lists {len(h['stretches'])}, " in x for x in lines)
+    assert any("older stretches, counted" in x for x in lines)
+    assert an.events_count() == sum(1 for _ in he["stretches"]) + len(e["gpus"][0]["events"])
+
+
+@pytest.mark.parametrize("chunk", [1_000, 7_777])
+def test_folding_does_not_depend_on_the_chunks(heat_recording: Path, heat_both, chunk: int) -> None:
+    path = heat_recording
+    mp = pytest.MonkeyPatch()
+    mp.setattr(fold, "KEEP_LONGEST", 3)
+    try:
+        out = _fed_in_chunks(path, chunk)
+    finally:
+        mp.undo()
+    assert json.dumps(finite_json(out), sort_keys=True) == json.dumps(heat_both[0], sort_keys=True)

@@ -21,6 +21,8 @@ from pcie_tui.core.model import Sample, SessionHeader
 from pcie_tui.engines import EngineFacts, engine_info, facts_for
 from pcie_tui.recording.timeline import BlockColumns
 
+FACT_EVENTS = ("engine_ready", "engine_reattach")  # a source's events that bring the engine's facts
+
 
 class Analysis:
     """Feed ticks in time order; ask for :meth:`answer` (the headline and every finding)."""
@@ -68,7 +70,7 @@ class Analysis:
     def note_events(self, events: Sequence[Any]) -> bool:
         """Live events of the source: an engine that became ready or was reattached brings its
         complete facts (the bounds and fixes follow them). True when the facts changed."""
-        if not any(isinstance(e, dict) and e.get("event") in ("engine_ready", "engine_reattach") for e in events):
+        if not any(isinstance(e, dict) and e.get("event") in FACT_EVENTS for e in events):
             return False
         self.engine_info = engine_info(self.engine_info, events)
         self.facts = facts_for(self.engine_info)

@@ -49,15 +49,28 @@ def heat_lines(heat: dict[str, Any] | None, t0: float | None) -> list[str]:
             f"  lost to throttling: {upto}{heat['lost_s']:.1f} s = {upto}{_pct(heat['lost_share'])} of the session{tail}"
         )
     stretches = sorted(heat["stretches"], key=lambda s: -s["duration_s"])[:MAX_STRETCHES]
+    folded = heat.get("stretches_folded") or []  # a long session's old ones beyond the longest (analyze/fold.py)
     if stretches:
-        more = len(heat["stretches"]) - len(stretches)
+        listed = len(heat["stretches"])
+        total = listed + sum(f["stretches"] for f in folded)
+        json = (
+            "--json lists all"
+            if not folded
+            else f"--json lists {listed:,}, the newest and longest, and counts the rest"
+        )
+        more = total - len(stretches)
         out.append(
-            "  throttled stretches"
-            + (f" (the {len(stretches)} longest of {len(heat['stretches'])}; --json lists all)" if more else "")
-            + ":"
+            "  throttled stretches" + (f" (the {len(stretches)} longest of {total:,}; {json})" if more else "") + ":"
         )
         out += [_stretch_line(s, t0) for s in sorted(stretches, key=lambda s: s["start"])]
+    if folded:
+        out.append("  older stretches, counted: " + "; ".join(_folded_line(f) for f in folded))
     return out
+
+
+def _folded_line(f: dict[str, Any]) -> str:
+    phase = f" in {f['phase']}" if f["phase"] else ""
+    return f"GPU {f['gpu']} {f['reason']}{phase} {f['stretches']:,} ({f['duration_s']:.1f} s)"
 
 
 def _gpu_line(gi: str, g: dict[str, Any]) -> str:

@@ -21,7 +21,9 @@ from typing import Any
 
 import numpy as np
 
+from pcie_tui.analyze import retire
 from pcie_tui.analyze.columns import COL, Chunk
+from pcie_tui.analyze.fold import Tally, split_old
 from pcie_tui.analyze.series import Col
 from pcie_tui.core import clocks
 from pcie_tui.core.model import EngineSample, SessionHeader
@@ -43,6 +45,7 @@ TOKEN_PHASE = {
 STEP_TICKS = 2000  # a tick's span is the median spacing of a GPU's last this many readings (_step)
 REQUEST_TICKS = 36_000  # the newest session ticks kept to place a finished request's decode (an hour at 10 Hz)
 REQUEST_IDS = 8192  # the newest request identities kept to drop a request a later scrape repeats
+EVENTS_KEPT = 200  # the newest throttled stretches kept as events (what the events box shows at most)
 
 
 def counter_median(c: Counter[float]) -> float | None:
@@ -217,8 +220,12 @@ class Heat:
         self._n = 0
         self._cache: tuple[int, dict[str, Any]] | None = None
         self._phase_stats: dict[tuple[int, str], _PhaseStat] = {}
-        self.events: list[ThrottleEvent] = []  # the stretches so far, in order (live: the last may be open)
+        self.events: list[ThrottleEvent] = []  # the newest stretches, in order (live: the last may be open)
+        self._events_dropped = 0  # older ones, no longer listed (the report has them: stretches, folded)
         self._open: dict[int, ThrottleEvent] = {}
+        # A long session's old stretches beyond the longest, per GPU, reason and phase (analyze/fold.py)
+        self._folded: dict[int, dict[tuple[str, str | None], Tally]] = {}
+        self._fold_r = 0  # the session's ticks folded up to: this many times RETIRE_TICKS
 
     # ---- feeding ----------------------------------------------------------
 
@@ -239,6 +246,35 @@ class Heat:
         np.logical_or.at(tick_known, ch.tick_of, known)
         self._per_gpu(ch, thr, known)
         self._ticks(ch, tick_thr, tick_known)
+        self._fold_old()
+
+    def events_count(self) -> int:
+        """Throttled stretches so far (:attr:`events` holds the newest :data:`EVENTS_KEPT` or more)."""
+        return len(self.events) + self._events_dropped
+
+    def _fold_old(self) -> None:
+        """As a GPU's series retires its ticks (analyze/retire.py), stretches that ended before the session's
+        tick ``EXACT_TICKS`` back (counted in ``RETIRE_TICKS``) are folded, a GPU's longest kept whole; and
+        the events box's oldest stretches beyond :data:`EVENTS_KEPT` are no longer listed."""
+        if len(self.events) > EVENTS_KEPT + EVENTS_KEPT // 4:  # a fifth at a time: amortised
+            drop = len(self.events) - EVENTS_KEPT
+            self._events_dropped += drop
+            del self.events[:drop]
+        r = (self._n - retire.EXACT_TICKS) // retire.RETIRE_TICKS
+        if r <= self._fold_r:
+            return
+        self._fold_r = r
+        cutoff = float(self._recent_t.array()[r * retire.RETIRE_TICKS - (self._n - len(self._recent_t))])
+        for gi, g in self.gpus.items():
+            g.stretches, gone = split_old(
+                g.stretches, lambda st: st.end < cutoff, lambda st: (st.start - st.end, st.start)
+            )
+            tallies = self._folded.setdefault(gi, {})
+            for st in gone:
+                phase = max(st.phases, key=st.phases.__getitem__)
+                names = _reasons(st)[0]
+                key = (names[0] if names else "clock under its maximum", None if phase == "None" else phase)
+                tallies.setdefault(key, Tally()).add(st.start, st.end, st.ticks, peak=st.temp_max)
 
     def _throttled(self, ch: Chunk, mask_f: np.ndarray, known: np.ndarray) -> np.ndarray:
         cols = ch.cols
@@ -320,7 +356,7 @@ class Heat:
                     ev.open = False
                 ev = self._open[gi] = ThrottleEvent(gi, tj, tj)
                 self.events.append(ev)
-                if self.gpus[gi].stretches:
+                if self.gpus[gi].stretches and self.gpus[gi].stretches[-1].medians is None:
                     _seal(self.gpus[gi].stretches[-1])
                 self.gpus[gi].stretches.append(_Stretch(tj, tj))
             ev.end = tj
@@ -339,9 +375,13 @@ class Heat:
         dt[(dt <= 0) | (dt > MAX_DT_S)] = 0.0
         self._t_prev = ch.t[-1]
         self._span = (self._span[0] if self._span else ch.t[0], ch.t[-1])
+        had = len(self._recent_t)
         self._recent_t.extend(ch.t)
         self._recent_thr.extend(thr)
-        if len(self._recent_t) > 2 * REQUEST_TICKS:  # dropped a half at a time: amortised, and bounded
+        if had < retire.RETIRE_TICKS <= len(self._recent_t):  # the room its bound needs, at once (as a series')
+            self._recent_t.reserve(REQUEST_TICKS + REQUEST_TICKS // 8 + 1)
+            self._recent_thr.reserve(REQUEST_TICKS + REQUEST_TICKS // 8 + 1)
+        if len(self._recent_t) > REQUEST_TICKS + REQUEST_TICKS // 8:  # an eighth at a time: amortised, bounded
             self._recent_t.drop_first(len(self._recent_t) - REQUEST_TICKS)
             self._recent_thr.drop_first(len(self._recent_thr) - REQUEST_TICKS)
         # A session without phases (GPU only, no labels) is compared as one: "unlabelled", as the headline says.
@@ -450,6 +490,7 @@ class Heat:
         out = {
             "gpus": {str(gi): self._gpu_summary(gi) for gi in sorted(self.gpus)},
             "stretches": stretches,
+            **({"stretches_folded": self._folded_json()} if any(self._folded.values()) else {}),
             "phases": phases,
             "lost_s": lost,
             "lost_share": lost / span if span > 0 else None,
@@ -485,12 +526,20 @@ class Heat:
         step = _step(g.recent_t)
         return [self._stretch(gi, st, step) for st in g.stretches]
 
+    def _folded_json(self) -> list[dict[str, Any]]:
+        """A long session's folded stretches (analyze/fold.py), per GPU, reason and phase: how many, their ticks
+        and seconds (each ``end - start`` plus a tick's span, as a listed stretch's), when, the hottest."""
+        out = []
+        for gi in sorted(self._folded):
+            step = _step(self.gpus[gi].recent_t)
+            for (reason, phase), t in sorted(self._folded[gi].items(), key=lambda kv: (kv[0][0], kv[0][1] or "")):
+                out.append({"gpu": gi, "reason": reason, "phase": phase, "stretches": t.count, "ticks": t.ticks,
+                            "duration_s": float(t.seconds) + t.count * step, "first_start": t.first,
+                            "last_end": t.last, "temp_max_C": t.peak})  # fmt: skip
+        return out
+
     def _stretch(self, gi: int, st: _Stretch, step: float) -> dict[str, Any]:
-        counts: dict[str, int] = {}
-        for m in sorted(st.masks):
-            for name in clocks.names(clocks.throttling(m)):
-                counts[name] = counts.get(name, 0) + st.masks[m]
-        reasons = sorted(counts, key=lambda k: -counts[k])
+        reasons, counts = _reasons(st)
         phase = max(st.phases, key=st.phases.__getitem__)
         return {
             "gpu": gi,
@@ -559,6 +608,16 @@ def _place(sums: dict[bool, list[float]], t: np.ndarray, thr: np.ndarray, end: f
         acc = sums[bool(thr[a:b].mean() > 0.5)]
         acc[0] += ms / 1e3
         acc[1] += n - 1
+
+
+def _reasons(st: _Stretch) -> tuple[list[str], dict[str, int]]:
+    """A stretch's clock-cutting reasons, most ticks first, and their ticks; the first, what its line names
+    ("clock under its maximum" where none is set)."""
+    counts: dict[str, int] = {}
+    for m in sorted(st.masks):
+        for name in clocks.names(clocks.throttling(m)):
+            counts[name] = counts.get(name, 0) + st.masks[m]
+    return sorted(counts, key=lambda k: -counts[k]), counts
 
 
 def _seal(st: _Stretch) -> None:

@@ -18,6 +18,12 @@ oldest :data:`RETIRE_TICKS` of them are **retired**: replaced by summary rows, a
   shares and bytes moved stay exact), the number of ticks it stands for (``rep_n``) and their seconds
   (``rep_w``, summed over the strata of the link rate).
 
+As the session goes on, summary rows are **merged** so a GPU keeps at most about :data:`MAX_REPS` of them
+(:func:`merge`): the rows of one group (phase, verdict, missing counters, the sides of the cuts, read from the
+rows themselves) are laid end to end per column, each row as its ticks, and cut again into strata twice as
+long; a merged row takes the middle of its stratum, the mean of its ticks (each row's ticks counted at their
+row's mean) and their seconds, and the group's largest value per column stays a row of one tick.
+
 Counts, seconds, peaks, means, bound and verdict times stay exact; a median or p95 over retired ticks is the
 weighted quantile of the strata's middles: within a stratum's spread of the exact one (docs/architecture.md). A
 session shorter than :data:`EXACT_TICKS` + :data:`RETIRE_TICKS` ticks (27 min at 10 Hz) retires nothing and
@@ -38,6 +44,23 @@ RETIRE_TICKS = 4_096  # ticks retired at a time
 STRATUM = 32  # ticks a summary row stands for, at most
 COLUMNS = ("t", "link", "link_Bps", "memory", "compute", "mem_used", "pcie_ceiling")
 MEANS = ("link", "link_Bps", "memory", "compute")  # columns whose strata keep their mean too
+MAX_REPS = 2_048  # summary rows a GPU keeps at most, about: past it, a group's rows are merged pairwise
+MIN_GROUP_ROWS = 64  # a group keeps at least this many rows (its quantiles within 1/64 of its ticks' rank)
+
+
+def reserve(ser: GpuSeries) -> None:
+    """A series that reached :data:`RETIRE_TICKS` ticks gets the room its bound needs at once (exact ticks, summary
+    rows, and a block's rows past :data:`MAX_REPS`): from then on it allocates nothing (a live session's steady
+    state), its memory resident from here rather than growing as the exact window fills."""
+    rows = EXACT_TICKS + RETIRE_TICKS + MAX_REPS + RETIRE_TICKS // 8
+    if rows > 1 << 20:  # held to no bound of that size (a test's "retire nothing"): room as it comes
+        return
+    for k in (*COLUMNS, "missing"):
+        getattr(ser, k).reserve(rows)
+    ser.phase.codes.reserve(rows)
+    ser.verdict.codes.reserve(rows)
+    for col in (ser.rep_n, ser.rep_w, *(ser.rep_means.setdefault(k, Col()) for k in MEANS)):
+        col.reserve(MAX_REPS + RETIRE_TICKS // 8)
 
 
 def due(ser: GpuSeries) -> bool:
@@ -81,6 +104,96 @@ def retire(ser: GpuSeries, codes: np.ndarray, rate_cuts: tuple[float, ...] = ())
     ser.rep_w.extend(reps["w"][order])
     ser.reps += n_rep
     ser.retired_last_t = float(t[-1])
+
+
+def crowded(ser: GpuSeries) -> bool:
+    """Whether the series holds more summary rows than it keeps (:func:`merge` them)."""
+    return ser.reps > MAX_REPS
+
+
+def merge(ser: GpuSeries, rate_cuts: tuple[float, ...] = ()) -> None:
+    """Once a GPU holds more than :data:`MAX_REPS` summary rows: each group's rows (more than
+    :data:`MIN_GROUP_ROWS` of them) cut again into strata twice as long (module doc)."""
+    r = ser.reps
+    cols = {k: getattr(ser, k).array()[:r] for k in COLUMNS}
+    n = np.rint(ser.rep_n.array()[:r]).astype(np.int64)
+    missing = ser.missing.array()[:r]
+    phase = ser.phase.codes.array()[:r].astype(np.int64)
+    verdict = ser.verdict.codes.array()[:r].astype(np.int64)
+    sm = np.nan_to_num(cols["compute"]) >= GPU_BUSY_SM
+    dram = np.nan_to_num(cols["memory"]) >= GPU_BUSY_DRAM
+    miss = np.where(np.isnan(missing), -1, missing).astype(np.int64) + 1
+    sides = [(np.nan_to_num(cols["link_Bps"]) >= cut).astype(np.int64) for cut in rate_cuts]
+    _, group = np.unique(_packed([phase, verdict, miss, sm.astype(np.int64), dram.astype(np.int64), *sides]),
+                         return_inverse=True)  # fmt: skip
+    group = group.reshape(-1)
+    parts: list[dict[str, np.ndarray]] = []
+    for g in range(int(group.max(initial=-1)) + 1):
+        idx = np.flatnonzero(group == g)
+        rows = {"at": idx, "n": n[idx].astype(np.float64), "w": ser.rep_w.array()[idx]}
+        rows.update({k: v[idx] for k, v in cols.items()})
+        rows.update({"mean_" + k: ser.rep_means[k].array()[idx] for k in MEANS})
+        parts.append(_restrata(rows) if idx.size > MIN_GROUP_ROWS else rows)
+    out = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
+    order = np.argsort(out["t"], kind="stable")
+    first = out["at"][order]  # a row of each new one's group: its phase, verdict and missing counters
+    m = order.size
+    for k in COLUMNS:
+        getattr(ser, k).replace(0, r, out[k][order])
+    ser.missing.replace(0, r, missing[first])
+    ser.phase.codes.replace(0, r, ser.phase.codes.array()[:r][first])
+    ser.verdict.codes.replace(0, r, ser.verdict.codes.array()[:r][first])
+    for k in MEANS:
+        ser.rep_means[k].replace(0, r, out["mean_" + k][order])
+    ser.rep_n.replace(0, r, out["n"][order])
+    ser.rep_w.replace(0, r, out["w"][order])
+    ser.reps = m
+
+
+def _restrata(rows: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """One group's summary rows as about half as many: per column, the rows sorted by value and laid end to
+    end, each as its ticks; the first ``N - 1`` tick positions cut into strata of ``S``, the last (the
+    largest value) a row of its own. A stratum's value is the one at its middle position; its mean and
+    seconds are those of the positions it covers, each tick carrying its row's mean (and seconds) so sums
+    over the group stay what they were."""
+    c = rows["n"].astype(np.int64)
+    total = int(c.sum())
+    keep = max(MIN_GROUP_ROWS, -(-c.size // 2))
+    size = max(1, -(-(total - 1) // (keep - 1)))
+    bounds = np.minimum(np.arange(0, total - 1 + size, size), total - 1)
+    bounds = np.unique(np.append(bounds, total - 1))
+    lo, hi = bounds[:-1], bounds[1:]
+    out: dict[str, np.ndarray] = {"n": np.append(hi - lo, 1).astype(np.float64)}
+    mid = (lo + hi - 1) // 2
+    for k in COLUMNS:
+        v = rows[k]
+        order = np.lexsort((-c, v))  # by value (NaN last), a row of one tick last among equals
+        pos = np.concatenate([[0], np.cumsum(c[order])])
+        sv = v[order]
+        at = np.searchsorted(pos, mid, "right") - 1
+        fin = sv[np.isfinite(sv)]
+        top = float(fin[-1]) if fin.size else np.nan
+        out[k] = np.append(sv[at], top)
+        if k in MEANS:
+            out["mean_" + k] = _spread(rows["mean_" + k][order], c[order], pos, bounds, top)
+        if k == "link_Bps":
+            mass = np.concatenate([[0.0], np.cumsum(rows["w"][order])])
+            out["w"] = np.diff(np.interp(np.append(bounds, total), pos, mass))
+    out["at"] = np.full(out["n"].size, rows["at"][0])
+    return out
+
+
+def _spread(means: np.ndarray, c: np.ndarray, pos: np.ndarray, bounds: np.ndarray, top: float) -> np.ndarray:
+    """Each stratum's mean, its positions carrying their row's mean (NaN where none is finite); the top row's:
+    the group's largest value."""
+    fin = np.isfinite(means)
+    mass = np.concatenate([[0.0], np.cumsum(np.where(fin, means, 0.0) * c)])
+    nfin = np.concatenate([[0.0], np.cumsum(np.where(fin, c, 0))])
+    s = np.diff(np.interp(bounds, pos, mass))
+    k = np.diff(np.interp(bounds, pos, nfin))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        body = np.where(k > 0, s / np.where(k > 0, k, 1.0), np.nan)
+    return np.append(body, top)
 
 
 def _packed(parts: list[np.ndarray]) -> np.ndarray:

@@ -40,6 +40,15 @@ class Col:
             new[: self._n] = self._buf[: self._n]
             self._buf = new
 
+    def reserve(self, m: int) -> None:
+        """Room for ``m`` values, allocated and written now (a bounded column that will reach its bound then
+        allocates nothing more, and its pages are resident from here on, not as it fills)."""
+        if m > self._buf.size:
+            new = np.empty(m, dtype=self._buf.dtype)
+            new[: self._n] = self._buf[: self._n]
+            new[self._n :] = 0
+            self._buf = new
+
     def extend(self, values: Any) -> None:
         a = np.asarray(values, dtype=self._buf.dtype)
         m = self._n + a.size

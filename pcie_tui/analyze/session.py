@@ -21,11 +21,12 @@ from pcie_tui.analyze.between_requests import BetweenRequests
 from pcie_tui.analyze.columns import CHUNK_TICKS, COL, Chunk, from_rows, from_samples
 from pcie_tui.analyze.columns import sample_phase as sample_phase  # re-exported (tests import it from here)
 from pcie_tui.analyze.engine_bytes import EngineBytes
+from pcie_tui.analyze.fold import Tally, fold_events, folded_events_json
 from pcie_tui.analyze.heat import Heat
 from pcie_tui.analyze.link_health import LinkHealth
 from pcie_tui.analyze.quantiles import quantile  # noqa: F401  (re-exported: one quantile)
 from pcie_tui.analyze.request_waits import RequestWaits
-from pcie_tui.analyze.retire import due, joined_segments, retire
+from pcie_tui.analyze.retire import RETIRE_TICKS, crowded, due, joined_segments, merge, reserve, retire
 from pcie_tui.analyze.series import (
     GpuSeries,
     Times,
@@ -64,7 +65,9 @@ class SessionAnalyzer:
         self.keep_series = keep_series
         self.trackers: dict[int, GpuVerdictTracker] = {}
         self.series: dict[int, GpuSeries] = {}
-        self.events: list[Event] = []  # closed and open, in opening order
+        self.events: list[Event] = []  # closed and open, in opening order (a long session's old ones folded)
+        # per GPU, its folded saturation events (analyze/fold.py) per resource and phase
+        self.folded: dict[int, dict[tuple[str, str | None], Tally]] = {}
         self.t0: float | None = None
         self.t_last: float | None = None
         self.n = 0
@@ -148,6 +151,7 @@ class SessionAnalyzer:
         if not ch.single:
             t_all = t_all[ch.tick_of]
         opened: list[tuple[int, int, Event]] = []
+        retired: list[int] = []
         for gi in gpus:
             pos = None if one else np.flatnonzero(idx == gi)
             tr = self._tracker(gi)
@@ -163,15 +167,33 @@ class SessionAnalyzer:
             op, _closed, spans = tr.advance(t, u, ph, tl)
             opened += [(i if pos is None else int(pos[i]), ri, e) for i, ri, e in op]
             if self.keep_series:
-                codes = verdict_codes(len(tl), spans)
-                self._extend(self.series[gi], tl, codes, u, ph, cols[COL["mem_used_bytes"]])
                 ser = self.series[gi]
-                while not self.exact and due(ser):  # a long session: its oldest ticks summarised (retire.py)
-                    retire(ser, self._label_codes(gi, ser.t), self.rate_cuts(gi))
+                had = len(ser.t)
+                self._extend(ser, tl, verdict_codes(len(tl), spans), u, ph, cols[COL["mem_used_bytes"]])
+                if not self.exact and self._bound(gi, had):
+                    retired.append(gi)
         opened.sort(key=lambda x: (x[0], x[1]))
         out = [e for _p, _r, e in opened]
         self.events.extend(out)
+        for gi in dict.fromkeys(retired):  # events that ended before the oldest exact tick: the longest kept
+            ser = self.series[gi]
+            self.events = fold_events(self.events, gi, float(ser.t.array()[ser.reps]), self.folded.setdefault(gi, {}))
         return out
+
+    def _bound(self, gi: int, had: int) -> bool:
+        """A long session's series kept bounded (retire.py), after a chunk took it from ``had`` ticks: the room
+        its bound needs reserved at once, its oldest ticks summarised, the summary rows merged as they age.
+        True when it retired ticks."""
+        ser = self.series[gi]
+        if had < RETIRE_TICKS <= len(ser.t):
+            reserve(ser)
+        retired = False
+        while due(ser):
+            retire(ser, self._label_codes(gi, ser.t), self.rate_cuts(gi))
+            if crowded(ser):
+                merge(ser, self.rate_cuts(gi))
+            retired = True
+        return retired
 
     def _phases(self, ch: Chunk) -> None:
         """Apply the session's phase rule to a chunk's phases (in place), from its first engine tick on."""
@@ -216,6 +238,11 @@ class SessionAnalyzer:
             tr.close_all(self.t_last)
         self.link_health.finish()
         self.heat.finish()
+
+    def events_count(self) -> int:
+        """Saturation, throttling and link-health events so far, folded ones counted (analyze/fold.py)."""
+        folded = sum(t.count for f in self.folded.values() for t in f.values())
+        return len(self.events) + folded + self.heat.events_count() + len(self.link_health.events)
 
     def health_events(self) -> list[Any]:
         """Throttled stretches and link-health events so far, by start (each has ``gpu``, ``kind``, ``start``,
@@ -328,6 +355,8 @@ class SessionAnalyzer:
                     "phases": self._phase_summary(index, codes),
                 }
             )
+            if self.folded.get(index):  # a long session: its old events, beyond the longest, as counts
+                gpus[-1]["events_folded"] = folded_events_json(self.folded[index])
         return {
             "start": self.t0,
             "end": self.t_last,

@@ -11,6 +11,7 @@ from pcie_tui.analyze.analysis import Analysis
 from pcie_tui.analyze.answer import engine_only_headline, finding_lines
 from pcie_tui.analyze.attribution import gpu_ceilings
 from pcie_tui.analyze.engine_session import EngineSessionFold
+from pcie_tui.analyze.fold import folded_events_line
 from pcie_tui.analyze.health_lines import heat_lines, link_health_lines
 from pcie_tui.analyze.linkmodel_report import LinkModelReport
 from pcie_tui.analyze.session import SessionAnalyzer
@@ -219,6 +220,8 @@ def _render_gpu(report: dict[str, Any], g: dict[str, Any], info: GpuInfo | None,
         console.print(_phase_table(report, g))
     if g["events"]:
         console.print(_events_table(g, report["start"]))
+    if g.get("events_folded"):  # a long session's old events, beyond the longest (analyze/fold.py)
+        _wrapped(console, folded_events_line(g["events_folded"]))
 
 
 def _verdict_table(g: dict[str, Any]) -> Table:

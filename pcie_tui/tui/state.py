@@ -14,7 +14,7 @@ from collections import deque
 from collections.abc import Sequence
 from typing import Any
 
-from pcie_tui.analyze.analysis import Analysis
+from pcie_tui.analyze.analysis import FACT_EVENTS, Analysis
 from pcie_tui.analyze.answer import finding_lines
 from pcie_tui.analyze.engine import EngineStats
 from pcie_tui.analyze.result import Answer
@@ -378,7 +378,7 @@ class ViewModel:
             phase=self.phase,
             gpus=tuple(gpus),
             events=ev_views,
-            events_total=len(an.events) + len(health),
+            events_total=an.events_count(),
             engine=engine,
             engine_stats=stats,
             engine_stats_available=True,
@@ -401,8 +401,8 @@ class ViewModel:
 
     def note_events(self, events: Sequence[dict[str, Any]]) -> None:
         """Live events of the source: an engine that became ready brings its complete facts."""
-        if self.analysis.note_events(events):
-            self.events += [e for e in events if isinstance(e, dict)]
+        if self.analysis.note_events(events):  # kept for a rebuild: the ones that bring facts, no others
+            self.events += [e for e in events if isinstance(e, dict) and e.get("event") in FACT_EVENTS]
 
     def _placement(self) -> str | None:
         """The engine's facts in one line: what it keeps in host memory, and in what kind of memory."""
