@@ -84,9 +84,10 @@ def _decoder() -> Callable[[bytes], Any]:
 
 def decode_block(lines: list[bytes]) -> list[Any] | None:
     """Every non-empty line as a typed tick, or None where any line cannot be (the block is read raw)."""
-    decode = _decoder()
+    if b"" in lines:
+        lines = [x for x in lines if x]
     try:
-        return [decode(x) for x in lines if x]
+        return list(map(_decoder(), lines))
     except (msgspec.ValidationError, msgspec.DecodeError):
         return None
 
