@@ -21,6 +21,7 @@ from pcie_tui.core import metrics
 from pcie_tui.core.errors import UserError
 from pcie_tui.core.model import TYPED_METRICS, EngineSample, GpuSample, Sample, SessionHeader
 from pcie_tui.recording.timeline import BlockColumns, TickChecker
+from pcie_tui.recording.typed import decode_block
 from pcie_tui.recording.validate import Tally, clean_header_dict, scrub
 
 _fast_loads: Callable[[bytes], Any]
@@ -329,8 +330,17 @@ class RowStream:
     then it is the cut last line a crash leaves ("truncated last line").
     """
 
-    def __init__(self, path: str | os.PathLike[str], *, validate: bool = True, block_bytes: int = BLOCK_BYTES) -> None:
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        validate: bool = True,
+        block_bytes: int = BLOCK_BYTES,
+        typed: bool = False,
+    ) -> None:
         self.path = Path(path)
+        self.typed = typed  # blocks read as typed ticks where they can be (see chunks)
+        self._typed_misses = 0  # blocks in a row that could not be read typed
         self.block_bytes = block_bytes
         self.events: list[dict[str, Any]] = []
         self.warnings: list[str] = []
@@ -402,9 +412,16 @@ class RowStream:
         self._line += len(lines)
 
     def chunks(self) -> Iterator[list[dict[str, Any]]]:
-        """The checked tick dicts, a block at a time (never an empty list)."""
+        """The checked tick dicts, a block at a time (never an empty list); typed ticks instead
+        (:mod:`pcie_tui.recording.typed`) for a block read that way, where the stream reads ``typed``."""
         with gc_paused():
             for lines, first in self._line_blocks():
+                typed = self._typed_block(lines, first)
+                if typed:
+                    yield typed
+                    del lines, typed
+                    self.checker.columns = None
+                    continue
                 ticks, nums, heads = self._parse(lines, first)
                 kept = self.checker.feed(ticks, lambda nums=nums: nums, heads)  # type: ignore[misc]
                 if kept:
@@ -414,6 +431,23 @@ class RowStream:
                 del lines, ticks, nums, heads, kept
                 self.checker.columns = None
         self._finish()
+
+    def _typed_block(self, lines: list[bytes], first: int) -> list[Any] | None:
+        """The block as typed ticks, checked whole, when the stream reads typed and the block can be read
+        so; else None (read raw). Two blocks in a row that cannot end the trying (a recording of another
+        shape: no engine, event lines)."""
+        if not self.typed or self._typed_misses >= 2 or self._bad is not None:
+            return None
+        ticks = decode_block(lines)
+        if not ticks:
+            self._typed_misses += ticks is None
+            return None
+        n = len(ticks)
+        if not self.checker.feed_typed(ticks, lambda: _line_numbers(lines, first, n)):
+            self._typed_misses += 1
+            return None
+        self._typed_misses = 0
+        return ticks
 
     def columns_of(self, rows: list[dict[str, Any]]) -> BlockColumns | None:
         """The columns the check swept from ``rows``, the chunk :meth:`chunks` just gave (None: not kept whole)."""

@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from pcie_tui.core.model import SessionHeader
+from pcie_tui.recording.typed import typed_columns
 from pcie_tui.recording.validate import (
     ENGINE_NUMBERS,
     MAX_ABS_T,
@@ -32,6 +33,7 @@ from pcie_tui.recording.validate import (
     clean_gpu_dict,
     gpu_columns_ok,
     gpu_index,
+    remember_columns,
     tick_time,
 )
 
@@ -200,7 +202,26 @@ class TickChecker:
         self.all_fast = False
         return self._slow(ticks, line_numbers(), dict(heads))
 
-    def _fast(self, ticks: list[dict[str, Any]], t: np.ndarray, line_numbers: Callable[[], list[int]]) -> None:
+    def feed_typed(self, ticks: list[Any], line_numbers: Callable[[], list[int]]) -> bool:
+        """Check one chunk of typed ticks (:mod:`pcie_tui.recording.typed`, values checked as they were
+        decoded): True when it passes whole (``columns`` then holds what the check took from it); False
+        where it does not, and nothing is counted: the caller reads the chunk again as raw dicts."""
+        self.columns = None
+        if not ticks or self._seg_pending or not self.validate:
+            return False
+        got = typed_columns(self.header, ticks, self.latest)
+        if got is None:
+            return False
+        t, engine, gl, flat, idx, m, names = got
+        fields = _engines_ok(engine)
+        if fields is None:
+            return False
+        remember_columns(flat, m, names)
+        self.columns = BlockColumns(ticks, t, engine, gl, flat, idx, fields)
+        self._fast(ticks, t, line_numbers)
+        return True
+
+    def _fast(self, ticks: list[Any], t: np.ndarray, line_numbers: Callable[[], list[int]]) -> None:
         if not t.size:
             return
         seg = self.segments[-1]

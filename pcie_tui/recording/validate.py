@@ -294,9 +294,14 @@ def gpu_columns_ok(flat: list[dict[str, Any]]) -> bool:
             ok = allowed.get(i)
             if ok is not None and not bool(np.isin(row[~np.isnan(row)], ok).all()):
                 return False
-    global _last
-    _last = (tuple(flat), m, keys)  # the dicts themselves: their ids cannot be reused while held
+    remember_columns(flat, m, keys)
     return True
+
+
+def remember_columns(flat: list[Any], m: np.ndarray, keys: tuple[str, ...]) -> None:
+    """Keep the checked matrix of these GPU entries (``keys`` x entries) for :func:`cached_columns`."""
+    global _last
+    _last = (tuple(flat), m, keys)  # the entries themselves: their ids cannot be reused while held
 
 
 def _matrix(flat: list[dict[str, Any]], keys: tuple[str, ...]) -> tuple[np.ndarray, list[int]] | None:
@@ -378,7 +383,7 @@ def _bounds() -> tuple[np.ndarray, np.ndarray, frozenset[int], dict[int, np.ndar
 
 
 _TYPED = frozenset(TYPED_METRICS)
-_last: tuple[tuple[dict[str, Any], ...], np.ndarray, tuple[str, ...]] | None = None
+_last: tuple[tuple[Any, ...], np.ndarray, tuple[str, ...]] | None = None
 
 
 MAX_ABS_T = 1e11  # unix seconds; year 5138

@@ -88,6 +88,9 @@ def report_file(
     rec = Recording(Path(path), st.header, SampleList([]), st.events)
     with_stored_calibration(rec)
     feed = ReportFeed(rec.header, thresholds)
+    # Blocks as typed ticks where they can be (the analysis takes their columns), unless the link model
+    # is compared: it builds Samples from raw dicts.
+    st.typed = feed.link.fold is None
     n = 0
     with gc_paused():
         for rows in st.chunks():

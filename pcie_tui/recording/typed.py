@@ -1,0 +1,132 @@
+"""Typed decoding of a block of tick lines for ``report``: each line straight into compact structs, the
+value rules checked inside the decoder (C), the analysis's columns taken from struct attributes.
+
+A block is decoded this way only when every line is a plain tick whose every field is one this module
+types and whose every value passes the rules as the decoder states them (a type, a range, an allowed
+set); any other block (a damaged line, an event or header line, an unknown or odd field, a value the
+rules would clean, an integral float where an integer belongs) is read as before, as raw dicts, so
+what is reported never depends on which way a block was read. Engine readings stay dicts.
+
+* GPU figures: per metrics-table row ``int | float`` in ``[lo, clamp or hi]`` (``int`` where the row is
+  an integer, one of ``allowed`` where it has a set); ``index`` an int in ``[0, MAX_GPU_INDEX]``.
+* ``t``: ``int | float`` within +-``MAX_ABS_T``; ``gpus`` a list; ``engine`` a dict or null; no other key.
+* Engine readings: any JSON value nested at most ``_NESTING`` deep, integers within 64 bits (orjson reads
+  a wider one as a float).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from itertools import chain
+from operator import attrgetter
+from typing import Annotated, Any, Literal
+
+import msgspec
+import numpy as np
+
+from pcie_tui.core import metrics
+from pcie_tui.core.model import SessionHeader
+from pcie_tui.recording.validate import MAX_ABS_T, MAX_GPU_INDEX
+
+_INT64 = Annotated[int, msgspec.Meta(ge=-(1 << 63), le=(1 << 63) - 1)]  # orjson reads wider ones as floats
+_NESTING = 6  # an engine reading nested deeper is read raw
+
+
+def _json_value(depth: int) -> Any:
+    """Any JSON value nested at most ``depth`` deep whose integers orjson reads as ints (beyond 64 bits it
+    reads a float; the decoder's untyped values would keep the int)."""
+    leaf: Any = bool | _INT64 | float | str | None
+    if depth == 0:
+        return leaf
+    inner = _json_value(depth - 1)
+    return bool | _INT64 | float | str | list[inner] | dict[str, inner] | None  # type: ignore[valid-type]
+
+
+def _figure_type(m: metrics.Metric) -> Any:
+    """The decoder's type of one GPU figure: its rule as a type (null allowed)."""
+    top = m.clamp if m.clamp is not None else m.hi
+    if m.allowed is not None:
+        return Literal[tuple(sorted(m.allowed))] | None
+    as_int = Annotated[int, msgspec.Meta(ge=math.ceil(m.lo), le=math.floor(top))]
+    if m.integer:
+        return as_int | None
+    return as_int | Annotated[float, msgspec.Meta(ge=m.lo, le=top)] | None
+
+
+@metrics.per_table
+def _types() -> tuple[Any, Any, tuple[str, ...]]:
+    """(GPU struct, tick struct, the figure names in table order) for the metrics table as it is now."""
+    names = metrics.names()
+    table = {m.name: m for m in metrics.table()}
+    gpu = msgspec.defstruct(
+        "TypedGpu",
+        [("index", Annotated[int, msgspec.Meta(ge=0, le=MAX_GPU_INDEX)])]
+        + [(n, _figure_type(table[n]), None) for n in names],
+        gc=False,
+        forbid_unknown_fields=True,
+    )
+    lim = int(MAX_ABS_T)
+    t_type = Annotated[int, msgspec.Meta(ge=-lim, le=lim)] | Annotated[float, msgspec.Meta(ge=-MAX_ABS_T, le=MAX_ABS_T)]
+    tick = msgspec.defstruct(
+        "TypedTick",
+        [("t", t_type), ("gpus", list[gpu]), ("engine", dict[str, _json_value(_NESTING)] | None, None)],  # type: ignore[valid-type,misc]
+        gc=False,
+        forbid_unknown_fields=True,
+    )
+    return gpu, tick, names
+
+
+@metrics.per_table
+def _decoder() -> Callable[[bytes], Any]:
+    return msgspec.json.Decoder(_types()[1]).decode
+
+
+def decode_block(lines: list[bytes]) -> list[Any] | None:
+    """Every non-empty line as a typed tick, or None where any line cannot be (the block is read raw)."""
+    if b"" in lines:
+        lines = [x for x in lines if x]
+    try:
+        return list(map(_decoder(), lines))
+    except (msgspec.ValidationError, msgspec.DecodeError):
+        return None
+
+
+_T, _GPUS, _ENGINE, _INDEX = attrgetter("t"), attrgetter("gpus"), attrgetter("engine"), attrgetter("index")
+
+
+def typed_columns(header: SessionHeader, ticks: list[Any], latest: float) -> tuple[Any, ...] | None:
+    """What the bulk check sweeps out of a block of raw ticks, from typed ticks whose values the decoder
+    checked: (times, engine readings, GPU lists, GPU entries, indices, figures matrix (table rows x
+    entries, NaN where null), the figure names), or None where the rest of the check fails: time not
+    after ``latest`` or not increasing, a GPU the header does not list or twice in a tick, or a tick
+    without an engine reading (the raw path then reads the block)."""
+    t = np.array(list(map(_T, ticks)), dtype=np.float64)
+    if t.size and (t[0] <= latest or (t.size > 1 and not bool(np.all(t[1:] > t[:-1])))):
+        return None
+    engine = list(map(_ENGINE, ticks))
+    if set(map(type, engine)) != {dict}:
+        return None
+    gl = list(map(_GPUS, ticks))
+    flat = list(chain.from_iterable(gl))
+    idx = list(map(_INDEX, flat))
+    known = {g.index for g in header.gpus}
+    if known and set(idx) - known:
+        return None
+    if max(map(len, gl), default=0) > 1 and any(len(g) != len({x.index for x in g}) for g in gl if len(g) > 1):
+        return None
+    names = _types()[2]
+    return t, engine, gl, flat, idx, _matrix(flat, names), names
+
+
+def _matrix(flat: list[Any], names: tuple[str, ...]) -> np.ndarray:
+    """``names`` x entries as floats, NaN where null: one attribute sweep and a transposition."""
+    n = len(flat)
+    m = np.full((len(names), n), np.nan)
+    if not n:
+        return m
+    for i, col in enumerate(zip(*map(attrgetter(*names), flat), strict=True)):
+        k = col.count(None)
+        if k != n:
+            m[i] = np.fromiter(col, np.float64, n) if k == 0 else col  # (None -> NaN)
+    return m

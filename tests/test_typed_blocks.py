@@ -1,0 +1,135 @@
+"""``report`` reads a block as typed ticks (recording/typed.py) only where that reads it exactly as the raw
+dicts would: a recording with any odd line or value reports the same with typed reading on or off."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from pcie_tui.recording import reader, typed
+from pcie_tui.recording.reader import RowStream
+from pcie_tui.report.text import report_file
+
+DEMO = Path(__file__).resolve().parents[1] / "pcie_tui" / "data" / "h200-pageable.jsonl.gz"
+
+
+def _base() -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    with gzip.open(DEMO) as f:
+        lines = [orjson.loads(x) for x in f]
+    one = [d for d in lines[1:] if "t" in d and "gpus" in d]
+    span = one[-1]["t"] - one[0]["t"] + 0.1
+    ticks = []
+    for k in range(4):  # the session four times over, times shifted (as bench/longfile.py writes it)
+        for d in one:
+            e = dict(d, t=d["t"] + k * span)
+            if isinstance(e.get("engine"), dict):
+                e["engine"] = {key: v for key, v in e["engine"].items() if key != "requests"}
+            ticks.append(e)
+    return lines[0], ticks
+
+
+def _gpu(d: dict[str, Any], **kv: Any) -> dict[str, Any]:
+    return dict(d, gpus=[dict(d["gpus"][0], **kv)])
+
+
+# Each edits the tick at position 700 (lines and values the typed reading must leave to the raw one).
+EDITS: dict[str, Any] = {
+    "clean": lambda d: d,
+    "int rate": lambda d: _gpu(d, pcie_tx_Bps=5),
+    "integral float bytes": lambda d: _gpu(d, mem_used_bytes=4431151104.0),
+    "fraction clamped": lambda d: _gpu(d, dram_bw_util=1.03),
+    "fraction out of range": lambda d: _gpu(d, sm_util=1.5),
+    "width not allowed": lambda d: _gpu(d, link_width=3),
+    "width as float": lambda d: _gpu(d, link_width=16.0),
+    "bool rate": lambda d: _gpu(d, pcie_rx_Bps=True),
+    "string power": lambda d: _gpu(d, power_W="129"),
+    "unknown GPU field": lambda d: _gpu(d, foo_C=40.0),
+    "heat fields": lambda d: _gpu(d, temp_C=61.0, clock_events=4, pcie_replays=2, power_limit_W=700.0),
+    "float index": lambda d: _gpu(d, index=0.0),
+    "GPU not in header": lambda d: _gpu(d, index=5),
+    "GPU twice": lambda d: dict(d, gpus=d["gpus"] * 2),
+    "gpus null": lambda d: dict(d, gpus=None),
+    "tick label": lambda d: dict(d, label="warmup"),
+    "no engine": lambda d: {k: v for k, v in d.items() if k != "engine"},
+    "engine not a dict": lambda d: dict(d, engine="up"),
+    "engine wide int": lambda d: dict(d, engine=dict(d["engine"], slots=1 << 64)),
+    "engine negative wide int": lambda d: dict(d, engine=dict(d["engine"], slots=-(1 << 63) - 1)),
+    "engine deep value": lambda d: dict(d, engine=dict(d["engine"], x=[[[[[[[[1]]]]]]]])),
+    "engine counter negative": lambda d: dict(d, engine=dict(d["engine"], prompt_tokens_total=-1)),
+    "engine up not bool": lambda d: dict(d, engine=dict(d["engine"], up=1)),
+    "time goes back": lambda d: dict(d, t=d["t"] - 1000),
+    "time as int": lambda d: dict(d, t=int(d["t"])),
+    "time huge": lambda d: dict(d, t=1e12),
+}
+RAW_LINES: dict[str, bytes] = {
+    "NaN": b'{"t": 1, "gpus": [{"index": 0, "pcie_tx_Bps": NaN}]}',
+    "1e400": b'{"t": 1, "gpus": [{"index": 0, "pcie_tx_Bps": 1e400}]}',
+    "event": b'{"event": "note", "t": 1}',
+    "cut": b'{"t": 1, "gpus": [{"ind',
+    "blank": b"   ",
+}
+
+
+def _write(tmp_path: Path, edit: str | None, raw: str | None) -> Path:
+    header, ticks = _base()
+    out = [orjson.dumps(header)]
+    for i, d in enumerate(ticks):
+        out.append(json.dumps(EDITS[edit](d)).encode() if edit is not None and i == 700 else orjson.dumps(d))
+        if raw is not None and i == 700:
+            out.append(RAW_LINES[raw])
+    p = tmp_path / "rec.jsonl"
+    p.write_bytes(b"\n".join(out) + b"\n")
+    return p
+
+
+def _report(path: Path, typed_on: bool, monkeypatch: pytest.MonkeyPatch) -> tuple[bytes, int]:
+    """The report's JSON, and how many blocks were read typed (blocks of ~100 ticks)."""
+    defaults = dict(RowStream.__init__.__kwdefaults__ or {}, block_bytes=30_000)
+    monkeypatch.setattr(RowStream.__init__, "__kwdefaults__", defaults)
+    monkeypatch.setattr(reader, "READ_BYTES", 30_000)
+    n = [0]
+    real = typed.decode_block
+
+    def decode(lines: list[bytes]) -> list[Any] | None:
+        got = real(lines) if typed_on else None
+        n[0] += bool(got)
+        return got
+
+    monkeypatch.setattr(reader, "decode_block", decode)
+    out, *_ = report_file(path)
+    return orjson.dumps(out, option=orjson.OPT_SORT_KEYS), n[0]
+
+
+@pytest.mark.parametrize("edit", list(EDITS))
+def test_an_odd_tick_reports_the_same_typed_or_raw(tmp_path: Path, edit: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    p = _write(tmp_path, edit, None)
+    raw, none = _report(p, False, monkeypatch)
+    got, blocks = _report(p, True, monkeypatch)
+    assert none == 0 and blocks >= 5  # most blocks typed: the comparison means something
+    assert got == raw
+
+
+@pytest.mark.parametrize("line", list(RAW_LINES))
+def test_an_odd_line_reports_the_same_typed_or_raw(tmp_path: Path, line: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    p = _write(tmp_path, None, line)
+    raw, _ = _report(p, False, monkeypatch)
+    got, blocks = _report(p, True, monkeypatch)
+    assert blocks >= 5
+    assert got == raw
+
+
+def test_a_typed_block_rejects_what_the_raw_check_would_clean() -> None:
+    header, ticks = _base()
+    good = json.dumps(ticks[0]).encode()
+    assert typed.decode_block([good]) is not None
+    for edit in ("int rate", "heat fields", "time as int"):
+        assert typed.decode_block([json.dumps(EDITS[edit](ticks[0])).encode()]) is not None, edit
+    for edit in ("integral float bytes", "fraction clamped", "width not allowed", "bool rate", "unknown GPU field"):
+        assert typed.decode_block([good, json.dumps(EDITS[edit](ticks[0])).encode()]) is None, edit
+    for edit in ("engine wide int", "engine negative wide int", "engine deep value", "tick label", "gpus null"):
+        assert typed.decode_block([json.dumps(EDITS[edit](ticks[0])).encode()]) is None, edit
