@@ -95,8 +95,8 @@ def _report(path: Path, typed_on: bool, monkeypatch: pytest.MonkeyPatch) -> tupl
     n = [0]
     real = typed.decode_block
 
-    def decode(lines: list[bytes]) -> list[Any] | None:
-        got = real(lines) if typed_on else None
+    def decode(block: bytes) -> list[Any] | None:
+        got = real(block) if typed_on else None
         n[0] += bool(got)
         return got
 
@@ -126,10 +126,36 @@ def test_an_odd_line_reports_the_same_typed_or_raw(tmp_path: Path, line: str, mo
 def test_a_typed_block_rejects_what_the_raw_check_would_clean() -> None:
     header, ticks = _base()
     good = json.dumps(ticks[0]).encode()
-    assert typed.decode_block([good]) is not None
+    assert typed.decode_block(b"\n".join([good])) is not None
     for edit in ("int rate", "heat fields", "time as int"):
-        assert typed.decode_block([json.dumps(EDITS[edit](ticks[0])).encode()]) is not None, edit
+        assert typed.decode_block(b"\n".join([json.dumps(EDITS[edit](ticks[0])).encode()])) is not None, edit
     for edit in ("integral float bytes", "fraction clamped", "width not allowed", "bool rate", "unknown GPU field"):
-        assert typed.decode_block([good, json.dumps(EDITS[edit](ticks[0])).encode()]) is None, edit
+        assert typed.decode_block(b"\n".join([good, json.dumps(EDITS[edit](ticks[0])).encode()])) is None, edit
     for edit in ("engine wide int", "engine negative wide int", "engine deep value", "tick label", "gpus null"):
-        assert typed.decode_block([json.dumps(EDITS[edit](ticks[0])).encode()]) is None, edit
+        assert typed.decode_block(b"\n".join([json.dumps(EDITS[edit](ticks[0])).encode()])) is None, edit
+
+
+def test_a_block_read_in_one_call_gives_one_tick_a_line_or_nothing() -> None:
+    """The one-call decoding of a block (every line ``{...}``) against line by line: the same ticks, and
+    None wherever a line does not hold exactly one tick, as line by line gives."""
+    _, ticks = _base()
+    a, b = (json.dumps(t, separators=(",", ":")).encode() for t in ticks[:2])
+    one_call = typed.decode_block(b"\n".join([a, b, a]))
+    assert one_call is not None and len(one_call) == 3
+    assert one_call == typed.decode_block(b"\n".join([a, b"", b, a]))  # a blank line: read line by line
+    assert typed.decode_block(b"\r\n".join([a, b])) is not None  # CRLF: line by line
+    for odd in (
+        [a + b, b"   ", a],  # two ticks on one line, and a line of spaces: as many values as lines
+        [a + b, a],  # two ticks on one line
+        [a[:-1] + b"\n" + a[-1:], b],  # a tick cut over two lines
+        [a, b"   "],
+        [a, b"{}"],
+    ):
+        assert typed.decode_block(b"\n".join(odd)) is None, odd
+        assert _by_line(odd) is None, odd
+
+
+def _by_line(lines: list[bytes]) -> list[Any] | None:
+    """Each non-empty line through typed.decode_block alone: None where any one is not a tick."""
+    out = [typed.decode_block(x) for x in lines if x]
+    return None if any(x is None or len(x) != 1 for x in out) else out

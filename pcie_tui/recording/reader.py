@@ -17,6 +17,8 @@ from operator import itemgetter
 from pathlib import Path
 from typing import Any, BinaryIO, overload
 
+import numpy as np
+
 from pcie_tui.core import metrics
 from pcie_tui.core.errors import UserError
 from pcie_tui.core.model import TYPED_METRICS, EngineSample, GpuSample, Sample, SessionHeader
@@ -388,40 +390,44 @@ class RowStream:
             scrub(obj, self.tally, 1)
         return parse_header(obj, p, self.tally)
 
-    def _line_blocks(self) -> Iterator[tuple[list[bytes], int]]:
-        """(whole lines, number of the first) about ``block_bytes`` at a time; the text after the last
-        newline is the file's last line."""
+    def _line_blocks(self) -> Iterator[tuple[bytes, int]]:
+        """(whole lines joined by newlines, number of the first) about ``block_bytes`` at a time; the text
+        after the last newline is the file's last line."""
         while not self._eof:
             while len(self._rest) < self.block_bytes and self._more():
                 pass
             if self._eof:
                 break
-            if b"\n" not in self._rest:  # one line longer than a block: read on to its end
+            cut = self._rest.rfind(b"\n")
+            if cut < 0:  # one line longer than a block: read on to its end
                 if not self._more():
                     break
                 continue
-            lines = self._rest.split(b"\n")
-            self._rest = lines.pop()  # after the last newline: the start of a line the next block ends
-            n = len(lines)
-            yield lines, self._line + 1
-            del lines  # (before the next block is read: see chunks)
+            block, self._rest = (
+                self._rest[:cut],
+                self._rest[cut + 1 :],
+            )  # after the last newline: a line the next block ends
+            n = _lines_in(block)
+            yield block, self._line + 1
+            del block  # (before the next block is read: see chunks)
             self._line += n
-        lines = self._rest.split(b"\n")
-        self._rest = b""
-        yield lines, self._line + 1
-        self._line += len(lines)
+        block, self._rest = self._rest, b""
+        yield block, self._line + 1
+        self._line += _lines_in(block)
 
     def chunks(self) -> Iterator[list[dict[str, Any]]]:
         """The checked tick dicts, a block at a time (never an empty list); typed ticks instead
         (:mod:`pcie_tui.recording.typed`) for a block read that way, where the stream reads ``typed``."""
         with gc_paused():
-            for lines, first in self._line_blocks():
-                typed = self._typed_block(lines, first)
+            for block, first in self._line_blocks():
+                typed = self._typed_block(block, first)
                 if typed:
                     yield typed
-                    del lines, typed
+                    del block, typed
                     self.checker.columns = None
                     continue
+                lines = block.split(b"\n")
+                del block
                 ticks, nums, heads = self._parse(lines, first)
                 kept = self.checker.feed(ticks, lambda nums=nums: nums, heads)  # type: ignore[misc]
                 if kept:
@@ -432,18 +438,18 @@ class RowStream:
                 self.checker.columns = None
         self._finish()
 
-    def _typed_block(self, lines: list[bytes], first: int) -> list[Any] | None:
+    def _typed_block(self, block: bytes, first: int) -> list[Any] | None:
         """The block as typed ticks, checked whole, when the stream reads typed and the block can be read
         so; else None (read raw). Two blocks in a row that cannot end the trying (a recording of another
         shape: no engine, event lines)."""
         if not self.typed or self._typed_misses >= 2 or self._bad is not None:
             return None
-        ticks = decode_block(lines)
+        ticks = decode_block(block)
         if not ticks:
             self._typed_misses += ticks is None
             return None
         n = len(ticks)
-        if not self.checker.feed_typed(ticks, lambda: _line_numbers(lines, first, n)):
+        if not self.checker.feed_typed(ticks, lambda: _line_numbers(block.split(b"\n"), first, n)):
             self._typed_misses += 1
             return None
         self._typed_misses = 0
@@ -632,6 +638,11 @@ def _loaded(rec: Recording, st: RowStream) -> None:
         rec.segments[:] = st.segments
     if rec.loading is not None:
         rec.loading.done = True
+
+
+def _lines_in(block: bytes) -> int:
+    """The lines of text joined by newlines in ``block`` (a numpy sweep: bytes.count is a slow byte loop)."""
+    return int(np.count_nonzero(np.frombuffer(block, np.uint8) == ord("\n"))) + 1
 
 
 def _line_numbers(lines: list[bytes], first: int, n: int) -> list[int]:

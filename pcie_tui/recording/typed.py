@@ -17,7 +17,6 @@ what is reported never depends on which way a block was read. Engine readings st
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from itertools import chain
 from operator import attrgetter
 from typing import Annotated, Any, Literal
@@ -78,20 +77,41 @@ def _types() -> tuple[Any, Any, tuple[str, ...]]:
 
 
 @metrics.per_table
-def _decoder() -> Callable[[bytes], Any]:
-    return msgspec.json.Decoder(_types()[1]).decode
+def _decoder() -> Any:
+    return msgspec.json.Decoder(_types()[1])
 
 
-def decode_block(lines: list[bytes]) -> list[Any] | None:
-    """Every non-empty line as a typed tick, or None where any line cannot be (the block is read raw)."""
-    if b"" in lines:
-        lines = [x for x in lines if x]
+def decode_block(block: bytes) -> list[Any] | None:
+    """Every non-empty line of ``block`` (lines joined by newlines) as a typed tick, or None where any line
+    cannot be (the block is read raw). A block whose every line starts with ``{`` and ends with ``}`` is
+    decoded in one call, and kept only where it gave one value a line: JSON allows no ``}`` then ``{``
+    inside a value, nor a raw newline in a string, so no value spans lines and a line holding two values
+    would give one too many. Any other block (blank lines, CRLF) is decoded line by line."""
+    dec = _decoder()
     try:
-        return list(map(_decoder(), lines))
+        n = _braced_lines(block)
+        if n:
+            ticks = dec.decode_lines(block)
+            return ticks if len(ticks) == n else None
+        lines = block.split(b"\n")
+        if b"" in lines:
+            lines = [x for x in lines if x]
+        return list(map(dec.decode, lines))
     except (msgspec.ValidationError, msgspec.DecodeError):
         return None
 
 
+def _braced_lines(block: bytes) -> int:
+    """How many lines ``block`` holds where every one starts with ``{`` and ends with ``}``, else 0 (byte
+    sweeps in numpy: no copy of the block, no list of its lines)."""
+    a = np.frombuffer(block, np.uint8)
+    if not a.size or a[0] != _OPEN or a[-1] != _CLOSE:
+        return 0
+    nl = np.flatnonzero(a == _NEWLINE)
+    return nl.size + 1 if bool(np.all(a[nl - 1] == _CLOSE) and np.all(a[nl + 1] == _OPEN)) else 0
+
+
+_OPEN, _CLOSE, _NEWLINE = ord("{"), ord("}"), ord("\n")
 _T, _GPUS, _ENGINE, _INDEX = attrgetter("t"), attrgetter("gpus"), attrgetter("engine"), attrgetter("index")
 
 
