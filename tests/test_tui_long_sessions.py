@@ -72,7 +72,7 @@ def test_event_times_of_an_eleven_hour_session_stay_in_their_columns(size):
             await pilot.pause()
             pane = app.query_one(EventsPane)
             out["cells"] = [tuple(str(c) for c in pane.table.get_row_at(i)) for i in range(pane.table.row_count)]
-            out["widths"] = {str(k.value): c.get_render_width(pane.table) for k, c in pane.table.columns.items()}
+            out["widths"] = pane.table.column_widths
             out["text"] = screen_text(app)
 
     run(go())

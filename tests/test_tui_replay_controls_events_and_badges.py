@@ -121,6 +121,48 @@ def test_event_end_column_not_cut(rec, size):
     run(go())
 
 
+def test_events_scroll_under_their_header_and_a_changed_event_repaints_its_line_alone(rec):
+    """The events box draws line by line (issue 22: a DataTable re-rendered every cell after each changed one):
+    rows scroll under the header that stays; a new event brings the newest back into view; a changed figure
+    repaints that event's line and no other."""
+    n = len(rec.samples)
+    app = make_app(paused_at(rec, n - 1))
+
+    async def go():
+        async with app.run_test(size=(80, 24)) as pilot:
+            await wait_until(pilot, lambda: frame_at(app, n - 1))
+            pane = app.query_one(EventsPane)
+            table = pane.table
+            events = app.frame.events
+            assert table.row_count == len(events) > table.size.height - 1  # more than fit: they scroll
+            down = table.max_scroll_y
+            assert down >= 1
+            table.scroll_to(y=down, animate=False, immediate=True)
+            await pilot.pause()
+            lines = screen_text(app).splitlines()
+            top = table.region.y
+            header = ["start", "end", "GPU", "resource", "dir", "peak", "mean", "phase"]
+            assert lines[top].split("│")[1].split()[:8] == header  # then the scrollbar
+            assert lines[top + 1].split("│")[1].split()[:2] == table.get_row_at(down)[0].split()
+
+            regions = []
+            refresh = table.refresh
+            table.refresh = lambda *r, **k: (regions.extend(r), refresh(*r, **k))[1]  # type: ignore[method-assign]
+            i = len(events) - 1 - down  # the event on the first line under the header: "open" from now on
+            changed = (*events[:i], dataclasses.replace(events[i], end_s=None), *events[i + 1 :])
+            pane.show(changed, app.frame.events_total, exact=True)
+            assert table.get_row_at(down)[1] == "open" and table.scroll_offset.y == down
+            assert [(r.y, r.height) for r in regions] == [(1, 1)], regions  # its line (under the header) alone
+            await pilot.pause()
+            assert screen_text(app).splitlines()[top + 1].split("│")[1].split()[2] == "open"
+
+            new = dataclasses.replace(events[-1], key="new", start_s=events[-1].start_s + 1.0)
+            pane.show((*changed, new), app.frame.events_total + 1, exact=True)
+            assert table.scroll_offset.y == 0 and table.get_row_at(0) == table.rows[0]
+
+    run(go())
+
+
 def test_badge_while_easing_is_honest(rec):
     pos = saturated_moment(rec, "link", "h2d")
     app = make_app(paused_at(rec, pos))

@@ -14,6 +14,7 @@ from typing import Any
 
 from pcie_tui.analyze.answer import answer
 from pcie_tui.analyze.attribution import BOUNDS, gpu_ceilings, tick_bounds, transfer_floors_Bps
+from pcie_tui.analyze.columns import from_samples
 from pcie_tui.analyze.result import Answer
 from pcie_tui.analyze.session import SessionAnalyzer
 from pcie_tui.analyze.verdict import DEFAULT_THRESHOLDS, Thresholds
@@ -49,6 +50,12 @@ class Analysis:
 
     def feed_all(self, samples: Iterable[Sample], chunk: int | None = None) -> None:
         self.session.feed_all(samples, chunk)
+
+    def feed_chunk(self, samples: Sequence[Sample]) -> list[str | None]:
+        """``samples`` as one chunk (the same as one by one, for less); each tick's phase by the session's rule."""
+        ch = from_samples(samples)
+        self.session.feed_chunk(ch)
+        return ch.phase
 
     def feed_rows(self, rows: Sequence[dict[str, Any]], swept: BlockColumns | None = None) -> None:
         """Raw tick dicts (``swept``: the columns the reader's check already took from them)."""
