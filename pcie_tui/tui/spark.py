@@ -13,7 +13,8 @@ import zlib
 from collections import Counter
 from collections.abc import Sequence
 from functools import lru_cache
-from typing import Any, cast
+from itertools import pairwise
+from typing import Any
 
 from rich.style import Style
 from rich.text import Text
@@ -38,6 +39,7 @@ UNSHADED = frozenset({"idle", "gap"})
 BLANK = Style()  # a cell before the history starts
 
 
+@lru_cache(maxsize=256)
 def phase_bg(phase: str | None) -> str | None:
     """A stable background colour for a phase name (same name, same colour, every run)."""
     if phase is None or phase in UNSHADED:
@@ -59,35 +61,49 @@ def buckets(
     per_cell: int,
 ) -> list[tuple[float | None, str | None, bool]]:
     """(peak, phase, has_ticks) per cell, newest cell at the right edge."""
-    end = start + len(values)  # absolute index one past the newest tick
+    blank, peaks, phs = _cells(values, phases, start, width, per_cell)
+    return [(None, None, False)] * blank + [(p, ph, True) for p, ph in zip(peaks, phs, strict=True)]
+
+
+def _cells(
+    values: Sequence[float | None], phases: Sequence[str | None], start: int, width: int, per_cell: int
+) -> tuple[int, list[float | None], list[str | None]]:
+    """:func:`buckets` as (blank cells on the left, then each cell's peak and phase). A cell holds the ticks
+    of its absolute indices that the history has; the cells before the first tick are blank. Slices, max and
+    count run in C, a cell's bounds found once: this is drawn for every chart (and every GPU's line) each
+    frame (issue 22)."""
+    n = len(values)
+    end = start + n  # absolute index one past the newest tick
     if width <= 0:
-        return []
+        return 0, [], []
     last_cell = (end - 1) // per_cell if end > 0 else 0
     first_cell = last_cell - width + 1
-    out: list[tuple[float | None, str | None, bool]] = []
-    whole = None not in values  # no missing reading: a cell's peak is max() of its slice, all in C
-    for cell in range(first_cell, last_cell + 1):
-        lo = max(cell * per_cell, start)
-        hi = min((cell + 1) * per_cell, end)
-        if cell < 0 or lo >= hi:
-            out.append((None, None, False))
-            continue
-        # Slices and filter/max run in C: this is redrawn for every sparkline at 10 Hz.
-        if whole:
-            peak: float | None = max(cast("Sequence[float]", values)[lo - start : hi - start])
-        else:
-            peak = max([v for v in values[lo - start : hi - start] if v is not None], default=None)
-        if not phases:
-            ph = None
-        elif hi - lo == 1:
-            ph = phases[lo - start]
-        else:
-            run = phases[lo - start : hi - start]
+    first = max(first_cell, 0, start // per_cell) if n else last_cell + 1  # the first cell holding a tick
+    if first > last_cell:
+        return width, [], []
+    lo = max(first * per_cell, start) - start
+    if per_cell == 1:
+        peaks = list(values[lo:])
+        return first - first_cell, peaks, list(phases[lo:]) if phases else [None] * len(peaks)
+    bounds = [lo, *range((first + 1) * per_cell - start, n, per_cell), n]
+    spans = list(pairwise(bounds))
+    if None not in values:  # no missing reading: a cell's peak is max() of its slice
+        peaks = [max(values[a:b]) for a, b in spans]  # type: ignore[type-var]
+    else:
+        peaks = [max([v for v in values[a:b] if v is not None], default=None) for a, b in spans]
+    if not phases:
+        phs: list[str | None] = [None] * len(spans)
+    elif (tail := phases[lo:]).count(tail[0]) == len(tail):  # one phase over the whole window
+        phs = [tail[0]] * len(spans)
+    else:
+        phs = []
+        for a, b in spans:
+            run = phases[a:b]
             ph = run[0]
             if run.count(ph) != len(run):  # a phase change inside the cell: the most ticks win
                 ph = Counter(run).most_common(1)[0][0]
-        out.append((peak, ph, True))
-    return out
+            phs.append(ph)
+    return first - first_cell, peaks, phs
 
 
 def runs(
@@ -113,7 +129,7 @@ def runs(
     hot_style = hot_style or Style(color="red")
     missing_style = missing_style or Style(color="grey50")
     # One tick per cell until the history is wider than the widget; then fixed-size cells.
-    cells = buckets(values, phases, start, width, ticks_per_cell(min(len(values), history_ticks), width))
+    cells = _cells(values, phases, start, width, ticks_per_cell(min(len(values), history_ticks), width))
     levels = 8 * height
     cell_levels, cell_styles = _levels_and_styles(cells, levels, scale, (bar_style, hot_style, missing_style), hot_at)
     # Runs of one style are cut the same way on every row: the cuts are found once, and each row is
@@ -133,42 +149,34 @@ def runs(
 
 
 def _levels_and_styles(
-    cells: list[tuple[float | None, str | None, bool]],
+    cells: tuple[int, list[float | None], list[str | None]],
     levels: int,
     scale: float | None,
     bar_hot_missing: tuple[Style, Style, Style],
     hot_at: float | None,
 ) -> tuple[list[int], list[Style]]:
-    """Per cell: its bar level in eighths of a row (-1 blank, 0 missing: a dot) and its style (one
-    object per distinct style, so neighbours of one style are found by identity)."""
-    bar_style, hot_style, missing_style = bar_hot_missing
-    blank = BLANK
-    shades: dict[str | None, Style] = {}
+    """Per cell (:func:`_cells`): its bar level in eighths of a row (-1 blank, 0 missing: a dot) and its style
+    (one object per distinct style, so neighbours of one style are found by identity)."""
+    blank, peaks, phases = cells
+    kinds = (bar_hot_missing[2], bar_hot_missing[0], bar_hot_missing[1])  # missing, bar, hot
     styled: dict[tuple[int, str | None], Style] = {}
-    cell_levels: list[int] = []
-    cell_styles: list[Style] = []
-    for peak, phase, has in cells:
-        if not has:
-            cell_levels.append(-1)
-            cell_styles.append(blank)
-            continue
-        bg = phase_bg(phase)
-        if bg not in shades:
-            shades[bg] = _shade(bg)
+    cell_levels: list[int] = [-1] * blank
+    cell_styles: list[Style] = [BLANK] * blank
+    add_level, add_style = cell_levels.append, cell_styles.append
+    hot = 2.0 if hot_at is None else hot_at  # a share is never 2: no cell is hot
+    for peak, bg in zip(peaks, map(phase_bg, phases), strict=True):
         if peak is None or not scale:
-            key = (0, bg)
-            if key not in styled:
-                styled[key] = missing_style + shades[bg]
-            cell_levels.append(0)
-            cell_styles.append(styled[key])
-            continue
-        frac = max(0.0, min(peak / scale, 1.0))
-        hot = hot_at is not None and frac >= hot_at
-        key = (2 if hot else 1, bg)
-        if key not in styled:
-            styled[key] = (hot_style if hot else bar_style) + shades[bg]
-        cell_levels.append(max(round(frac * levels), 1))  # a reading (even zero) is the lowest bar
-        cell_styles.append(styled[key])
+            kind = level = 0
+        else:
+            frac = peak / scale
+            frac = 0.0 if frac < 0.0 else 1.0 if frac > 1.0 else frac
+            kind = 2 if frac >= hot else 1
+            level = round(frac * levels) or 1  # a reading (even zero) is the lowest bar
+        style = styled.get((kind, bg))
+        if style is None:
+            style = styled[(kind, bg)] = kinds[kind] + _shade(bg)
+        add_level(level)
+        add_style(style)
     return cell_levels, cell_styles
 
 
