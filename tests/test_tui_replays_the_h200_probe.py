@@ -140,12 +140,14 @@ def test_badge_seen_while_playing_the_h2d_phase(rec):
         if isinstance(msg, FrameReady):
             frames.append(msg.frame)
 
-    src = ReplaySource(rec, speed=4.0)
+    # Speed 2: the recording's 2.2 s idle opening lasts 1.1 s of wall time, so frames land in it even when the
+    # app's start is slow on a loaded machine (at speed 4, 0.55 s, it was missed under load).
+    src = ReplaySource(rec, speed=2.0)
     app = make_app(src)
 
     async def go():
         async with app.run_test(size=(80, 24), message_hook=hook) as pilot:
-            await wait_until(pilot, lambda: app.frame is not None and app.frame.gpus[0].verdict == "link", 10)
+            await wait_until(pilot, lambda: app.frame is not None and app.frame.gpus[0].verdict == "link", 15)
             await pilot.press("space")
             await wait_until(pilot, lambda: app.frame.replay.paused)
             f = app.frame
