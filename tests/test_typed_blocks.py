@@ -159,3 +159,22 @@ def _by_line(lines: list[bytes]) -> list[Any] | None:
     """Each non-empty line through typed.decode_block alone: None where any one is not a tick."""
     out = [typed.decode_block(x) for x in lines if x]
     return None if any(x is None or len(x) != 1 for x in out) else out
+
+
+def test_engine_readings_repeated_byte_for_byte_are_decoded_once_and_read_the_same() -> None:
+    """The engine readings of a typed block are what orjson reads of each line; a run of ticks that repeat
+    a reading byte for byte shares one dict, and a reading equal in value but written otherwise (spaces)
+    is decoded again, to the same value."""
+    _, ticks = _base()
+    lines = [orjson.dumps(t) for t in ticks[:300]]
+    lines[150] = json.dumps(ticks[150]).encode()  # the same values, spaced: other bytes
+    got = typed.decode_block(b"\n".join(lines))
+    assert got is not None
+    assert [t.engine for t in got] == [orjson.loads(x)["engine"] for x in lines]
+    eng = [orjson.dumps(t["engine"]) for t in ticks[:300]]
+    starts = {0} | {i for i in range(1, 300) if eng[i] != eng[i - 1]}
+    assert len(starts) < 150  # the demo repeats most readings: the sharing is exercised
+    assert len({id(t.engine) for t in got}) == len(starts | {150, 151})  # the spaced line and the next decoded
+    wide = json.dumps(EDITS["engine wide int"](ticks[9]), separators=(",", ":")).encode()
+    bad = [*lines[:10], wide]  # a reading after a run, out of the rules: decoded, so the block is read raw
+    assert typed.decode_block(b"\n".join(bad)) is None
