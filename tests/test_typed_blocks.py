@@ -62,6 +62,18 @@ EDITS: dict[str, Any] = {
     "engine deep value": lambda d: dict(d, engine=dict(d["engine"], x=[[[[[[[[1]]]]]]]])),
     "engine counter negative": lambda d: dict(d, engine=dict(d["engine"], prompt_tokens_total=-1)),
     "engine up not bool": lambda d: dict(d, engine=dict(d["engine"], up=1)),
+    "engine up null": lambda d: dict(d, engine=dict(d["engine"], up=None)),
+    "engine no up": lambda d: dict(d, engine={k: v for k, v in d["engine"].items() if k != "up"}),
+    "engine no counters": lambda d: dict(d, engine={"kind": "llamacpp", "up": True}),
+    "engine counter a string": lambda d: dict(d, engine=dict(d["engine"], requests_waiting="0")),
+    "engine counter a bool": lambda d: dict(d, engine=dict(d["engine"], requests_running=True)),
+    "engine counter at 1e18 (int)": lambda d: dict(d, engine=dict(d["engine"], prompt_tokens_total=10**18)),
+    "engine counter past 1e18 (int)": lambda d: dict(d, engine=dict(d["engine"], prompt_tokens_total=10**18 + 1)),
+    "engine counter past 1e18 (float)": lambda d: dict(d, engine=dict(d["engine"], generation_tokens_total=1.5e18)),
+    "engine kind a number": lambda d: dict(d, engine=dict(d["engine"], kind=3)),
+    "engine phase null": lambda d: dict(d, engine=dict(d["engine"], phase=None)),
+    "engine error a list": lambda d: dict(d, engine=dict(d["engine"], error=["x"])),
+    "engine null": lambda d: dict(d, engine=None),
     "time goes back": lambda d: dict(d, t=d["t"] - 1000),
     "time as int": lambda d: dict(d, t=int(d["t"])),
     "time huge": lambda d: dict(d, t=1e12),
@@ -95,9 +107,9 @@ def _report(path: Path, typed_on: bool, monkeypatch: pytest.MonkeyPatch) -> tupl
     n = [0]
     real = typed.decode_block
 
-    def decode(block: bytes) -> list[Any] | None:
+    def decode(block: bytes) -> typed.TypedBlock | None:
         got = real(block) if typed_on else None
-        n[0] += bool(got)
+        n[0] += got is not None and bool(got.ticks)
         return got
 
     monkeypatch.setattr(reader, "decode_block", decode)
@@ -141,7 +153,7 @@ def test_a_block_read_in_one_call_gives_one_tick_a_line_or_nothing() -> None:
     _, ticks = _base()
     a, b = (json.dumps(t, separators=(",", ":")).encode() for t in ticks[:2])
     one_call = typed.decode_block(b"\n".join([a, b, a]))
-    assert one_call is not None and len(one_call) == 3
+    assert one_call is not None and len(one_call.ticks) == 3
     assert one_call == typed.decode_block(b"\n".join([a, b"", b, a]))  # a blank line: read line by line
     assert typed.decode_block(b"\r\n".join([a, b])) is not None  # CRLF: line by line
     for odd in (
@@ -158,7 +170,7 @@ def test_a_block_read_in_one_call_gives_one_tick_a_line_or_nothing() -> None:
 def _by_line(lines: list[bytes]) -> list[Any] | None:
     """Each non-empty line through typed.decode_block alone: None where any one is not a tick."""
     out = [typed.decode_block(x) for x in lines if x]
-    return None if any(x is None or len(x) != 1 for x in out) else out
+    return None if any(x is None or len(x.ticks) != 1 for x in out) else out
 
 
 def test_engine_readings_repeated_byte_for_byte_are_decoded_once_and_read_the_same() -> None:
@@ -170,11 +182,11 @@ def test_engine_readings_repeated_byte_for_byte_are_decoded_once_and_read_the_sa
     lines[150] = json.dumps(ticks[150]).encode()  # the same values, spaced: other bytes
     got = typed.decode_block(b"\n".join(lines))
     assert got is not None
-    assert [t.engine for t in got] == [orjson.loads(x)["engine"] for x in lines]
+    assert [t.engine for t in got.ticks] == [orjson.loads(x)["engine"] for x in lines]
     eng = [orjson.dumps(t["engine"]) for t in ticks[:300]]
     starts = {0} | {i for i in range(1, 300) if eng[i] != eng[i - 1]}
     assert len(starts) < 150  # the demo repeats most readings: the sharing is exercised
-    assert len({id(t.engine) for t in got}) == len(starts | {150, 151})  # the spaced line and the next decoded
+    assert len({id(t.engine) for t in got.ticks}) == len(starts | {150, 151})  # the spaced line and the next decoded
     wide = json.dumps(EDITS["engine wide int"](ticks[9]), separators=(",", ":")).encode()
     bad = [*lines[:10], wide]  # a reading after a run, out of the rules: decoded, so the block is read raw
     assert typed.decode_block(b"\n".join(bad)) is None

@@ -444,16 +444,16 @@ class RowStream:
         shape: no engine, event lines)."""
         if not self.typed or self._typed_misses >= 2 or self._bad is not None:
             return None
-        ticks = decode_block(block)
-        if not ticks:
-            self._typed_misses += ticks is None
+        typed = decode_block(block)
+        if typed is None or not typed.ticks:
+            self._typed_misses += typed is None
             return None
-        n = len(ticks)
-        if not self.checker.feed_typed(ticks, lambda: _line_numbers(block.split(b"\n"), first, n)):
+        n = len(typed.ticks)
+        if not self.checker.feed_typed(typed, lambda: _line_numbers(block.split(b"\n"), first, n)):
             self._typed_misses += 1
             return None
         self._typed_misses = 0
-        return ticks
+        return typed.ticks
 
     def columns_of(self, rows: list[dict[str, Any]]) -> BlockColumns | None:
         """The columns the check swept from ``rows``, the chunk :meth:`chunks` just gave (None: not kept whole)."""

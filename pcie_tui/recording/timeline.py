@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from pcie_tui.core.model import SessionHeader
-from pcie_tui.recording.typed import typed_columns
+from pcie_tui.recording.typed import TypedBlock, typed_columns
 from pcie_tui.recording.validate import (
     ENGINE_NUMBERS,
     MAX_ABS_T,
@@ -202,20 +202,18 @@ class TickChecker:
         self.all_fast = False
         return self._slow(ticks, line_numbers(), dict(heads))
 
-    def feed_typed(self, ticks: list[Any], line_numbers: Callable[[], list[int]]) -> bool:
+    def feed_typed(self, block: TypedBlock, line_numbers: Callable[[], list[int]]) -> bool:
         """Check one chunk of typed ticks (:mod:`pcie_tui.recording.typed`, values checked as they were
         decoded): True when it passes whole (``columns`` then holds what the check took from it); False
         where it does not, and nothing is counted: the caller reads the chunk again as raw dicts."""
         self.columns = None
+        ticks = block.ticks
         if not ticks or self._seg_pending or not self.validate:
             return False
-        got = typed_columns(self.header, ticks, self.latest)
+        got = typed_columns(self.header, block, self.latest)
         if got is None:
             return False
-        t, engine, gl, flat, idx, m, names = got
-        fields = _engines_ok(engine)
-        if fields is None:
-            return False
+        t, engine, gl, flat, idx, m, names, fields = got
         remember_columns(flat, m, names)
         self.columns = BlockColumns(ticks, t, engine, gl, flat, idx, fields)
         self._fast(ticks, t, line_numbers)

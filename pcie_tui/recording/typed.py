@@ -24,7 +24,7 @@ from __future__ import annotations
 import math
 from itertools import chain
 from operator import attrgetter
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, NamedTuple
 
 import msgspec
 import numpy as np
@@ -32,7 +32,7 @@ from msgspec.structs import astuple
 
 from pcie_tui.core import metrics
 from pcie_tui.core.model import SessionHeader
-from pcie_tui.recording.validate import MAX_ABS_T, MAX_GPU_INDEX
+from pcie_tui.recording.validate import ENGINE_NUMBERS, MAX_ABS_T, MAX_GPU_INDEX
 
 _INT64 = Annotated[int, msgspec.Meta(ge=-(1 << 63), le=(1 << 63) - 1)]  # orjson reads wider ones as floats
 _NESTING = 6  # an engine reading nested deeper is read raw
@@ -88,12 +88,33 @@ def _decoder() -> Any:
     return msgspec.json.Decoder(_types()[1])
 
 
-_ENGINE_DECODER = msgspec.json.Decoder(dict[str, _json_value(_NESTING)] | None)  # type: ignore[valid-type,misc]
+_ENGINE_DECODER = msgspec.json.Decoder(dict[str, _json_value(_NESTING)])  # type: ignore[valid-type,misc]
+
+# The engine fields the bulk check reads (timeline._engines_ok), with its rules as types: a number in
+# [0, 1e18] or null (ints compared exactly), a word a string or null, ``up`` a bool (False where absent).
+# Every other key is left to the dict.
+_COUNT = Annotated[int, msgspec.Meta(ge=0, le=10**18)] | Annotated[float, msgspec.Meta(ge=0.0, le=1e18)] | None
+ENGINE_FIELDS = (*ENGINE_NUMBERS, "kind", "phase", "up", "error")
+_EngineFields = msgspec.defstruct(
+    "EngineFields",
+    [*((k, _COUNT, None) for k in ENGINE_NUMBERS), ("kind", str | None, None), ("phase", str | None, None)]
+    + [("up", bool, False), ("error", str | None, None)],
+    gc=False,
+)
+_FIELDS_DECODER = msgspec.json.Decoder(_EngineFields)
 
 
-def decode_block(block: bytes) -> list[Any] | None:
+class TypedBlock(NamedTuple):
+    """A block's typed ticks (each one's ``engine`` a dict) and, per tick, its engine's checked fields
+    (``ENGINE_FIELDS``, a struct shared by the ticks that share the dict)."""
+
+    ticks: list[Any]
+    fields: list[Any]
+
+
+def decode_block(block: bytes) -> TypedBlock | None:
     """Every non-empty line of ``block`` (lines joined by newlines) as a typed tick, or None where any line
-    cannot be (the block is read raw). A block whose every line starts with ``{`` and ends with ``}`` is
+    cannot be, or has no engine reading (the block is read raw). A block whose every line starts with ``{`` and ends with ``}`` is
     decoded in one call, and kept only where it gave one value a line: JSON allows no ``}`` then ``{``
     inside a value, nor a raw newline in a string, so no value spans lines and a line holding two values
     would give one too many. Any other block (blank lines, CRLF) is decoded line by line."""
@@ -109,25 +130,33 @@ def decode_block(block: bytes) -> list[Any] | None:
             if b"" in lines:
                 lines = [x for x in lines if x]
             ticks = list(map(dec.decode, lines))
-        _decode_engines(ticks)
-    except (msgspec.ValidationError, msgspec.DecodeError):
+        return TypedBlock(ticks, _decode_engines(ticks))
+    except (msgspec.ValidationError, msgspec.DecodeError, _NoEngine):
         return None
-    return ticks
 
 
-def _decode_engines(ticks: list[Any]) -> None:
-    """Each tick's engine reading (as the decoder took it, whole) decoded in place: once for a run of
-    ticks that repeat it byte for byte, which then share the one dict."""
-    decode = _ENGINE_DECODER.decode
+class _NoEngine(Exception):
+    pass
+
+
+def _decode_engines(ticks: list[Any]) -> list[Any]:
+    """Each tick's engine reading (as the decoder took it, whole) decoded in place, and its checked fields
+    (returned, one per tick): once for a run of ticks that repeat it byte for byte, which then share the
+    one dict and the one struct. A tick without an engine object raises (the block is read raw)."""
+    decode, fields = _ENGINE_DECODER.decode, _FIELDS_DECODER.decode
     prev_raw: Any = None
     prev: Any = None
+    f: Any = None
+    out = []
     for tick in ticks:
         raw = tick.engine
         if raw is None:  # no engine key
-            continue
+            raise _NoEngine
         if raw != prev_raw:  # (Raw compares its bytes)
-            prev, prev_raw = decode(raw), raw
+            f, prev, prev_raw = fields(raw), decode(raw), raw
         tick.engine = prev
+        out.append(f)
+    return out
 
 
 def _braced_lines(block: bytes) -> int:
@@ -144,18 +173,17 @@ _OPEN, _CLOSE, _NEWLINE = ord("{"), ord("}"), ord("\n")
 _T, _GPUS, _ENGINE, _INDEX = attrgetter("t"), attrgetter("gpus"), attrgetter("engine"), attrgetter("index")
 
 
-def typed_columns(header: SessionHeader, ticks: list[Any], latest: float) -> tuple[Any, ...] | None:
+def typed_columns(header: SessionHeader, block: TypedBlock, latest: float) -> tuple[Any, ...] | None:
     """What the bulk check sweeps out of a block of raw ticks, from typed ticks whose values the decoder
     checked: (times, engine readings, GPU lists, GPU entries, indices, figures matrix (table rows x
-    entries, NaN where null), the figure names), or None where the rest of the check fails: time not
-    after ``latest`` or not increasing, a GPU the header does not list or twice in a tick, or a tick
-    without an engine reading (the raw path then reads the block)."""
+    entries, NaN where null), the figure names, the engine's checked fields by name (a list each)), or
+    None where the rest of the check fails: time not after ``latest`` or not increasing, a GPU the
+    header does not list or twice in a tick (the raw path then reads the block)."""
+    ticks = block.ticks
     t = np.array(list(map(_T, ticks)), dtype=np.float64)
     if t.size and (t[0] <= latest or (t.size > 1 and not bool(np.all(t[1:] > t[:-1])))):
         return None
     engine = list(map(_ENGINE, ticks))
-    if set(map(type, engine)) != {dict}:
-        return None
     gl = list(map(_GPUS, ticks))
     flat = list(chain.from_iterable(gl))
     idx = list(map(_INDEX, flat))
@@ -165,7 +193,9 @@ def typed_columns(header: SessionHeader, ticks: list[Any], latest: float) -> tup
     if max(map(len, gl), default=0) > 1 and any(len(g) != len({x.index for x in g}) for g in gl if len(g) > 1):
         return None
     names = _types()[2]
-    return t, engine, gl, flat, idx, _matrix(flat, names), names
+    by_field = zip(*map(astuple, block.fields), strict=True) if ticks else ([] for _ in ENGINE_FIELDS)
+    fields = dict(zip(ENGINE_FIELDS, map(list, by_field), strict=True))
+    return t, engine, gl, flat, idx, _matrix(flat, names), names, fields
 
 
 def _matrix(flat: list[Any], names: tuple[str, ...]) -> np.ndarray:
