@@ -4,6 +4,11 @@ Builds a ~200 MB recording (uncompressed JSON lines, ~7.5 h at 10 Hz) by repeati
 h200-pageable with its times shifted (finished requests dropped, so none repeats), then runs, each in its
 own process: a bare ``orjson`` parse of every line, and ``pcie-tui report FILE --json``. Wall time and peak
 RSS of each; the targets: the report within 3x the bare parse, under 300 MB.
+
+In h200-pageable, as in the other real recordings, most ticks repeat the engine reading before them (81 %
+here; the engine is polled more slowly than the GPUs, and an idle one reads the same), which ``report``
+decodes once. So the same is measured again on a second file, the worst case: every engine reading made
+distinct by one more per-tick counter (``poll_n``), as an engine read anew every tick would be.
 The report runs as installed: bytecode cached. Its process runs without PYTHONDONTWRITEBYTECODE, after a
 warm-up report of a bundled demo has written the .pyc files, as a pip install has them (an editable checkout
 under PYTHONDONTWRITEBYTECODE=1 would recompile ~80 modules on every run, ~0.2 s).
@@ -37,8 +42,8 @@ print(n)
 """
 
 
-def build(path: Path, megabytes: float) -> tuple[int, float]:
-    """Write the long recording; (ticks, hours)."""
+def build(path: Path, megabytes: float, distinct: bool = False) -> tuple[int, float]:
+    """Write the long recording; (ticks, hours). ``distinct``: no engine reading repeats the one before."""
     import orjson
 
     with gzip.open(SOURCE) as f:
@@ -53,6 +58,8 @@ def build(path: Path, megabytes: float) -> tuple[int, float]:
                 e = dict(d, t=d["t"] + k * span)
                 if isinstance(e.get("engine"), dict):
                     e["engine"] = {key: v for key, v in e["engine"].items() if key != "requests"}
+                    if distinct:
+                        e["engine"]["poll_n"] = n
                 b = orjson.dumps(e) + b"\n"
                 out.write(b)
                 size += len(b)
@@ -107,24 +114,37 @@ def _run(cmd: list[str], env: dict[str, str] | None = None) -> tuple[float, floa
     return wall, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
 
 
-def bench_longfile(megabytes: float = 200.0, rounds: int = 2) -> list[tuple[str, str]]:
-    """Bare parse and report in turns (A B A B: this machine is noisy), the median of each."""
+def _report_vs_parse(path: Path, rounds: int, env: dict[str, str]) -> tuple[float, float, float]:
+    """Bare parse and report in turns (A B A B: this machine is noisy): (median parse s, median report s,
+    peak RSS MB of the children so far)."""
     parse: list[float] = []
     report: list[float] = []
+    rss = 0.0
+    for _ in range(rounds):
+        parse.append(_run([sys.executable, "-c", PARSE, str(path)])[0])
+        wall, rss = _run([sys.executable, "-m", "pcie_tui", "report", str(path), "--json"], env)
+        report.append(wall)
+    return sorted(parse)[len(parse) // 2], sorted(report)[len(report) // 2], rss
+
+
+def bench_longfile(megabytes: float = 200.0, rounds: int = 2) -> list[tuple[str, str]]:
+    """The report against a bare parse on the long recording, then on its every-reading-distinct twin;
+    the replay's first frame on the first."""
     with tempfile.TemporaryDirectory() as d:
         path = Path(d) / "long.jsonl"
         n, hours = build(path, megabytes)
         mb = path.stat().st_size / 1e6
         env = installed_env()
         _run([sys.executable, "-m", "pcie_tui", "report", str(SOURCE), "--json"], env)  # warm-up: writes the .pyc
-        for _ in range(rounds):
-            parse.append(_run([sys.executable, "-c", PARSE, str(path)])[0])
-            wall, rss = _run([sys.executable, "-m", "pcie_tui", "report", str(path), "--json"], env)
-            report.append(wall)
+        parse_s, report_s, rss = _report_vs_parse(path, rounds, env)
         firsts = [replay_first_frame(path) for _ in range(rounds)]
-    parse_s, report_s = sorted(parse)[len(parse) // 2], sorted(report)[len(report) // 2]
-    ratio = report_s / parse_s
+        path.unlink()
+        build(path, megabytes, distinct=True)
+        d_parse, d_report, d_rss = _report_vs_parse(path, rounds, env)
+    ratio, d_ratio = report_s / parse_s, d_report / d_parse
     ok = "yes" if ratio <= TARGET_RATIO and rss < TARGET_RSS_MB else "no"
+    d_ok = "yes" if d_ratio <= TARGET_RATIO and d_rss < TARGET_RSS_MB else "no"
+    first = max(f for f, _ in firsts)
     return [
         (
             f"`report --json` on a {mb:.0f} MB recording ({n:,} ticks, {hours:.1f} h, h200-pageable repeated), "
@@ -134,9 +154,14 @@ def bench_longfile(megabytes: float = 200.0, rounds: int = 2) -> list[tuple[str,
             f"{TARGET_RSS_MB:g}); met: {ok}",
         ),
         (
+            "the same with every engine reading distinct (worst case: none decoded once for a run of repeats)",
+            f"{d_report:.2f} s = {d_ratio:.1f}x a bare orjson parse ({d_parse:.2f} s; median of {rounds} turns "
+            f"each); peak RSS {d_rss:.0f} MB; met: {d_ok}",
+        ),
+        (
             f"`replay` of the same {mb:.0f} MB recording: first frame from the process's start",
-            f"{max(f for f, _ in firsts):.2f} s (the slower of {rounds}; target <= {TARGET_FIRST_S:g} s) "
-            f"{'OK' if max(f for f, _ in firsts) <= TARGET_FIRST_S else 'MISSED'}; the screen said: {firsts[0][1]!r}",
+            f"{first:.2f} s (the slower of {rounds}; target <= {TARGET_FIRST_S:g} s) "
+            f"{'OK' if first <= TARGET_FIRST_S else 'MISSED'}; the screen said: {firsts[0][1]!r}",
         ),
     ]
 

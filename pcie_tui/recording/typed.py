@@ -102,6 +102,7 @@ _EngineFields = msgspec.defstruct(
     gc=False,
 )
 _FIELDS_DECODER = msgspec.json.Decoder(_EngineFields)
+_FIELD_GETTERS = tuple((k, attrgetter(k)) for k in ENGINE_FIELDS)
 
 
 class TypedBlock(NamedTuple):
@@ -193,8 +194,7 @@ def typed_columns(header: SessionHeader, block: TypedBlock, latest: float) -> tu
     if max(map(len, gl), default=0) > 1 and any(len(g) != len({x.index for x in g}) for g in gl if len(g) > 1):
         return None
     names = _types()[2]
-    by_field = zip(*map(astuple, block.fields), strict=True) if ticks else ([] for _ in ENGINE_FIELDS)
-    fields = dict(zip(ENGINE_FIELDS, map(list, by_field), strict=True))
+    fields = {k: list(map(get, block.fields)) for k, get in _FIELD_GETTERS}
     return t, engine, gl, flat, idx, _matrix(flat, names), names, fields
 
 
