@@ -70,7 +70,8 @@ class BlockColumns:
     gpus: list[list[dict[str, Any]]]
     flat: list[dict[str, Any]]
     index: list[int]
-    # Where every tick has an engine reading: the fields checked, per tick ("up" False where absent).
+    # Where every tick has an engine reading: the fields checked, per tick ("up" False where absent); a typed
+    # block's holds only those the analysis reads (phase, up, the two token counters).
     engine_fields: dict[str, list[Any]] | None = None
 
 

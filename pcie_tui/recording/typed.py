@@ -102,7 +102,8 @@ _EngineFields = msgspec.defstruct(
     gc=False,
 )
 _FIELDS_DECODER = msgspec.json.Decoder(_EngineFields)
-_FIELD_GETTERS = tuple((k, attrgetter(k)) for k in ENGINE_FIELDS)
+# The fields the analysis reads per tick (timeline.BlockColumns.engine_fields); the others are only checked.
+_FIELD_GETTERS = tuple((k, attrgetter(k)) for k in ("prompt_tokens_total", "generation_tokens_total", "phase", "up"))
 
 
 class TypedBlock(NamedTuple):
@@ -177,7 +178,8 @@ _T, _GPUS, _ENGINE, _INDEX = attrgetter("t"), attrgetter("gpus"), attrgetter("en
 def typed_columns(header: SessionHeader, block: TypedBlock, latest: float) -> tuple[Any, ...] | None:
     """What the bulk check sweeps out of a block of raw ticks, from typed ticks whose values the decoder
     checked: (times, engine readings, GPU lists, GPU entries, indices, figures matrix (table rows x
-    entries, NaN where null), the figure names, the engine's checked fields by name (a list each)), or
+    entries, NaN where null), the figure names, the engine fields the analysis reads by name (a list
+    each)), or
     None where the rest of the check fails: time not after ``latest`` or not increasing, a GPU the
     header does not list or twice in a tick (the raw path then reads the block)."""
     ticks = block.ticks
@@ -200,7 +202,9 @@ def typed_columns(header: SessionHeader, block: TypedBlock, latest: float) -> tu
 
 def _matrix(flat: list[Any], names: tuple[str, ...]) -> np.ndarray:
     """``names`` x entries as floats, NaN where null: each entry as a tuple (its fields in struct order:
-    ``index``, then ``names``), transposed, each column converted in one call."""
+    ``index``, then ``names``), transposed, each column converted in one call. A column all null (a field
+    this GPU or recording lacks) stays NaN; a column with some nulls is converted the slower way (numpy
+    reads None as NaN)."""
     n = len(flat)
     m = np.full((len(names), n), np.nan)
     if not n:
@@ -208,7 +212,10 @@ def _matrix(flat: list[Any], names: tuple[str, ...]) -> np.ndarray:
     cols = zip(*map(astuple, flat), strict=True)
     next(cols)  # the indices
     for i, col in enumerate(cols):
-        k = col.count(None)
-        if k != n:
-            m[i] = np.fromiter(col, np.float64, n) if k == 0 else col  # (None -> NaN)
+        if col[0] is None and col[-1] is None and col.count(None) == n:
+            continue
+        try:
+            m[i] = np.fromiter(col, np.float64, n)  # (the decoder let only ints, floats and None through)
+        except TypeError:  # some nulls
+            m[i] = col
     return m
