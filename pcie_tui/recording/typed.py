@@ -14,9 +14,12 @@ dict, which the report only ever reads.
 
 * GPU figures: per metrics-table row ``int | float`` in ``[lo, clamp or hi]`` (``int`` where the row is
   an integer, one of ``allowed`` where it has a set); ``index`` an int in ``[0, MAX_GPU_INDEX]``.
-* ``t``: ``int | float`` within +-``MAX_ABS_T``; ``gpus`` a list; ``engine`` a dict or null; no other key.
+* ``t``: ``int | float`` within +-``MAX_ABS_T``; ``gpus`` a list; ``engine`` an object in every tick; no other key.
 * Engine readings: any JSON value nested at most ``_NESTING`` deep, integers within 64 bits (orjson reads
   a wider one as a float).
+* Engine fields the bulk check reads (``ENGINE_FIELDS``): the four counters a number in ``[0, 1e18]`` or
+  null (ints compared exactly), ``kind``/``phase``/``error`` a string or null, ``up`` a bool (False
+  where absent).
 """
 
 from __future__ import annotations
@@ -116,10 +119,11 @@ class TypedBlock(NamedTuple):
 
 def decode_block(block: bytes) -> TypedBlock | None:
     """Every non-empty line of ``block`` (lines joined by newlines) as a typed tick, or None where any line
-    cannot be, or has no engine reading (the block is read raw). A block whose every line starts with ``{`` and ends with ``}`` is
-    decoded in one call, and kept only where it gave one value a line: JSON allows no ``}`` then ``{``
-    inside a value, nor a raw newline in a string, so no value spans lines and a line holding two values
-    would give one too many. Any other block (blank lines, CRLF) is decoded line by line."""
+    cannot be or has no engine reading (the block is read raw). A block whose every line starts with ``{``
+    and ends with ``}`` is decoded in one call, and kept only where it gave one value a line: JSON allows
+    no ``}`` then ``{`` inside a value, nor a raw newline in a string, so no value spans lines and a line
+    holding two values would give one too many. Any other block (blank lines, CRLF) is decoded line by
+    line."""
     dec = _decoder()
     try:
         n = _braced_lines(block)
@@ -178,10 +182,9 @@ _T, _GPUS, _ENGINE, _INDEX = attrgetter("t"), attrgetter("gpus"), attrgetter("en
 def typed_columns(header: SessionHeader, block: TypedBlock, latest: float) -> tuple[Any, ...] | None:
     """What the bulk check sweeps out of a block of raw ticks, from typed ticks whose values the decoder
     checked: (times, engine readings, GPU lists, GPU entries, indices, figures matrix (table rows x
-    entries, NaN where null), the figure names, the engine fields the analysis reads by name (a list
-    each)), or
-    None where the rest of the check fails: time not after ``latest`` or not increasing, a GPU the
-    header does not list or twice in a tick (the raw path then reads the block)."""
+    entries, NaN where null), the figure names, the engine fields the analysis reads, by name, a list
+    each), or None where the rest of the check fails: time not after ``latest`` or not increasing, a GPU
+    the header does not list or twice in a tick (the raw path then reads the block)."""
     ticks = block.ticks
     t = np.array(list(map(_T, ticks)), dtype=np.float64)
     if t.size and (t[0] <= latest or (t.size > 1 and not bool(np.all(t[1:] > t[:-1])))):
