@@ -31,15 +31,19 @@ N_TICKS = 45_000  # 75 min at 10 Hz: six blocks retired
 @pytest.fixture(scope="module")
 def long_recording(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The real H200 session h200-pageable repeated (times shifted, finished requests dropped)."""
-    with gzip.open(SOURCE) as f:
+    return _repeated(SOURCE, N_TICKS, tmp_path_factory.mktemp("long") / "long.jsonl")
+
+
+def _repeated(source: Path, n_ticks: int, path: Path) -> Path:
+    """``source``'s ticks repeated (times shifted, finished requests dropped) to ``n_ticks`` or a little more."""
+    with gzip.open(source) as f:
         lines = [orjson.loads(raw) for raw in f]
     header, ticks = lines[0], [d for d in lines[1:] if "t" in d and "gpus" in d]
     span = ticks[-1]["t"] - ticks[0]["t"] + 0.1
-    path = tmp_path_factory.mktemp("long") / "long.jsonl"
     with path.open("wb") as out:
         out.write(orjson.dumps(header) + b"\n")
         k = n = 0
-        while n < N_TICKS:
+        while n < n_ticks:
             for d in ticks:
                 e = dict(d, t=d["t"] + k * span)
                 if isinstance(e.get("engine"), dict):
@@ -228,7 +232,7 @@ def test_retired_rows_keep_counts_seconds_peaks_and_means() -> None:
     codes = np.where(link > 0.9, VERDICTS.index("link"), VERDICTS.index("none"))
     ser.verdict.extend([VERDICTS[c] for c in codes])
     assert retire.due(ser)
-    retire.retire(ser, codes, (1e9,))
+    retire.retire(ser, codes[: retire.RETIRE_TICKS], (1e9,))  # the codes of the ticks it retires (none retired yet)
     assert not retire.due(ser)
     counts = series_counts(ser)
     assert counts is not None and int(counts.sum()) == n
@@ -378,3 +382,36 @@ def test_folding_does_not_depend_on_the_chunks(heat_recording: Path, heat_both, 
     finally:
         mp.undo()
     assert json.dumps(finite_json(out), sort_keys=True) == json.dumps(heat_both[0], sort_keys=True)
+
+
+def test_the_ticks_retired_are_labelled_as_the_whole_series_labels_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``retire`` gets the codes of the ticks it takes alone (session._retire_codes labels only those): at every
+    retire they are the whole series' labels (``_label_codes``) of those rows, events still open included. On
+    h200-pinned repeated (its prefill saturates the link: saturated ticks are among those retired)."""
+    pinned = _repeated(SOURCE.with_name("h200-pinned.jsonl.gz"), 30_000, tmp_path / "pinned.jsonl")
+    from pcie_tui.analyze import session
+
+    seen: list[int] = []
+    real = session.retire
+
+    def checked(ser: GpuSeries, block_codes: np.ndarray, cuts: tuple[float, ...] = ()) -> None:
+        an = analyzers[-1]
+        gi = next(g for g, s in an.series.items() if s is ser)
+        whole = an._label_codes(gi, ser.t)[ser.reps : ser.reps + retire.RETIRE_TICKS]
+        assert np.array_equal(block_codes, whole)
+        seen.append(int(np.count_nonzero(whole != VERDICTS.index("none"))))
+        real(ser, block_codes, cuts)
+
+    analyzers: list[Any] = []
+    init = session.SessionAnalyzer.__init__
+
+    def remember(self: Any, *a: Any, **k: Any) -> None:
+        init(self, *a, **k)
+        analyzers.append(self)
+
+    monkeypatch.setattr(session, "retire", checked)
+    monkeypatch.setattr(session.SessionAnalyzer, "__init__", remember)
+    report_file(pinned)
+    assert len(seen) >= 3 and sum(seen) > 0  # several retires, with saturated ticks among those retired

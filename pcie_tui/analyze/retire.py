@@ -68,13 +68,12 @@ def due(ser: GpuSeries) -> bool:
     return len(ser.t) - ser.reps >= EXACT_TICKS + RETIRE_TICKS
 
 
-def retire(ser: GpuSeries, codes: np.ndarray, rate_cuts: tuple[float, ...] = ()) -> None:
-    """Retire the oldest :data:`RETIRE_TICKS` exact ticks of ``ser``; ``codes``: the verdict code of every
-    row of the series now (indices into VERDICTS, as the summary labels them); ``rate_cuts``: link rates
-    (B/s) where what bound a tick changes (the attribution's transfer floors)."""
+def retire(ser: GpuSeries, block_codes: np.ndarray, rate_cuts: tuple[float, ...] = ()) -> None:
+    """Retire the oldest :data:`RETIRE_TICKS` exact ticks of ``ser``; ``block_codes``: the verdict code of
+    each of them (indices into VERDICTS, as the summary labels them); ``rate_cuts``: link rates (B/s) where
+    what bound a tick changes (the attribution's transfer floors)."""
     a, b = ser.reps, ser.reps + RETIRE_TICKS
     t = ser.t.array()[a:b]
-    block_codes = codes[a:b]
     _keep_segments(ser, t, block_codes)
     w = tick_weights(t, prev=ser.retired_last_t)
     cols = {k: getattr(ser, k).array()[a:b] for k in COLUMNS}

@@ -189,7 +189,7 @@ class SessionAnalyzer:
             reserve(ser)
         retired = False
         while due(ser):
-            retire(ser, self._label_codes(gi, ser.t), self.rate_cuts(gi))
+            retire(ser, self._retire_codes(gi), self.rate_cuts(gi))
             if crowded(ser):
                 merge(ser, self.rate_cuts(gi))
             retired = True
@@ -295,8 +295,19 @@ class SessionAnalyzer:
             return np.concatenate([frozen, self._label_codes_exact(index, ser.t.array()[ser.reps :].tolist())])
         return self._label_codes_exact(index, times)
 
-    def _label_codes_exact(self, index: int, times: Times) -> np.ndarray:
-        last = times[-1]
+    def _retire_codes(self, index: int) -> np.ndarray:
+        """The verdict codes of the ticks :func:`retire` takes next (the series' oldest exact ones), as
+        :meth:`_label_codes` gives them: each tick's code depends only on its time and the events' intervals
+        (an open one ends at the series' last tick), so only those ticks are labelled."""
+        ser = self.series[index]
+        exact = ser.t.array()[ser.reps :]
+        if exact.size > 1 and not bool(np.all(exact[1:] >= exact[:-1])):  # (labelled by the sweep: as before)
+            return self._label_codes(index, ser.t)[ser.reps : ser.reps + RETIRE_TICKS]
+        return self._label_codes_exact(index, exact[:RETIRE_TICKS].tolist(), last=float(exact[-1]))
+
+    def _label_codes_exact(self, index: int, times: Times, last: float | None = None) -> np.ndarray:
+        """``last``: the time an event still open ends at (the last of ``times``, unless given)."""
+        last = times[-1] if last is None else last
         intervals: dict[str, list[tuple[float, float]]] = {r: [] for r in RESOURCES}
         for ev in self.events:
             if ev.gpu == index:
