@@ -107,8 +107,8 @@ def _report(path: Path, typed_on: bool, monkeypatch: pytest.MonkeyPatch) -> tupl
     n = [0]
     real = typed.decode_block
 
-    def decode(block: bytes) -> typed.TypedBlock | None:
-        got = real(block) if typed_on else None
+    def decode(block: memoryview, newlines: Any = None) -> typed.TypedBlock | None:
+        got = real(block, newlines) if typed_on else None
         n[0] += got is not None and bool(got.ticks)
         return got
 

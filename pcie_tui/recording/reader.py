@@ -390,9 +390,10 @@ class RowStream:
             scrub(obj, self.tally, 1)
         return parse_header(obj, p, self.tally)
 
-    def _line_blocks(self) -> Iterator[tuple[bytes, int]]:
-        """(whole lines joined by newlines, number of the first) about ``block_bytes`` at a time; the text
-        after the last newline is the file's last line."""
+    def _line_blocks(self) -> Iterator[tuple[memoryview, int, np.ndarray]]:
+        """(whole lines joined by newlines, number of the first, the newlines' offsets in it) about
+        ``block_bytes`` at a time; the text after the last newline is the file's last line. A block is a
+        view of the text read (no copy of it is taken to cut it off), released before the next is read."""
         while not self._eof:
             while len(self._rest) < self.block_bytes and self._more():
                 pass
@@ -403,30 +404,30 @@ class RowStream:
                 if not self._more():
                     break
                 continue
-            block, self._rest = (
-                self._rest[:cut],
-                self._rest[cut + 1 :],
-            )  # after the last newline: a line the next block ends
-            n = _lines_in(block)
-            yield block, self._line + 1
+            text, self._rest = self._rest, self._rest[cut + 1 :]  # after the last newline: a line the next block ends
+            block = memoryview(text)[:cut]
+            del text
+            newlines = _newlines(block)
+            yield block, self._line + 1, newlines
             del block  # (before the next block is read: see chunks)
-            self._line += n
-        block, self._rest = self._rest, b""
-        yield block, self._line + 1
-        self._line += _lines_in(block)
+            self._line += newlines.size + 1
+        block, self._rest = memoryview(self._rest), b""
+        newlines = _newlines(block)
+        yield block, self._line + 1, newlines
+        self._line += newlines.size + 1
 
     def chunks(self) -> Iterator[list[dict[str, Any]]]:
         """The checked tick dicts, a block at a time (never an empty list); typed ticks instead
         (:mod:`pcie_tui.recording.typed`) for a block read that way, where the stream reads ``typed``."""
         with gc_paused():
-            for block, first in self._line_blocks():
-                typed = self._typed_block(block, first)
+            for block, first, newlines in self._line_blocks():
+                typed = self._typed_block(block, first, newlines)
                 if typed:
                     yield typed
                     del block, typed
                     self.checker.columns = None
                     continue
-                lines = block.split(b"\n")
+                lines = block.tobytes().split(b"\n")
                 del block
                 ticks, nums, heads = self._parse(lines, first)
                 kept = self.checker.feed(ticks, lambda nums=nums: nums, heads)  # type: ignore[misc]
@@ -438,18 +439,18 @@ class RowStream:
                 self.checker.columns = None
         self._finish()
 
-    def _typed_block(self, block: bytes, first: int) -> list[Any] | None:
+    def _typed_block(self, block: memoryview, first: int, newlines: np.ndarray) -> list[Any] | None:
         """The block as typed ticks, checked whole, when the stream reads typed and the block can be read
         so; else None (read raw). Two blocks in a row that cannot end the trying (a recording of another
         shape: no engine, event lines)."""
         if not self.typed or self._typed_misses >= 2 or self._bad is not None:
             return None
-        typed = decode_block(block)
+        typed = decode_block(block, newlines)
         if typed is None or not typed.ticks:
             self._typed_misses += typed is None
             return None
         n = len(typed.ticks)
-        if not self.checker.feed_typed(typed, lambda: _line_numbers(block.split(b"\n"), first, n)):
+        if not self.checker.feed_typed(typed, lambda: _line_numbers(block.tobytes().split(b"\n"), first, n)):
             self._typed_misses += 1
             return None
         self._typed_misses = 0
@@ -640,9 +641,10 @@ def _loaded(rec: Recording, st: RowStream) -> None:
         rec.loading.done = True
 
 
-def _lines_in(block: bytes) -> int:
-    """The lines of text joined by newlines in ``block`` (a numpy sweep: bytes.count is a slow byte loop)."""
-    return int(np.count_nonzero(np.frombuffer(block, np.uint8) == ord("\n"))) + 1
+def _newlines(block: memoryview) -> np.ndarray:
+    """The offsets of the newlines in ``block`` (a numpy sweep: bytes.count is a slow byte loop): the lines
+    it holds are one more."""
+    return np.flatnonzero(np.frombuffer(block, np.uint8) == ord("\n"))
 
 
 def _line_numbers(lines: list[bytes], first: int, n: int) -> list[int]:

@@ -117,22 +117,22 @@ class TypedBlock(NamedTuple):
     fields: list[Any]
 
 
-def decode_block(block: bytes) -> TypedBlock | None:
+def decode_block(block: bytes | memoryview, newlines: np.ndarray | None = None) -> TypedBlock | None:
     """Every non-empty line of ``block`` (lines joined by newlines) as a typed tick, or None where any line
     cannot be or has no engine reading (the block is read raw). A block whose every line starts with ``{``
     and ends with ``}`` is decoded in one call, and kept only where it gave one value a line: JSON allows
     no ``}`` then ``{`` inside a value, nor a raw newline in a string, so no value spans lines and a line
     holding two values would give one too many. Any other block (blank lines, CRLF) is decoded line by
-    line."""
+    line. ``newlines``: the offsets of the block's newlines, where the caller has them."""
     dec = _decoder()
     try:
-        n = _braced_lines(block)
+        n = _braced_lines(block, newlines)
         if n:
             ticks = dec.decode_lines(block)
             if len(ticks) != n:
                 return None
         else:
-            lines = block.split(b"\n")
+            lines = bytes(block).split(b"\n")
             if b"" in lines:
                 lines = [x for x in lines if x]
             ticks = list(map(dec.decode, lines))
@@ -165,13 +165,13 @@ def _decode_engines(ticks: list[Any]) -> list[Any]:
     return out
 
 
-def _braced_lines(block: bytes) -> int:
+def _braced_lines(block: bytes | memoryview, newlines: np.ndarray | None = None) -> int:
     """How many lines ``block`` holds where every one starts with ``{`` and ends with ``}``, else 0 (byte
-    sweeps in numpy: no copy of the block, no list of its lines)."""
+    sweeps in numpy: no copy of the block, no list of its lines; ``newlines``: their offsets, if known)."""
     a = np.frombuffer(block, np.uint8)
     if not a.size or a[0] != _OPEN or a[-1] != _CLOSE:
         return 0
-    nl = np.flatnonzero(a == _NEWLINE)
+    nl = np.flatnonzero(a == _NEWLINE) if newlines is None else newlines
     return nl.size + 1 if bool(np.all(a[nl - 1] == _CLOSE) and np.all(a[nl + 1] == _OPEN)) else 0
 
 
