@@ -114,7 +114,7 @@ def _report(path: Path, typed_on: bool, monkeypatch: pytest.MonkeyPatch) -> tupl
 
     monkeypatch.setattr(reader, "decode_block", decode)
     out, *_ = report_file(path)
-    return orjson.dumps(out, option=orjson.OPT_SORT_KEYS), n[0]
+    return orjson.dumps(out, option=orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS), n[0]
 
 
 @pytest.mark.parametrize("edit", list(EDITS))
@@ -190,3 +190,51 @@ def test_engine_readings_repeated_byte_for_byte_are_decoded_once_and_read_the_sa
     wide = json.dumps(EDITS["engine wide int"](ticks[9]), separators=(",", ":")).encode()
     bad = [*lines[:10], wide]  # a reading after a run, out of the rules: decoded, so the block is read raw
     assert typed.decode_block(b"\n".join(bad)) is None
+
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+
+
+def _repeated_with_extras(source: Path, tmp_path: Path) -> Path:
+    """``source``'s ticks three times over (times shifted, event lines left out, finished requests kept), the
+    second time with the API server's HTTP counters added to every engine reading: blocks that hold a key and
+    blocks that do not. The header's model metadata is left out: with it the report prices the link model,
+    which reads every block raw."""
+    opener: Any = gzip.open if source.suffix == ".gz" else open
+    with opener(source, "rb") as f:
+        lines = [orjson.loads(x) for x in f]
+    header, ticks = lines[0], [d for d in lines[1:] if "t" in d and "gpus" in d]
+    if isinstance(header.get("engine"), dict):
+        header["engine"] = {k: v for k, v in header["engine"].items() if k != "model_meta"}
+    span = ticks[-1]["t"] - ticks[0]["t"] + 0.1
+    out = [orjson.dumps(header)]
+    for k in range(3):
+        for i, d in enumerate(ticks):
+            e = dict(d, t=d["t"] + k * span)
+            if k == 1 and isinstance(e.get("engine"), dict):
+                e["engine"] = dict(e["engine"], http_seconds_total=0.01 * i, http_requests_total=float(i // 10))
+            out.append(orjson.dumps(e))
+    p = tmp_path / "rec.jsonl"
+    p.write_bytes(b"\n".join(out) + b"\n")
+    return p
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "vllm-cpu-session.jsonl",
+        "h100-runs/session3-20261207/np4c4.jsonl.gz",
+        "h100-runs/session3-20261207/np1c16.jsonl.gz",
+    ],
+)
+def test_engine_keys_some_blocks_lack_report_the_same_typed_or_raw(
+    tmp_path: Path, source: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A typed block's consumers skip their sweep for an engine key none of its readings holds (histograms,
+    finished requests, preemptions, cached prompt tokens, the HTTP counters): real vLLM and llama-server
+    sessions, where some blocks hold those keys and others do not, report the same as read raw."""
+    p = _repeated_with_extras(FIXTURES / source, tmp_path)
+    raw, none = _report(p, False, monkeypatch)
+    got, blocks = _report(p, True, monkeypatch)
+    assert none == 0 and blocks >= 3
+    assert got == raw

@@ -67,6 +67,8 @@ class Chunk:
     cols: np.ndarray  # len(KEYS) x GPU-samples, floats, NaN where missing
     single: bool  # every tick has exactly one GPU-sample (tick_of is 0, 1, 2, ...)
     up: list[Any] | None = None  # per tick: its engine's fields where it answered (engine_bytes.chunk_up_fields)
+    # every key its engine readings (dicts) may hold, where known (a typed block's), else None
+    engine_keys: frozenset[str] | None = None
 
 
 def sample_phase(s: Sample) -> str | None:
@@ -137,6 +139,7 @@ def from_rows(
         flat = list(chain.from_iterable(glists))
         index = np.array(list(map(itemgetter("index"), flat)), dtype=np.int64)
     fields = swept.engine_fields if swept is not None else None
+    keys = swept.engine_keys if swept is not None else None  # (of the whole block: a superset of a chunk's)
     if fields is not None:  # every tick has an engine reading: its phase (and whether it answered) known
         phase = [p or None for p in fields["phase"]]
         ups: list[bool] | None = fields["up"]
@@ -154,7 +157,7 @@ def from_rows(
         single = bool((c == 1).all())
         # each reading's "up" known: what engine_bytes.chunk_up_fields would work out, given at once
         up = None if ups is None else up_readings(eng, ups[a:b])
-        yield Chunk(t[a:b], phase[a:b], eng, tick_of, index[fa:fb], cols[:, fa:fb], single, up)
+        yield Chunk(t[a:b], phase[a:b], eng, tick_of, index[fa:fb], cols[:, fa:fb], single, up, keys)
 
 
 def up_readings(engines: list[dict[str, Any]], ups: list[bool]) -> list[dict[str, Any] | None]:

@@ -135,8 +135,10 @@ class EngineBytes:
     def feed_chunk(self, ch: Chunk) -> None:
         xs = chunk_up_fields(ch)
         # Ticks whose engine exposes none of the counters (llama-server, most vLLM setups) only break an
-        # interval; they need no PCIe sums and no per-counter work.
-        has = _has_counters(xs)
+        # interval; they need no PCIe sums and no per-counter work. (None of the block's readings holds one:
+        # no sweep over them.)
+        keys = ch.engine_keys
+        has = [False] * len(xs) if keys is not None and _KEYS.isdisjoint(keys) else _has_counters(xs)
         if not any(has):
             last = next((i for i in range(len(xs) - 1, -1, -1) if xs[i] is not None), None)  # from the end
             if last is not None:

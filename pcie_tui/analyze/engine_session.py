@@ -160,11 +160,14 @@ class EngineSessionFold:
         prompt, gen = col("prompt_tokens_total"), col("generation_tokens_total")
         self._prompt.frombytes(np.array(prompt, dtype=np.float64).tobytes())  # None -> NaN, at C speed
         self._gen.frombytes(np.array(gen, dtype=np.float64).tobytes())
-        reqs = _column(engs, "requests")
-        for r in compress(reqs, map(isinstance, reqs, repeat(list))):
-            self._add_requests(r)
+        keys = swept.engine_keys if swept is not None else None  # (None: not known; else what no reading holds
+        # needs no sweep)
+        if keys is None or "requests" in keys:
+            reqs = _column(engs, "requests")
+            for r in compress(reqs, map(isinstance, reqs, repeat(list))):
+                self._add_requests(r)
         ups = engs if all(up) else list(compress(engs, up))
-        self._fold_up(ups, compress(prompt, up), compress(gen, up))
+        self._fold_up(ups, compress(prompt, up), compress(gen, up), keys)
 
     def _phase_codes(self, phases: list[Any]) -> list[int]:
         """Each phase's code, codes given in order of first appearance."""
@@ -173,20 +176,28 @@ class EngineSessionFold:
             names.setdefault(p, len(names))
         return list(map(names.__getitem__, phases))
 
-    def _fold_up(self, ups: list[dict[str, Any]], prompt: Iterable[Any], gen: Iterable[Any]) -> None:
-        """The counters and histograms of the readings taken while the engine answered."""
+    def _fold_up(
+        self, ups: list[dict[str, Any]], prompt: Iterable[Any], gen: Iterable[Any], keys: frozenset[str] | None = None
+    ) -> None:
+        """The counters and histograms of the readings taken while the engine answered (``keys``: every key
+        the readings may hold, where known: a figure none of them holds is left as no reading would change it)."""
         c = self._counters
         c["prompt"].add(prompt)
         c["gen"].add(gen)
-        finished = _column(ups, "requests_finished_total")
-        if set(map(type, finished)) - {int, float, type(None)}:
-            finished = [v if isinstance(v, int | float) else None for v in finished]
-        c["finished"].add(finished)
-        if any(map(dict.__contains__, ups, repeat("http_seconds_total"))) or any(
-            map(dict.__contains__, ups, repeat("http_requests_total"))
+        if keys is None or "requests_finished_total" in keys:
+            finished = _column(ups, "requests_finished_total")
+            if set(map(type, finished)) - {int, float, type(None)}:
+                finished = [v if isinstance(v, int | float) else None for v in finished]
+            c["finished"].add(finished)
+        http = keys is None or not keys.isdisjoint(("http_seconds_total", "http_requests_total"))
+        if http and (
+            any(map(dict.__contains__, ups, repeat("http_seconds_total")))
+            or any(map(dict.__contains__, ups, repeat("http_requests_total")))
         ):
             c["http_s"].add([number(e.get("http_seconds_total")) for e in ups])
             c["http_n"].add([number(e.get("http_requests_total")) for e in ups])
+        if keys is not None and "hist" not in keys:
+            return
         hists = _column(ups, "hist")
         for h in compress(hists, map(isinstance, hists, repeat(dict))):
             for name, fold in self._hists.items():

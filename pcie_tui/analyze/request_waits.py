@@ -43,11 +43,21 @@ class RequestWaits:
         self._cached_sum = 0.0
 
     def feed_chunk(self, ch: Chunk) -> None:
+        keys = ch.engine_keys  # (None: not known; else no sweep for a key no reading of the block holds)
+        want_cached, want_requests = keys is None or CACHED in keys, keys is None or "requests" in keys
+        if not (want_cached or want_requests):
+            return
         ups = chunk_up_fields(ch)
         xs: list[dict[str, Any]] = list(compress(ups, map(is_not, ups, repeat(None))))  # type: ignore[arg-type]
-        cached = list(map(itemgetter(CACHED), compress(xs, map(dict.__contains__, xs, repeat(CACHED)))))
+        cached = (
+            list(map(itemgetter(CACHED), compress(xs, map(dict.__contains__, xs, repeat(CACHED)))))
+            if want_cached
+            else []
+        )
         if cached:
             self._cached(cached if set(map(type, cached)) <= {float, int} else list(map(_num, cached)))
+        if not want_requests:
+            return
         for x in compress(xs, map(dict.__contains__, xs, repeat("requests"))):  # C-level sweeps: most have none
             for r in x["requests"] or ():
                 if isinstance(r, dict):

@@ -73,6 +73,9 @@ class BlockColumns:
     # Where every tick has an engine reading: the fields checked, per tick ("up" False where absent); a typed
     # block's holds only those the analysis reads (phase, up, the two token counters).
     engine_fields: dict[str, list[Any]] | None = None
+    # Every key any engine reading of the block holds, where the check knows it (a typed block), else None: a
+    # consumer skips its sweep over the readings for a key none holds.
+    engine_keys: frozenset[str] | None = None
 
 
 def _fast_ok(header: SessionHeader, ticks: list[dict[str, Any]], validate: bool) -> BlockColumns | None:
@@ -214,9 +217,9 @@ class TickChecker:
         got = typed_columns(self.header, block, self.latest)
         if got is None:
             return False
-        t, engine, gl, flat, idx, m, names, fields = got
+        t, engine, gl, flat, idx, m, names, fields, keys = got
         remember_columns(flat, m, names)
-        self.columns = BlockColumns(ticks, t, engine, gl, flat, idx, fields)
+        self.columns = BlockColumns(ticks, t, engine, gl, flat, idx, fields, keys)
         self._fast(ticks, t, line_numbers)
         return True
 

@@ -111,10 +111,12 @@ _FIELD_GETTERS = tuple((k, attrgetter(k)) for k in ("prompt_tokens_total", "gene
 
 class TypedBlock(NamedTuple):
     """A block's typed ticks (each one's ``engine`` a dict) and, per tick, its engine's checked fields
-    (``ENGINE_FIELDS``, a struct shared by the ticks that share the dict)."""
+    (``ENGINE_FIELDS``, a struct shared by the ticks that share the dict); every key any of its engine
+    readings holds (each distinct reading's keys swept once)."""
 
     ticks: list[Any]
     fields: list[Any]
+    engine_keys: frozenset[str]
 
 
 def decode_block(block: bytes | memoryview, newlines: np.ndarray | None = None) -> TypedBlock | None:
@@ -136,7 +138,8 @@ def decode_block(block: bytes | memoryview, newlines: np.ndarray | None = None) 
             if b"" in lines:
                 lines = [x for x in lines if x]
             ticks = list(map(dec.decode, lines))
-        return TypedBlock(ticks, _decode_engines(ticks))
+        fields, keys = _decode_engines(ticks)
+        return TypedBlock(ticks, fields, keys)
     except (msgspec.ValidationError, msgspec.DecodeError, _NoEngine):
         return None
 
@@ -145,24 +148,27 @@ class _NoEngine(Exception):
     pass
 
 
-def _decode_engines(ticks: list[Any]) -> list[Any]:
-    """Each tick's engine reading (as the decoder took it, whole) decoded in place, and its checked fields
-    (returned, one per tick): once for a run of ticks that repeat it byte for byte, which then share the
-    one dict and the one struct. A tick without an engine object raises (the block is read raw)."""
+def _decode_engines(ticks: list[Any]) -> tuple[list[Any], frozenset[str]]:
+    """Each tick's engine reading (as the decoder took it, whole) decoded in place; its checked fields (one
+    per tick) and every key the readings hold, returned: once for a run of ticks that repeat a reading byte
+    for byte, which then share the one dict and the one struct. A tick without an engine object raises
+    (the block is read raw)."""
     decode, fields = _ENGINE_DECODER.decode, _FIELDS_DECODER.decode
     prev_raw: Any = None
     prev: Any = None
     f: Any = None
     out = []
+    distinct = []
     for tick in ticks:
         raw = tick.engine
         if raw is None:  # no engine key
             raise _NoEngine
         if raw != prev_raw:  # (Raw compares its bytes)
             f, prev, prev_raw = fields(raw), decode(raw), raw
+            distinct.append(prev)
         tick.engine = prev
         out.append(f)
-    return out
+    return out, frozenset(chain.from_iterable(distinct))
 
 
 def _braced_lines(block: bytes | memoryview, newlines: np.ndarray | None = None) -> int:
@@ -183,7 +189,7 @@ def typed_columns(header: SessionHeader, block: TypedBlock, latest: float) -> tu
     """What the bulk check sweeps out of a block of raw ticks, from typed ticks whose values the decoder
     checked: (times, engine readings, GPU lists, GPU entries, indices, figures matrix (table rows x
     entries, NaN where null), the figure names, the engine fields the analysis reads, by name, a list
-    each), or None where the rest of the check fails: time not after ``latest`` or not increasing, a GPU
+    each, every key the engine readings hold), or None where the rest of the check fails: time not after ``latest`` or not increasing, a GPU
     the header does not list or twice in a tick (the raw path then reads the block)."""
     ticks = block.ticks
     t = np.array(list(map(_T, ticks)), dtype=np.float64)
@@ -200,7 +206,7 @@ def typed_columns(header: SessionHeader, block: TypedBlock, latest: float) -> tu
         return None
     names = _types()[2]
     fields = {k: list(map(get, block.fields)) for k, get in _FIELD_GETTERS}
-    return t, engine, gl, flat, idx, _matrix(flat, names), names, fields
+    return t, engine, gl, flat, idx, _matrix(flat, names), names, fields, block.engine_keys
 
 
 def _matrix(flat: list[Any], names: tuple[str, ...]) -> np.ndarray:
