@@ -156,3 +156,26 @@ def test_session_feed_rows_takes_the_checks_sweeps(path: Path) -> None:
     fresh.finish()
     assert _json(handed.summary()) == _json(fresh.summary())
     assert [e.to_json() for e in handed.events] == [e.to_json() for e in fresh.events]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.lists(st.one_of(st.none(), st.integers(0, 10**6), st.floats(0, 1e6, allow_nan=False)), max_size=12),
+        max_size=6,
+    )
+)
+def test_a_counters_fold_of_arrays_equals_its_fold_of_lists(blocks) -> None:
+    """The engine fold's counter total from float arrays (NaN where not read: a checked block's columns) is
+    the one its list path gives, reads of ints and floats, drops (a restart) and blocks without a read
+    included."""
+    import numpy as np
+
+    from pcie_tui.analyze.engine_session import _CounterFold
+
+    a, b = _CounterFold(), _CounterFold()
+    for vals in blocks:
+        a.add(list(vals))
+        b.add(np.array(vals, dtype=np.float64))
+        assert a.total == b.total
+        assert (a.prev is None) == (b.prev is None) and (a.prev is None or float(a.prev) == b.prev)

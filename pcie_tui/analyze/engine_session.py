@@ -67,7 +67,10 @@ class _CounterFold:
         self.prev: float | None = None
         self.total: float | None = None
 
-    def add(self, values: Iterable[float | None]) -> None:
+    def add(self, values: Iterable[float | None] | np.ndarray) -> None:
+        if isinstance(values, np.ndarray):
+            self._add_array(values)
+            return
         vals = values if isinstance(values, list) else list(values)
         reads = list(compress(vals, map(is_not, vals, repeat(None)))) if None in vals else vals[:]
         if not reads:
@@ -80,6 +83,18 @@ class _CounterFold:
             # added first to last, as a running total adds (cumsum is sequential)
             self.total = float(np.cumsum(np.concatenate(([self.total or 0.0], inc)))[-1])
         self.prev = reads[-1]
+
+    def _add_array(self, values: np.ndarray) -> None:
+        """:meth:`add` of float reads with NaN where not read (the same sums, without a list)."""
+        a = values[~np.isnan(values)]
+        if not a.size:
+            return
+        if self.prev is not None:
+            a = np.concatenate(([self.prev], a))
+        if a.size > 1:
+            inc = np.where(a[1:] >= a[:-1], a[1:] - a[:-1], a[1:])
+            self.total = float(np.cumsum(np.concatenate(([self.total or 0.0], inc)))[-1])
+        self.prev = float(a[-1])
 
 
 class _HistFold:
@@ -139,8 +154,9 @@ class EngineSessionFold:
         else:
             raw = [d.get("engine") for d in rows] if not isinstance(rows, list) else _column(rows, "engine")
         kinds = set(map(type, raw))
+        ts: Any
         if kinds == {dict}:  # every tick has an engine reading (the usual engine session)
-            ts = swept.t.tolist() if swept is not None else list(map(float, map(_t, rows)))
+            ts = swept.t if swept is not None else list(map(float, map(_t, rows)))
             engs: list[dict[str, Any]] = raw
         else:
             ts = [float(d["t"]) for d, e in zip(rows, raw, strict=True) if type(e) is dict]
@@ -154,12 +170,16 @@ class EngineSessionFold:
         up = fields["up"] if fields is not None else _column(engs, "up", False)
         if set(map(type, up)) != {bool}:
             up = [bool(v) for v in up]
-        self._t.extend(ts)
+        if isinstance(ts, np.ndarray):
+            self._t.frombytes(ts.astype(np.float64, copy=False).tobytes())
+        else:
+            self._t.extend(ts)
         self._up.extend(up)
         self._phase.extend(self._phase_codes(col("phase")))
         prompt, gen = col("prompt_tokens_total"), col("generation_tokens_total")
-        self._prompt.frombytes(np.array(prompt, dtype=np.float64).tobytes())  # None -> NaN, at C speed
-        self._gen.frombytes(np.array(gen, dtype=np.float64).tobytes())
+        pa, ga = np.array(prompt, dtype=np.float64), np.array(gen, dtype=np.float64)  # None -> NaN, at C speed
+        self._prompt.frombytes(pa.tobytes())
+        self._gen.frombytes(ga.tobytes())
         keys = swept.engine_keys if swept is not None else None  # (None: not known; else what no reading holds
         # needs no sweep)
         if keys is None or "requests" in keys:
@@ -167,7 +187,11 @@ class EngineSessionFold:
             for r in compress(reqs, map(isinstance, reqs, repeat(list))):
                 self._add_requests(r)
         ups = engs if all(up) else list(compress(engs, up))
-        self._fold_up(ups, compress(prompt, up), compress(gen, up), keys)
+        if fields is not None:  # checked numbers: NaN only where None (the counters' folds take arrays)
+            mask = np.array(up, dtype=bool)
+            self._fold_up(ups, pa[mask], ga[mask], keys)
+        else:
+            self._fold_up(ups, compress(prompt, up), compress(gen, up), keys)
 
     def _phase_codes(self, phases: list[Any]) -> list[int]:
         """Each phase's code, codes given in order of first appearance."""
@@ -177,7 +201,11 @@ class EngineSessionFold:
         return list(map(names.__getitem__, phases))
 
     def _fold_up(
-        self, ups: list[dict[str, Any]], prompt: Iterable[Any], gen: Iterable[Any], keys: frozenset[str] | None = None
+        self,
+        ups: list[dict[str, Any]],
+        prompt: Iterable[Any] | np.ndarray,
+        gen: Iterable[Any] | np.ndarray,
+        keys: frozenset[str] | None = None,
     ) -> None:
         """The counters and histograms of the readings taken while the engine answered (``keys``: every key
         the readings may hold, where known: a figure none of them holds is left as no reading would change it)."""
