@@ -68,31 +68,19 @@ class _CounterFold:
         self.total: float | None = None
 
     def add(self, values: Iterable[float | None] | np.ndarray) -> None:
+        """A block of reads: numbers with None where not read, or floats with NaN there (a checked block)."""
         if isinstance(values, np.ndarray):
-            self._add_array(values)
-            return
-        vals = values if isinstance(values, list) else list(values)
-        reads = list(compress(vals, map(is_not, vals, repeat(None)))) if None in vals else vals[:]
-        if not reads:
-            return
-        if self.prev is not None:
-            reads.insert(0, self.prev)
-        if len(reads) > 1:
-            a = np.array(reads, dtype=np.float64)
-            inc = np.where(a[1:] >= a[:-1], a[1:] - a[:-1], a[1:])  # counter_increase: a drop restarts from zero
-            # added first to last, as a running total adds (cumsum is sequential)
-            self.total = float(np.cumsum(np.concatenate(([self.total or 0.0], inc)))[-1])
-        self.prev = reads[-1]
-
-    def _add_array(self, values: np.ndarray) -> None:
-        """:meth:`add` of float reads with NaN where not read (the same sums, without a list)."""
-        a = values[~np.isnan(values)]
+            a = values[~np.isnan(values)]
+        else:
+            vals = values if isinstance(values, list) else list(values)
+            a = np.array(list(compress(vals, map(is_not, vals, repeat(None)))) if None in vals else vals, np.float64)
         if not a.size:
             return
         if self.prev is not None:
             a = np.concatenate(([self.prev], a))
         if a.size > 1:
-            inc = np.where(a[1:] >= a[:-1], a[1:] - a[:-1], a[1:])
+            inc = np.where(a[1:] >= a[:-1], a[1:] - a[:-1], a[1:])  # counter_increase: a drop restarts from zero
+            # added first to last, as a running total adds (cumsum is sequential)
             self.total = float(np.cumsum(np.concatenate(([self.total or 0.0], inc)))[-1])
         self.prev = float(a[-1])
 
@@ -154,9 +142,8 @@ class EngineSessionFold:
         else:
             raw = [d.get("engine") for d in rows] if not isinstance(rows, list) else _column(rows, "engine")
         kinds = set(map(type, raw))
-        ts: Any
         if kinds == {dict}:  # every tick has an engine reading (the usual engine session)
-            ts = swept.t if swept is not None else list(map(float, map(_t, rows)))
+            ts: Any = swept.t if swept is not None else list(map(float, map(_t, rows)))
             engs: list[dict[str, Any]] = raw
         else:
             ts = [float(d["t"]) for d, e in zip(rows, raw, strict=True) if type(e) is dict]
@@ -170,18 +157,14 @@ class EngineSessionFold:
         up = fields["up"] if fields is not None else _column(engs, "up", False)
         if set(map(type, up)) != {bool}:
             up = [bool(v) for v in up]
-        if isinstance(ts, np.ndarray):
-            self._t.frombytes(ts.astype(np.float64, copy=False).tobytes())
-        else:
-            self._t.extend(ts)
+        self._t.frombytes(np.asarray(ts, dtype=np.float64).tobytes())
         self._up.extend(up)
         self._phase.extend(self._phase_codes(col("phase")))
         prompt, gen = col("prompt_tokens_total"), col("generation_tokens_total")
         pa, ga = np.array(prompt, dtype=np.float64), np.array(gen, dtype=np.float64)  # None -> NaN, at C speed
         self._prompt.frombytes(pa.tobytes())
         self._gen.frombytes(ga.tobytes())
-        keys = swept.engine_keys if swept is not None else None  # (None: not known; else what no reading holds
-        # needs no sweep)
+        keys = swept.engine_keys if swept is not None else None  # None: not known (else no sweep for a key none holds)
         if keys is None or "requests" in keys:
             reqs = _column(engs, "requests")
             for r in compress(reqs, map(isinstance, reqs, repeat(list))):
